@@ -1,0 +1,100 @@
+"""The published release folder: written whole or not at all, never overwritten.
+
+Files are copied into a hidden temporary folder beside the target, flushed to disk,
+hashed into ``manifest.json``, and the folder is renamed into place in one step. A
+crash at any point leaves at most a hidden ``.NAME.partial-*`` folder, which is
+never read as a release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
+
+MANIFEST = "manifest.json"
+_PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great_expectations", "cvxpy")
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _before_rename(tmp: Path) -> None:
+    """Test hook: a point where a crash must leave no release behind."""
+
+
+def publish_release(
+    out: Path, name: str, files: Mapping[str, Path], manifest: Mapping[str, Any]
+) -> Path:
+    """Copies ``files`` (bundle name -> source) and a manifest into ``out/name`` atomically."""
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / name
+    if target.exists():
+        raise PublishError(f"release {target} already exists: releases are never overwritten")
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-"))
+    try:
+        hashes = {}
+        for rel, src in sorted(files.items()):
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            _fsync_path(dst)
+            hashes[rel] = sha256_file(dst)
+        full = dict(manifest)
+        full["files"] = hashes
+        full["versions"] = package_versions()
+        timings = dict(full.get("timings", {}))
+        timings["publish"] = round(time.perf_counter() - t0, 6)
+        full["timings"] = timings
+        with open(tmp / MANIFEST, "w") as f:
+            f.write(json.dumps(full, indent=2, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a release is for readers
+        _fsync_path(tmp)
+        _before_rename(tmp)
+        if target.exists():
+            raise PublishError(f"release {target} already exists: releases are never overwritten")
+        os.rename(tmp, target)
+        _fsync_path(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,201 @@
+"""The ``dpsynth`` command line.
+
+``dpsynth release`` is a contract other tools script against: it prints stage
+progress, exits 0 on success, and on failure exits non-zero with a one-line reason
+on stderr (2: the request itself is wrong, nothing was read or spent; 1: the run
+failed). Error messages never quote a data row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main"]
+
+# Errors of the request (public problems): nothing was spent.
+_REQUEST_ERRORS = ("SchemaError", "DataError", "ParamError", "BudgetExceeded", "ReleaseError", "PublishError")
+
+
+def _parse_kv(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"dpsynth: error: --param expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _prefect_env() -> None:
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from .pipeline import ReleaseConfig, default_workspace
+
+    config = ReleaseConfig(
+        data=Path(args.data),
+        schema=Path(args.schema),
+        method=args.method,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        rows=args.rows,
+        params=_parse_kv(args.param),
+        seed_file=Path(args.seed_file) if args.seed_file else None,
+        out=Path(args.out),
+        name=args.name,
+        workspace=Path(args.workspace) if args.workspace else default_workspace(),
+    )
+    t0 = time.perf_counter()
+    if args.engine == "local":
+        folder, timings = _release_local(config)
+    else:
+        folder, timings = _release_prefect(config)
+    total = time.perf_counter() - t0
+    work = sum(v for k, v in timings.items() if k != "orchestration")
+    print(f"published {folder}")
+    print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
+    return 0
+
+
+def _release_local(config) -> tuple[str, dict[str, float]]:
+    from . import pipeline as p
+
+    timings: dict[str, float] = {}
+
+    def step(name: str, fn, *a):
+        print(f"{name}: started", flush=True)
+        t = time.perf_counter()
+        out = fn(*a)
+        timings[name] = round(time.perf_counter() - t, 6)
+        print(f"{name}: done in {timings[name]:.2f} s", flush=True)
+        return out
+
+    plan = step("prepare", p.prepare, config)
+    codes = step("encode", p.encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
+    mdir = step("measure", p.measure_stage, plan, codes)
+    sdir = step("synthesize", p.synthesize_stage, plan, mdir)
+    summary = step("validate", p.validate_stage, plan, sdir, mdir)
+    folder = p.publish_stage(plan, mdir, sdir, summary, timings)
+    return str(folder), timings
+
+
+def _release_prefect(config) -> tuple[str, dict[str, float]]:
+    _prefect_env()
+    from flows.release import release_flow
+
+    result = release_flow(
+        data=str(config.data),
+        schema_path=str(config.schema),
+        method=config.method,
+        epsilon=config.epsilon,
+        delta=config.delta,
+        rows=config.rows,
+        params=dict(config.params),
+        seed_file=str(config.seed_file) if config.seed_file else None,
+        out=str(config.out),
+        name=config.name,
+        workspace=str(config.workspace),
+    )
+    if result.get("cached"):
+        print(f"reused cached stages: {', '.join(result['cached'])}")
+    return result["release"], result["timings"]
+
+
+def _cmd_schema_infer(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .infer import WARNING, draft_schema
+
+    print(WARNING, file=sys.stderr)
+    draft = draft_schema(args.data, name=args.name, max_categories=args.max_categories)
+    text = "# DRAFT read from private data: review before use.\n" + yaml.safe_dump(draft, sort_keys=False, allow_unicode=True)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_schema_check(args: argparse.Namespace) -> int:
+    from .schema import load_schema
+
+    schema = load_schema(args.schema)
+    print(json.dumps({"name": schema.name, "columns": len(schema.columns), "cardinalities": dict(zip(schema.names, schema.cardinalities))}))
+    return 0
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .methods import METHODS
+
+    for name, cls in sorted(METHODS.items()):
+        params = [f.name for f in dataclasses.fields(cls.params_type)]
+        print(f"{name}: parameters {params or 'none'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data releases.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
+    r.add_argument("--data", required=True, help="input table (.csv or .parquet)")
+    r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
+    r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
+    r.add_argument("--epsilon", required=True, type=float)
+    r.add_argument("--delta", type=float, default=1e-6, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
+    r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
+    r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
+    r.add_argument("--out", required=True, help="folder that receives the release folder")
+    r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
+    r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
+    r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
+                   help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
+    r.set_defaults(func=_cmd_release)
+
+    s = sub.add_parser("schema", help="schema helpers")
+    ssub = s.add_subparsers(dest="schema_command", required=True)
+    si = ssub.add_parser("infer", help="draft a schema from a data file (reads private data: review it)")
+    si.add_argument("data")
+    si.add_argument("--name", default=None)
+    si.add_argument("--out", default=None)
+    si.add_argument("--max-categories", type=int, default=50)
+    si.set_defaults(func=_cmd_schema_infer)
+    sc = ssub.add_parser("check", help="validate a schema file")
+    sc.add_argument("schema")
+    sc.set_defaults(func=_cmd_schema_check)
+
+    m = sub.add_parser("methods", help="list methods and their parameters")
+    m.set_defaults(func=_cmd_methods)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("dpsynth: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line, never a traceback with locals or a row
+        kind = type(exc).__name__
+        code = 2 if kind in _REQUEST_ERRORS or isinstance(exc, (ValueError, FileNotFoundError)) else 1
+        message = str(exc).splitlines()[0] if str(exc) else kind
+        print(f"dpsynth: error: {message}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""The release stages as plain functions over files in a private workspace.
+
+``tasks/`` wraps each stage in a Prefect task and ``flows/release.py`` orchestrates
+them; :func:`run_release` runs the same stages in order without Prefect, for use
+inside other pipelines and for tests of the library alone.
+
+Workspace layout (private: it holds codes of raw rows; never publish it)::
+
+    WORKSPACE/
+      encoded/<data sha256>-<schema sha>/codes.parquet   encode cache
+      releases/<release key>/
+        measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
+        synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        validation.json
+      names/<release name>.json                           name -> release key
+
+A measurement folder is written to a temporary name and renamed once complete, so a
+crash never leaves a half measurement, and a completed one is never redrawn: a
+re-run of the same release reuses it and the ledger is charged once (DESIGN.md,
+decision 5). A release name can carry only one measurement: re-using it with
+different inputs is refused before anything is measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow.parquet as pq
+
+from .bundle import publish_release
+from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
+from .methods import get_method, params_to_dict
+from .methods.base import Measurement, Method
+from .privacy.budget import Budget, Charge, Ledger
+from .privacy.rng import read_seed_file, seed_commitment, stage_rng
+from .schema import Schema, load_schema
+from .validation import validate_synthetic
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "ReleaseConfig",
+    "ReleasePlan",
+    "ReleaseError",
+    "prepare",
+    "encode_stage",
+    "measure_stage",
+    "synthesize_stage",
+    "validate_stage",
+    "publish_stage",
+    "run_release",
+    "default_workspace",
+]
+
+DEFAULT_DELTA = 1e-6
+COMPLETE = "COMPLETE"
+
+
+class ReleaseError(RuntimeError):
+    """A release that must not go on (the message never quotes a row)."""
+
+
+def default_workspace() -> Path:
+    return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseConfig:
+    """Everything a release depends on (public parameters plus paths)."""
+
+    data: Path
+    schema: Path
+    method: str
+    epsilon: float
+    out: Path
+    delta: float = DEFAULT_DELTA
+    rows: int | None = None
+    params: Mapping[str, str] = field(default_factory=dict)
+    seed_file: Path | None = None
+    name: str | None = None
+    workspace: Path = field(default_factory=default_workspace)
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
+            raise ValueError(f"rows must be a whole number >= 1, got {self.rows!r}")
+        if self.name is not None:
+            _check_name(self.name)
+
+
+def _check_name(name: str) -> None:
+    if not name or name.startswith(".") or any(ch in name for ch in "/\\\0") or len(name) > 200:
+        raise ValueError(f"release name {name!r} must be a plain folder name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasePlan:
+    """The public, checked form of a config: computed before any row is read."""
+
+    config: ReleaseConfig
+    schema: Schema
+    method_name: str
+    params: dict[str, Any]
+    budget: Budget
+    charges: tuple[Charge, ...]
+    name: str
+    seed: bytes | None = field(repr=False)
+    data_sha256: str = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        """Release key: hash of everything the measurement depends on (private: it hashes the input)."""
+        text = json.dumps(
+            {
+                "name": self.name,
+                "data": self.data_sha256,
+                "schema": self.schema.fingerprint(),
+                "method": self.method_name,
+                "params": self.params,
+                "epsilon": self.budget.epsilon,
+                "delta": self.budget.delta,
+                "seed": seed_commitment(self.seed),
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def method(self) -> Method:
+        return get_method(self.method_name, self.params)
+
+    def release_dir(self) -> Path:
+        return self.config.workspace / "releases" / self.key
+
+
+def prepare(config: ReleaseConfig) -> ReleasePlan:
+    """All public checks: schema, method, parameters, budget plan, seed, file, name.
+
+    Raises before any budget is spent; reads no row (only hashes the file).
+    """
+    schema = load_schema(config.schema)
+    method = get_method(config.method, config.params)
+    budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
+    charges = method.plan(schema, budget)
+    Ledger(budget, charges)  # refuses a plan over budget
+    seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
+    if not Path(config.data).is_file():
+        raise ReleaseError(f"input {config.data}: no such file")
+    name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
+    _check_name(name)
+    target = Path(config.out) / name
+    if target.exists():
+        raise ReleaseError(f"release {target} already exists: releases are never overwritten")
+    plan = ReleasePlan(
+        config=config,
+        schema=schema,
+        method_name=method.name,
+        params=params_to_dict(method.params),
+        budget=budget,
+        charges=charges,
+        name=name,
+        seed=seed,
+        data_sha256=file_sha256(config.data),
+    )
+    _claim_name(plan)
+    return plan
+
+
+def _claim_name(plan: ReleasePlan) -> None:
+    """One release name, one measurement: refuse a name already measured differently."""
+    names = plan.config.workspace / "names"
+    names.mkdir(parents=True, exist_ok=True)
+    record = names / f"{plan.name}.json"
+    if record.exists():
+        key = json.loads(record.read_text())["key"]
+        if key != plan.key and (plan.config.workspace / "releases" / key / "measurement" / COMPLETE).exists():
+            raise ReleaseError(
+                f"release name {plan.name!r} was already measured with other inputs or parameters; "
+                "a second measurement would spend the budget again: choose a new --name"
+            )
+    _write_atomic(record, json.dumps({"key": plan.key}) + "\n")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --- stages -------------------------------------------------------------------
+
+
+def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str) -> Path:
+    """Encodes the raw table to codes; cached on (content hash, schema)."""
+    folder = workspace / "encoded" / f"{data_sha256[:24]}-{schema.fingerprint()[:12]}"
+    path = folder / "codes.parquet"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    enc = encode(read_table(data, schema), schema)
+    tmp = folder / f".codes.{os.getpid()}.parquet"
+    enc.to_parquet(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
+    """The DP boundary. Returns the measurement folder; never measures twice."""
+    folder = plan.release_dir() / "measurement"
+    if (folder / COMPLETE).exists():
+        return folder
+    codes = EncodedTable.from_parquet(codes_path, plan.schema)
+    ledger = Ledger(plan.budget, plan.charges)
+    m = plan.method().measure(codes, ledger, stage_rng(plan.seed, "measure"))
+    unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
+    if unspent:
+        raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".measurement-"))
+    m.save(tmp)
+    (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
+    (tmp / COMPLETE).write_text("")
+    _fsync_tree(tmp)
+    os.rename(tmp, folder)
+    return folder
+
+
+def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
+    """Post-processing of the measurement only: synthetic codes, then values."""
+    folder = plan.release_dir() / "synthetic"
+    if (folder / COMPLETE).exists():
+        return folder
+    m = Measurement.load(measurement_dir)
+    rng = stage_rng(plan.seed, "synthesize")
+    synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".synthetic-"))
+    synth.to_parquet(tmp / "synthetic-codes.parquet")
+    table = decode(synth, stage_rng(plan.seed, "decode"))
+    table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
+    write_csv(table, plan.schema, tmp / "synthetic.csv")
+    (tmp / COMPLETE).write_text("")
+    _fsync_tree(tmp)
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.rename(tmp, folder)
+    return folder
+
+
+def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
+    m = Measurement.load(measurement_dir)
+    summary = validate_synthetic(synthetic_dir / "synthetic.parquet", plan.schema, m, plan.config.rows)
+    (plan.release_dir() / "validation.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if not summary["success"]:
+        failed = ", ".join(c["name"] for c in summary["checks"] if not c["success"])
+        raise ReleaseError(f"validation failed ({failed}): nothing was published")
+    return summary
+
+
+def publish_stage(
+    plan: ReleasePlan,
+    measurement_dir: Path,
+    synthetic_dir: Path,
+    validation: Mapping[str, Any],
+    timings: Mapping[str, float],
+) -> Path:
+    ledger = json.loads((measurement_dir / "ledger.json").read_text())
+    m_meta = json.loads((measurement_dir / "measurement.json").read_text())
+    files = {
+        "synthetic.parquet": synthetic_dir / "synthetic.parquet",
+        "synthetic.csv": synthetic_dir / "synthetic.csv",
+        "measurement.parquet": measurement_dir / "measurement.parquet",
+        "measurement.json": measurement_dir / "measurement.json",
+    }
+    for t in m_meta.get("tables", []):
+        files[f"measurement-{t}.parquet"] = measurement_dir / f"measurement-{t}.parquet"
+    schema_copy = plan.release_dir() / "schema.yaml"
+    schema_copy.write_text(plan.schema.to_yaml())
+    files["schema.yaml"] = schema_copy
+    rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
+    manifest = {
+        "name": plan.name,
+        "method": plan.method_name,
+        "parameters": plan.params,
+        "schema": plan.schema.name,
+        "schema_sha256": plan.schema.fingerprint(),
+        "privacy": {
+            "epsilon": plan.budget.epsilon,
+            "delta": plan.budget.delta,
+            "rho": plan.budget.rho,
+            "rho_spent": ledger["rho_spent"],
+            "epsilon_spent": ledger["epsilon_spent"],
+            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
+            "neighbours": "add or remove one record",
+            "ledger": ledger["stages"],
+        },
+        "rows": rows,
+        "rows_requested": plan.config.rows,
+        "seed_commitment": seed_commitment(plan.seed),
+        "validation": {k: validation[k] for k in ("success", "statistics") if k in validation},
+        "timings": dict(timings),
+    }
+    return publish_release(Path(plan.config.out), plan.name, files, manifest)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for p in folder.iterdir():
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_release(config: ReleaseConfig) -> Path:
+    """All stages in order, without Prefect. Returns the published folder."""
+    timings: dict[str, float] = {}
+
+    def timed(stage: str, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        timings[stage] = round(time.perf_counter() - t0, 6)
+        return out
+
+    plan = timed("prepare", prepare, config)
+    codes = timed("encode", encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
+    mdir = timed("measure", measure_stage, plan, codes)
+    sdir = timed("synthesize", synthesize_stage, plan, mdir)
+    summary = timed("validate", validate_stage, plan, sdir, mdir)
+    return publish_stage(plan, mdir, sdir, summary, timings)

@@ -1,0 +1,144 @@
+"""Privacy budget and the ledger that plans and records its use.
+
+A release states its budget as (epsilon, delta). It is converted once to the zCDP
+budget ``rho`` that composition works in. Before the first measurement, the method
+*plans* every stage's share; a plan whose total exceeds ``rho`` is refused, so no
+noise is ever drawn for a release that could not be completed within budget.
+Measurements then *spend* the planned shares, each exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .accounting import epsilon_from_rho, rho_from_epsilon
+
+__all__ = ["Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError"]
+
+# Relative slack allowed when comparing sums of floating-point shares with the budget.
+_RHO_TOLERANCE = 1e-9
+
+
+class BudgetExceeded(ValueError):
+    """A plan or a charge would spend more than the release's budget."""
+
+
+class LedgerError(RuntimeError):
+    """A charge that was not planned, or one spent twice."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """An (epsilon, delta) budget; ``rho`` is its zCDP equivalent."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epsilon, (int, float)) or not (
+            math.isfinite(self.epsilon) and self.epsilon > 0
+        ):
+            raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon!r}")
+        if not isinstance(self.delta, (int, float)) or not (0 < self.delta < 1):
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+
+    @property
+    def rho(self) -> float:
+        return rho_from_epsilon(float(self.epsilon), float(self.delta))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"epsilon": float(self.epsilon), "delta": float(self.delta), "rho": self.rho}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Charge:
+    """One stage's share of the budget, in zCDP."""
+
+    stage: str
+    rho: float
+    mechanism: str = "gaussian"
+    detail: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.stage:
+            raise ValueError("a charge needs a stage name")
+        if not (math.isfinite(self.rho) and self.rho >= 0):
+            raise ValueError(f"rho of stage {self.stage!r} must be finite and >= 0, got {self.rho!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stage": self.stage, "rho": self.rho, "mechanism": self.mechanism}
+        if self.detail:
+            out["detail"] = dict(self.detail)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Charge":
+        return cls(
+            stage=str(d["stage"]),
+            rho=float(d["rho"]),
+            mechanism=str(d.get("mechanism", "gaussian")),
+            detail=dict(d.get("detail", {})),
+        )
+
+
+class Ledger:
+    """Plans the shares of a budget, then records each share spent exactly once."""
+
+    def __init__(self, budget: Budget, plan: Iterable[Charge]):
+        self.budget = budget
+        planned = tuple(plan)
+        names = [c.stage for c in planned]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise LedgerError(f"stages planned twice: {', '.join(dupes)}")
+        total = sum(c.rho for c in planned)
+        cap = budget.rho
+        if total > cap * (1.0 + _RHO_TOLERANCE):
+            raise BudgetExceeded(
+                f"the plan spends rho={total:.6g} but the budget (epsilon={budget.epsilon}, "
+                f"delta={budget.delta}) allows rho={cap:.6g}"
+            )
+        self._planned: dict[str, Charge] = {c.stage: c for c in planned}
+        self._spent: dict[str, Charge] = {}
+
+    @property
+    def planned(self) -> tuple[Charge, ...]:
+        return tuple(self._planned.values())
+
+    @property
+    def spent(self) -> tuple[Charge, ...]:
+        return tuple(self._spent.values())
+
+    @property
+    def rho_spent(self) -> float:
+        return sum(c.rho for c in self._spent.values())
+
+    @property
+    def rho_planned(self) -> float:
+        return sum(c.rho for c in self._planned.values())
+
+    def spend(self, stage: str) -> Charge:
+        """Record that the planned share of ``stage`` has been used."""
+        if stage not in self._planned:
+            raise LedgerError(f"stage {stage!r} was not planned")
+        if stage in self._spent:
+            raise LedgerError(f"stage {stage!r} was already charged")
+        charge = self._planned[stage]
+        self._spent[stage] = charge
+        return charge
+
+    def epsilon_spent(self) -> float:
+        return epsilon_from_rho(self.rho_spent, float(self.budget.delta))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget.to_dict(),
+            "rho_planned": self.rho_planned,
+            "rho_spent": self.rho_spent,
+            "epsilon_spent": self.epsilon_spent(),
+            "stages": [
+                {**c.to_dict(), "spent": c.stage in self._spent} for c in self._planned.values()
+            ],
+        }

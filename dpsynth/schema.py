@@ -1,0 +1,362 @@
+"""Dataset schemas: the public domain of every column.
+
+A schema is a YAML file, one per dataset::
+
+    name: car
+    columns:
+      - {name: buying, type: categorical, values: [vhigh, high, med, low]}
+      - {name: age, type: numeric, bounds: [0, 100], bins: 10, integer: true}
+      - {name: income, type: numeric, edges: [0, 1e4, 5e4, 1e5, 1e6], missing: ["N"]}
+      - {name: city, type: categorical, values: [a, b], other: true}
+
+Per column:
+
+* ``type``: ``categorical`` (``values``: the public list of categories) or ``numeric``
+  (``bounds: [lo, hi]`` with ``bins: B`` equal-width bins, or explicit ``edges``; the
+  bounds default to the outer edges). ``integer: true`` makes decoding draw integers.
+* ``missing``: tokens that mean "no value" (an empty cell always does). Declaring it
+  makes the column nullable: missing is then a code of its own. A column that does
+  not declare it never outputs missing values; a stray empty cell is mapped to
+  ``fill`` (default: the first category, or the lower bound).
+* ``other`` (categorical only): ``true`` adds a bucket for values outside ``values``
+  (``other_label`` names it in the output, default ``"other"``). Without it unseen
+  values go to missing if nullable, else to ``fill``.
+
+Codes of a column: ``0 .. len(values)-1`` (or one per bin), then ``other`` if enabled,
+then ``missing`` if nullable. Codes are a pure function of (value, schema), so the
+domain never depends on the rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import yaml
+
+__all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict"]
+
+ColumnType = Literal["categorical", "numeric"]
+_MAX_BINS = 100_000
+_MAX_CATEGORIES = 1_000_000
+
+
+class SchemaError(ValueError):
+    """A schema that cannot describe a public domain; the message names the column."""
+
+
+def _fmt_number(x: float) -> str:
+    return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def _as_label(value: Any) -> str:
+    """Canonical text of a category or missing token (YAML may give ints/floats/bools)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return _fmt_number(float(value))
+    if isinstance(value, str):
+        return value
+    raise TypeError(type(value).__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Column:
+    name: str
+    type: ColumnType
+    values: tuple[str, ...] = ()
+    edges: tuple[float, ...] = ()
+    integer: bool = False
+    missing: tuple[str, ...] = ()
+    other: bool = False
+    other_label: str = "other"
+    fill: str | float | None = None
+    description: str = ""
+
+    # --- domain -------------------------------------------------------------
+    @property
+    def nullable(self) -> bool:
+        return bool(self.missing)
+
+    @property
+    def n_regular(self) -> int:
+        """Codes that stand for a category or a bin."""
+        return len(self.values) if self.type == "categorical" else len(self.edges) - 1
+
+    @property
+    def other_code(self) -> int | None:
+        return self.n_regular if self.other else None
+
+    @property
+    def missing_code(self) -> int | None:
+        return self.n_regular + int(self.other) if self.nullable else None
+
+    @property
+    def cardinality(self) -> int:
+        return self.n_regular + int(self.other) + int(self.nullable)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        if self.type != "numeric":
+            raise AttributeError(f"column {self.name!r} is categorical: it has no bounds")
+        return (self.edges[0], self.edges[-1])
+
+    @property
+    def fill_code(self) -> int:
+        """Code given to an empty or unknown cell in a column that cannot hold it."""
+        if self.type == "categorical":
+            return self.values.index(str(self.fill)) if self.fill is not None else 0
+        value = self.edges[0] if self.fill is None else float(self.fill)
+        return int(np.clip(np.searchsorted(self.edges, value, side="right") - 1, 0, self.n_regular - 1))
+
+    def labels(self) -> list[str]:
+        """Human-readable label of each code, in code order."""
+        if self.type == "categorical":
+            out = list(self.values)
+        else:
+            e = self.edges
+            out = [
+                f"[{_fmt_number(e[i])}, {_fmt_number(e[i + 1])}{']' if i == len(e) - 2 else ')'}"
+                for i in range(len(e) - 1)
+            ]
+        if self.other:
+            out.append(self.other_label)
+        if self.nullable:
+            out.append(self.missing[0])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.type == "categorical":
+            d["values"] = list(self.values)
+        else:
+            d["edges"] = [float(x) for x in self.edges]
+            if self.integer:
+                d["integer"] = True
+        if self.missing:
+            d["missing"] = list(self.missing)
+        if self.other:
+            d["other"] = True
+            d["other_label"] = self.other_label
+        if self.fill is not None:
+            d["fill"] = self.fill
+        if self.description:
+            d["description"] = self.description
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schema:
+    name: str
+    columns: tuple[Column, ...]
+    description: str = ""
+    _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {c.name: i for i, c in enumerate(self.columns)})
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def cardinalities(self) -> tuple[int, ...]:
+        return tuple(c.cardinality for c in self.columns)
+
+    @property
+    def missing_codes(self) -> tuple[int | None, ...]:
+        return tuple(c.missing_code for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        try:
+            return self.columns[self._index[name]]
+        except KeyError:
+            raise SchemaError(f"schema {self.name!r} has no column {name!r}") from None
+
+    def index(self, name: str) -> int:
+        self.column(name)
+        return self._index[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.description:
+            d["description"] = self.description
+        d["columns"] = [c.to_dict() for c in self.columns]
+        return d
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical form: two schemas with the same domain hash alike."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+# --- parsing ----------------------------------------------------------------
+
+_COLUMN_KEYS = {
+    "name", "type", "values", "bounds", "bins", "edges", "integer",
+    "missing", "other", "other_label", "fill", "description",
+}
+
+
+def _number(col: str, key: str, x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise SchemaError(f"column {col!r}: {key} must hold numbers, got {x!r}")
+    v = float(x)
+    if not math.isfinite(v):
+        raise SchemaError(f"column {col!r}: {key} must be finite, got {x!r}")
+    return v
+
+
+def _labels(col: str, key: str, raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, (list, tuple)):
+        raise SchemaError(f"column {col!r}: {key} must be a list, got {type(raw).__name__}")
+    out = []
+    for v in raw:
+        try:
+            out.append(_as_label(v))
+        except TypeError:
+            raise SchemaError(f"column {col!r}: {key} entries must be text or numbers, got {v!r}") from None
+    if len(set(out)) != len(out):
+        dup = sorted({v for v in out if out.count(v) > 1})
+        raise SchemaError(f"column {col!r}: {key} lists {dup} more than once")
+    return tuple(out)
+
+
+def _parse_column(raw: Any, position: int) -> Column:
+    if not isinstance(raw, Mapping):
+        raise SchemaError(f"column #{position + 1}: must be a mapping with name and type")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SchemaError(f"column #{position + 1}: needs a non-empty text 'name'")
+    unknown = sorted(set(raw) - _COLUMN_KEYS)
+    if unknown:
+        raise SchemaError(f"column {name!r}: unknown keys {unknown}")
+    ctype = raw.get("type")
+    if ctype not in ("categorical", "numeric"):
+        raise SchemaError(f"column {name!r}: type must be 'categorical' or 'numeric', got {ctype!r}")
+    missing = _labels(name, "missing", raw.get("missing", []))
+    other = raw.get("other", False)
+    if not isinstance(other, bool):
+        raise SchemaError(f"column {name!r}: other must be true or false")
+    other_label = raw.get("other_label", "other")
+    if not isinstance(other_label, str) or not other_label:
+        raise SchemaError(f"column {name!r}: other_label must be non-empty text")
+    description = str(raw.get("description", "") or "")
+    fill = raw.get("fill")
+
+    if ctype == "categorical":
+        for key in ("bounds", "bins", "edges", "integer"):
+            if key in raw:
+                raise SchemaError(f"column {name!r}: {key!r} is for numeric columns")
+        if "values" not in raw:
+            raise SchemaError(f"column {name!r}: a categorical column needs 'values'")
+        values = _labels(name, "values", raw["values"])
+        if not values:
+            raise SchemaError(f"column {name!r}: values is empty")
+        if len(values) > _MAX_CATEGORIES:
+            raise SchemaError(f"column {name!r}: {len(values)} categories exceed {_MAX_CATEGORIES}")
+        clash = sorted(set(values) & set(missing))
+        if clash:
+            raise SchemaError(f"column {name!r}: {clash} is both a value and a missing token")
+        if other and other_label in values:
+            raise SchemaError(f"column {name!r}: other_label {other_label!r} is also a value")
+        if fill is not None:
+            try:
+                fill = _as_label(fill)
+            except TypeError:
+                raise SchemaError(f"column {name!r}: fill must be one of the values") from None
+            if fill not in values:
+                raise SchemaError(f"column {name!r}: fill {fill!r} is not one of the values")
+        return Column(
+            name=name, type="categorical", values=values, missing=missing, other=other,
+            other_label=other_label, fill=fill, description=description,
+        )
+
+    # numeric
+    if "values" in raw or other:
+        raise SchemaError(f"column {name!r}: 'values' and 'other' are for categorical columns")
+    integer = raw.get("integer", False)
+    if not isinstance(integer, bool):
+        raise SchemaError(f"column {name!r}: integer must be true or false")
+    bounds = raw.get("bounds")
+    if bounds is not None:
+        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+            raise SchemaError(f"column {name!r}: bounds must be [low, high]")
+        lo, hi = (_number(name, "bounds", b) for b in bounds)
+        if not lo < hi:
+            raise SchemaError(f"column {name!r}: bounds must have low < high, got {list(bounds)}")
+    if "edges" in raw and "bins" in raw:
+        raise SchemaError(f"column {name!r}: give either bins or edges, not both")
+    if "edges" in raw:
+        if not isinstance(raw["edges"], (list, tuple)) or len(raw["edges"]) < 2:
+            raise SchemaError(f"column {name!r}: edges must list at least two numbers")
+        edges = tuple(_number(name, "edges", e) for e in raw["edges"])
+        if any(b <= a for a, b in zip(edges, edges[1:])):
+            raise SchemaError(f"column {name!r}: edges must be strictly increasing")
+        if bounds is not None and (edges[0] != lo or edges[-1] != hi):
+            raise SchemaError(f"column {name!r}: edges must start at bounds[0] and end at bounds[1]")
+    elif "bins" in raw:
+        bins = raw["bins"]
+        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= _MAX_BINS:
+            raise SchemaError(f"column {name!r}: bins must be a whole number from 1 to {_MAX_BINS}")
+        if bounds is None:
+            raise SchemaError(f"column {name!r}: bins needs bounds: [low, high]")
+        edges = tuple(float(x) for x in np.linspace(lo, hi, bins + 1))
+    else:
+        raise SchemaError(f"column {name!r}: a numeric column needs bins (with bounds) or edges")
+    if fill is not None:
+        fill = _number(name, "fill", fill)
+        if not edges[0] <= fill <= edges[-1]:
+            raise SchemaError(f"column {name!r}: fill {fill} lies outside the bounds")
+    return Column(
+        name=name, type="numeric", edges=edges, integer=integer, missing=missing,
+        fill=fill, description=description,
+    )
+
+
+def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
+    if not isinstance(raw, Mapping):
+        raise SchemaError(f"{source}: must be a mapping with 'name' and 'columns'")
+    unknown = sorted(set(raw) - {"name", "columns", "description"})
+    if unknown:
+        raise SchemaError(f"{source}: unknown top-level keys {unknown}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SchemaError(f"{source}: needs a non-empty text 'name'")
+    cols = raw.get("columns")
+    if not isinstance(cols, list) or not cols:
+        raise SchemaError(f"{source}: 'columns' must be a non-empty list")
+    columns = tuple(_parse_column(c, i) for i, c in enumerate(cols))
+    names = [c.name for c in columns]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SchemaError(f"{source}: columns {dupes} are declared more than once")
+    return Schema(name=name, columns=columns, description=str(raw.get("description", "") or ""))
+
+
+def load_schema(path: str | Path) -> Schema:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SchemaError(f"schema {p}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SchemaError(f"schema {p}: is not UTF-8 text") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SchemaError(f"schema {p}: invalid YAML{where}") from None
+    return schema_from_dict(raw, source=f"schema {p}")
+

@@ -1,0 +1,96 @@
+"""The release flow: encode -> measure -> synthesize -> validate -> publish.
+
+Only orchestration lives here. The public checks (schema, method parameters, budget
+plan, seed, release name) run first, in the flow itself, so a bad request fails
+before any task reads a row. Tasks exchange paths to Parquet artifacts in the
+private workspace; their results are persisted there too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import hashlib
+
+from prefect import flow
+from prefect.filesystems import LocalFileSystem
+
+from dpsynth.pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, prepare
+from tasks.encode import encode_task
+from tasks.measure import measure_task
+from tasks.publish import publish_task
+from tasks.synthesize import synthesize_task
+from tasks.validate import validate_task
+
+
+def _workspace_storage(workspace: Path) -> str:
+    """A saved storage block for task results inside the private workspace.
+
+    Prefect 3 only accepts result storage that the API knows about; the block name is
+    derived from the workspace path so each workspace keeps its own results.
+    """
+    base = str((workspace / "prefect-results").resolve())
+    name = "dpsynth-ws-" + hashlib.sha256(base.encode()).hexdigest()[:16]
+    LocalFileSystem(basepath=base).save(name, overwrite=True)
+    return f"local-file-system/{name}"
+
+
+def _run(task, storage: str, *args) -> tuple[dict[str, Any], bool]:
+    state = task.with_options(result_storage=storage)(*args, return_state=True)
+    return state.result(), state.name == "Cached"
+
+
+@flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
+def release_flow(
+    data: str,
+    schema_path: str,
+    method: str,
+    epsilon: float,
+    out: str,
+    delta: float = DEFAULT_DELTA,
+    rows: int | None = None,
+    params: dict[str, str] | None = None,
+    seed_file: str | None = None,
+    name: str | None = None,
+    workspace: str | None = None,
+) -> dict[str, Any]:
+    """Runs one release and returns its folder and timings (no data)."""
+    t_flow = time.perf_counter()
+    config = ReleaseConfig(
+        data=Path(data),
+        schema=Path(schema_path),
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        rows=rows,
+        params=dict(params or {}),
+        seed_file=Path(seed_file) if seed_file else None,
+        out=Path(out),
+        name=name,
+        workspace=Path(workspace) if workspace else default_workspace(),
+    )
+    t0 = time.perf_counter()
+    plan = prepare(config)
+    timings: dict[str, float] = {"prepare": round(time.perf_counter() - t0, 6)}
+    cached: list[str] = []
+    # Task results (paths and seconds) are persisted in the private workspace.
+    storage = _workspace_storage(config.workspace)
+    encoded, hit = _run(encode_task, storage, plan)
+    timings["encode"] = 0.0 if hit else encoded["seconds"]
+    cached += ["encode"] if hit else []
+    measured, hit = _run(measure_task, storage, plan, encoded)
+    timings["measure"] = 0.0 if hit else measured["seconds"]
+    cached += ["measure"] if hit else []
+    synthesized, hit = _run(synthesize_task, storage, plan, measured)
+    timings["synthesize"] = 0.0 if hit else synthesized["seconds"]
+    cached += ["synthesize"] if hit else []
+    validated = validate_task(plan, synthesized, measured)
+    timings["validate"] = validated["seconds"]
+
+    elapsed = time.perf_counter() - t_flow
+    work = sum(timings.values())
+    timings["orchestration"] = round(max(0.0, elapsed - work), 6)
+    folder = publish_task(plan, measured, synthesized, validated, timings)
+    return {"release": folder, "timings": timings, "cached": cached}

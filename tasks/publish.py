@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from dpsynth.pipeline import ReleasePlan, publish_stage
+
+
+@task(name="publish", cache_policy=NO_CACHE, persist_result=False)
+def publish_task(
+    plan: ReleasePlan,
+    measured: dict[str, Any],
+    synthesized: dict[str, Any],
+    validated: dict[str, Any],
+    timings: Mapping[str, float],
+) -> str:
+    """Writes the release folder atomically; refuses to overwrite."""
+    folder = publish_stage(
+        plan, Path(measured["measurement"]), Path(synthesized["synthetic"]), validated["summary"], timings
+    )
+    return str(folder)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from dpsynth.pipeline import ReleasePlan, synthesize_stage
+
+from ._common import stage
+
+
+def _key(context: Any, args: dict[str, Any]) -> str:
+    return f"dpsynth-synthesize-{args['plan'].key}-rows{args['plan'].config.rows}"
+
+
+@task(name="synthesize", cache_key_fn=_key, persist_result=True, retries=1)
+def synthesize_task(plan: ReleasePlan, measured: dict[str, Any]) -> dict[str, Any]:
+    """Post-processing of the measurement alone (no privacy cost)."""
+    timings: dict[str, float] = {}
+    with stage("synthesize", timings):
+        folder = synthesize_stage(plan, Path(measured["measurement"]))
+    return {"synthetic": str(folder), "seconds": timings["synthesize"]}
