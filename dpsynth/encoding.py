@@ -226,9 +226,12 @@ def _numeric_values(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     """Float values with NaN for every cell that is not a number."""
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type):
         return pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    text = _as_text(arr)
+    text = pc.utf8_trim_whitespace(_as_text(arr))
+    # Missing tokens and empty cells become nulls, then one vectorised cast.
+    tokens = pa.array(sorted(set(col.missing) | {""}), type=text.type)
+    text = pc.if_else(pc.is_in(text, value_set=tokens), pa.scalar(None, text.type), text)
     try:
-        values = pc.cast(pc.utf8_trim_whitespace(text), pa.float64())
+        values = pc.cast(text, pa.float64())
         return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
@@ -334,10 +337,11 @@ def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
     out = {}
     for col in schema.columns:
         s = df[col.name]
-        token = col.missing[0] if col.nullable else ""
+        null = s.isna().to_numpy()
         if col.type == "numeric" and not col.integer:
-            text = s.map(lambda v: "" if pd.isna(v) else repr(float(v)))
+            text = np.array([repr(float(v)) for v in s.to_numpy(dtype=np.float64, na_value=0.0)], dtype=object)
         else:
-            text = s.astype("string")
-        out[col.name] = text.fillna(token).astype(object).where(text.notna(), token)
+            text = s.astype(object).to_numpy().copy()
+        text[null] = col.missing[0] if col.nullable else ""
+        out[col.name] = text
     pd.DataFrame(out).to_csv(path, index=False, lineterminator="\n")

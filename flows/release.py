@@ -37,6 +37,20 @@ def _workspace_storage(workspace: Path) -> str:
     return f"local-file-system/{name}"
 
 
+def _resolve_name(name: str | None) -> str | None:
+    """``{scheduled}`` in a name becomes the run's scheduled time (UTC).
+
+    A scheduled deployment needs a new release name per run; a retry of the same run
+    keeps its scheduled time, so it keeps its name and resumes from the cache.
+    """
+    if not name or "{scheduled}" not in name:
+        return name
+    from prefect.runtime import flow_run
+
+    when = flow_run.scheduled_start_time
+    return name.replace("{scheduled}", when.in_timezone("UTC").strftime("%Y%m%dT%H%MZ") if hasattr(when, "in_timezone") else when.strftime("%Y%m%dT%H%MZ"))
+
+
 def _run(task, storage: str, *args) -> tuple[dict[str, Any], bool]:
     state = task.with_options(result_storage=storage)(*args, return_state=True)
     return state.result(), state.name == "Cached"
@@ -68,7 +82,7 @@ def release_flow(
         params=dict(params or {}),
         seed_file=Path(seed_file) if seed_file else None,
         out=Path(out),
-        name=name,
+        name=_resolve_name(name),
         workspace=Path(workspace) if workspace else default_workspace(),
     )
     t0 = time.perf_counter()

@@ -1,0 +1,53 @@
+"""Shared fixtures. Flow tests share one Prefect test harness per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data() -> Path | None:
+    """../shared/data beside the repository (absent in a user's checkout)."""
+    env = os.environ.get("DPSYNTH_SHARED_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(ROOT.parent / "shared" / "data")
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return None
+
+
+@pytest.fixture
+def shared_data_dir() -> Path:
+    d = shared_data()
+    if d is None:
+        pytest.skip("../shared/data is absent")
+    return d
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """One temporary Prefect API for all flow tests (starting one costs 5-45 s)."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def demo_paths() -> tuple[Path, Path]:
+    return ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"
+
+
+@pytest.fixture
+def seed_file(tmp_path) -> Path:
+    p = tmp_path / "seed"
+    p.write_bytes(b"0123456789abcdef-test-seed-not-secret")
+    return p

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpsynth.cli import main
+
+
+def _release(tmp_path, demo_paths, *extra):
+    data, schema = demo_paths
+    return main(["release", "--data", str(data), "--schema", str(schema), "--method", "marginals",
+                 "--epsilon", "1", "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"),
+                 "--engine", "local", *extra])
+
+
+def test_release_prints_progress_and_publishes(tmp_path, demo_paths, capsys):
+    assert _release(tmp_path, demo_paths, "--name", "r", "--rows", "50") == 0
+    out = capsys.readouterr().out
+    for stage in ("encode", "measure", "synthesize", "validate"):
+        assert f"{stage}: done" in out
+    assert "published" in out
+    assert json.loads((tmp_path / "out" / "r" / "manifest.json").read_text())["rows"] == 50
+
+
+@pytest.mark.parametrize("extra, code, words", [
+    (["--param", "x=1"], 2, ["unknown parameter", "'x'"]),
+    (["--epsilon", "0"], 2, ["epsilon"]),
+    (["--rows", "0"], 2, ["rows"]),
+])
+def test_failures_are_one_line(tmp_path, demo_paths, capsys, extra, code, words):
+    assert _release(tmp_path, demo_paths, *extra) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dpsynth: error:")
+    for w in words:
+        assert w in err
+
+
+def test_existing_release_exits_nonzero(tmp_path, demo_paths, capsys):
+    assert _release(tmp_path, demo_paths, "--name", "r") == 0
+    assert _release(tmp_path, demo_paths, "--name", "r") == 2
+    assert "never overwritten" in capsys.readouterr().err
+
+
+def test_schema_infer_warns_and_drafts(tmp_path, demo_paths, capsys):
+    data, _ = demo_paths
+    out = tmp_path / "draft.yaml"
+    assert main(["schema", "infer", str(data), "--out", str(out)]) == 0
+    assert "reading the private data" in capsys.readouterr().err
+    from dpsynth.schema import load_schema
+
+    s = load_schema(out)
+    assert s.column("age").type == "numeric" and s.column("region").type == "categorical"
+    assert s.column("income").missing == ("NA",)
+    assert main(["schema", "check", str(out)]) == 0
+
+
+def test_methods_lists_baseline(capsys):
+    assert main(["methods"]) == 0
+    assert "marginals" in capsys.readouterr().out

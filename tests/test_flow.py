@@ -1,0 +1,65 @@
+"""The Prefect release flow, on one shared test harness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.flow
+
+
+def _run(tmp_path, demo_paths, **kw):
+    from flows.release import release_flow
+
+    data, schema = demo_paths
+    args = dict(data=str(data), schema_path=str(schema), method="marginals", epsilon=1.0,
+                out=str(tmp_path / "out"), workspace=str(tmp_path / "ws"))
+    args.update(kw)
+    return release_flow(**args)
+
+
+def test_full_release(prefect_harness, tmp_path, demo_paths, seed_file):
+    result = _run(tmp_path, demo_paths, name="full", seed_file=str(seed_file))
+    folder = tmp_path / "out" / "full"
+    assert result["release"] == str(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
+    assert set(result["timings"]) >= {"encode", "measure", "synthesize", "validate", "orchestration"}
+    assert list((tmp_path / "ws" / "prefect-results").iterdir())  # task results stay in the workspace
+
+
+def test_retry_reuses_cached_measurement(prefect_harness, tmp_path, demo_paths, monkeypatch):
+    import tasks.synthesize as synth_task
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    calls = []
+    original_measure = MarginalsMethod.measure
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return original_measure(self, *a, **k)
+
+    monkeypatch.setattr(MarginalsMethod, "measure", counting)
+    original_synth = synth_task.synthesize_stage
+
+    def crash(*a, **k):
+        raise RuntimeError("injected crash in synthesize")
+
+    monkeypatch.setattr(synth_task, "synthesize_stage", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        _run(tmp_path, demo_paths, name="retry")
+    assert calls == [1]
+    assert not (tmp_path / "out" / "retry").exists()
+    monkeypatch.setattr(synth_task, "synthesize_stage", original_synth)
+    result = _run(tmp_path, demo_paths, name="retry")
+    assert calls == [1]  # measured once: no noise redrawn, ledger charged once
+    assert "measure" in result["cached"]
+    ledgers = list((tmp_path / "ws" / "releases").glob("*/measurement/ledger.json"))
+    assert len(ledgers) == 1
+
+
+def test_scheduled_name_placeholder(prefect_harness, tmp_path, demo_paths):
+    result = _run(tmp_path, demo_paths, name="nightly-{scheduled}")
+    name = result["release"].rsplit("/", 1)[1]
+    assert name.startswith("nightly-20") and name.endswith("Z") and "{" not in name

@@ -1,0 +1,197 @@
+"""End-to-end release through the library stages (no Prefect)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpsynth import bundle, pipeline
+from dpsynth.encoding import DataError
+from dpsynth.methods import ParamError
+from dpsynth.methods.marginals import MarginalsMethod
+from dpsynth.privacy import BudgetExceeded
+from dpsynth.schema import SchemaError, load_schema
+
+
+def _config(tmp_path, demo_paths, **kw) -> pipeline.ReleaseConfig:
+    data, schema = demo_paths
+    base = dict(data=data, schema=schema, method="marginals", epsilon=1.0, out=tmp_path / "out",
+                workspace=tmp_path / "ws")
+    base.update(kw)
+    return pipeline.ReleaseConfig(**base)
+
+
+def _count_measures(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(MarginalsMethod, "measure", counting)
+    return calls
+
+
+def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
+    folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file=seed_file, rows=777))
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["manifest.json", "measurement.json", "measurement.parquet", "schema.yaml",
+                     "synthetic.csv", "synthetic.parquet"]
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["method"] == "marginals" and m["rows"] == 777
+    assert m["privacy"]["epsilon"] == 1.0 and m["privacy"]["delta"] == 1e-6
+    assert m["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
+    assert len(m["privacy"]["ledger"]) == 10 and all(s["spent"] for s in m["privacy"]["ledger"])
+    assert set(m["timings"]) >= {"prepare", "encode", "measure", "synthesize", "validate", "publish"}
+    assert m["seed_commitment"].startswith("sha256:")
+    for rel, digest in m["files"].items():
+        assert bundle.sha256_file(folder / rel) == digest
+    assert {"numpy", "pandas", "pyarrow", "python"} <= set(m["versions"])
+    text = (folder / "manifest.json").read_text()
+    seed = seed_file.read_bytes()
+    assert seed.decode() not in text
+    assert pipeline.file_sha256(demo_paths[0]) not in text  # never a hash of the raw input
+    df = pd.read_parquet(folder / "synthetic.parquet")
+    assert list(df.columns) == load_schema(demo_paths[1]).names and len(df) == 777
+    csv = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
+    assert csv.shape == (777, 10) and set(csv["income"]) & {"NA"}
+
+
+def test_same_seed_gives_byte_identical_files(tmp_path, demo_paths, seed_file):
+    a = pipeline.run_release(_config(tmp_path / "a", demo_paths, seed_file=seed_file))
+    b = pipeline.run_release(_config(tmp_path / "b", demo_paths, seed_file=seed_file))
+    for f in ("synthetic.parquet", "synthetic.csv", "measurement.parquet", "measurement.json", "schema.yaml"):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    ma, mb = (json.loads((x / "manifest.json").read_text()) for x in (a, b))
+    ma.pop("timings"), mb.pop("timings")
+    assert ma == mb
+    other = tmp_path / "seed2"
+    other.write_bytes(b"another-secret-seed-0123456789")
+    c = pipeline.run_release(_config(tmp_path / "c", demo_paths, seed_file=other))
+    assert (a / "synthetic.csv").read_bytes() != (c / "synthetic.csv").read_bytes()
+
+
+def test_retry_after_crash_reuses_the_measurement(tmp_path, demo_paths, monkeypatch):
+    calls = _count_measures(monkeypatch)
+    cfg = _config(tmp_path, demo_paths)  # no seed: a redraw would give different noise
+
+    def crash(*a, **k):
+        raise RuntimeError("injected crash")
+
+    monkeypatch.setattr(pipeline, "synthesize_stage", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.run_release(cfg)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    mfile = next((tmp_path / "ws" / "releases").glob("*/measurement/measurement.parquet"))
+    before = mfile.read_bytes()
+    monkeypatch.undo()
+    calls = _count_measures(monkeypatch)
+    folder = pipeline.run_release(cfg)
+    assert calls == []  # not measured again: no new noise, no second charge
+    assert (folder / "measurement.parquet").read_bytes() == before
+    ledger = json.loads(next((tmp_path / "ws" / "releases").glob("*/measurement/ledger.json")).read_text())
+    assert ledger["rho_spent"] == pytest.approx(ledger["budget"]["rho"])
+
+
+def test_name_measured_with_other_inputs_is_refused(tmp_path, demo_paths):
+    pipeline.run_release(_config(tmp_path, demo_paths, name="r1", out=tmp_path / "o1"))
+    with pytest.raises(pipeline.ReleaseError, match="already measured"):
+        pipeline.run_release(_config(tmp_path, demo_paths, name="r1", epsilon=2.0, out=tmp_path / "o2"))
+
+
+def test_existing_release_is_never_overwritten(tmp_path, demo_paths):
+    folder = pipeline.run_release(_config(tmp_path, demo_paths))
+    before = (folder / "synthetic.csv").read_bytes()
+    with pytest.raises(pipeline.ReleaseError, match="never overwritten"):
+        pipeline.run_release(_config(tmp_path, demo_paths))
+    assert (folder / "synthetic.csv").read_bytes() == before
+
+
+def test_crash_before_rename_leaves_no_release(tmp_path, demo_paths, monkeypatch):
+    def boom(tmp):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(bundle, "_before_rename", boom)
+    with pytest.raises(OSError):
+        pipeline.run_release(_config(tmp_path, demo_paths))
+    assert list((tmp_path / "out").iterdir()) == []
+    monkeypatch.undo()
+    folder = pipeline.run_release(_config(tmp_path, demo_paths))  # resumes from cached stages
+    assert (folder / "manifest.json").exists()
+
+
+def _no_measurement(tmp_path) -> bool:
+    return not list((tmp_path / "ws").glob("releases/*/measurement"))
+
+
+@pytest.mark.parametrize("kw, exc, word", [
+    ({"epsilon": -1.0}, ValueError, "epsilon"),
+    ({"delta": 2.0}, ValueError, "delta"),
+    ({"method": "nope"}, ParamError, "nope"),
+    ({"params": {"bogus": "1"}}, ParamError, "bogus"),
+])
+def test_bad_requests_fail_before_spending(tmp_path, demo_paths, kw, exc, word):
+    with pytest.raises(exc, match=word):
+        pipeline.run_release(_config(tmp_path, demo_paths, **kw))
+    assert _no_measurement(tmp_path)
+
+
+def test_plan_over_budget_is_refused(tmp_path, demo_paths, monkeypatch):
+    def greedy(self, schema, budget):
+        from dpsynth.privacy import Charge
+        return (Charge(stage="measure/all", rho=budget.rho * 1.01),)
+
+    monkeypatch.setattr(MarginalsMethod, "plan", greedy)
+    with pytest.raises(BudgetExceeded):
+        pipeline.run_release(_config(tmp_path, demo_paths))
+    assert _no_measurement(tmp_path)
+
+
+def test_bad_inputs_fail_before_spending(tmp_path, demo_paths):
+    data, schema = demo_paths
+    df = pd.read_csv(data, dtype=str, keep_default_na=False)
+    cases = {
+        "missing": (df.drop(columns=["health"]), "health"),
+        "extra": (df.assign(ssn="123"), "ssn"),
+        "empty": (df.iloc[:0], "no rows"),
+    }
+    for label, (frame, word) in cases.items():
+        path = tmp_path / f"{label}.csv"
+        frame.to_csv(path, index=False)
+        with pytest.raises(DataError, match=word):
+            pipeline.run_release(_config(tmp_path, demo_paths, data=path, name=label))
+        assert _no_measurement(tmp_path), label
+    bad_schema = tmp_path / "s.yaml"
+    bad_schema.write_text("name: x\ncolumns:\n  - {name: a, type: numeric, bins: 3}\n")
+    with pytest.raises(SchemaError, match="'a'"):
+        pipeline.run_release(_config(tmp_path, demo_paths, schema=bad_schema))
+    with pytest.raises(pipeline.ReleaseError, match="no such file"):
+        pipeline.run_release(_config(tmp_path, demo_paths, data=tmp_path / "absent.csv"))
+    short = tmp_path / "short-seed"
+    short.write_bytes(b"123")
+    with pytest.raises(ValueError, match="16 bytes"):
+        pipeline.run_release(_config(tmp_path, demo_paths, seed_file=short))
+    assert _no_measurement(tmp_path)
+
+
+def test_row_oddities_are_mapped_not_raised(tmp_path, demo_paths):
+    data, _ = demo_paths
+    df = pd.read_csv(data, dtype=str, keep_default_na=False).head(400)
+    df.loc[0, "region"] = "atlantis"        # unseen category, no other bucket
+    df.loc[1, "education"] = "wizardry"      # unseen category -> other
+    df.loc[2, "age"] = "-40"                 # out of bounds -> clamped
+    df.loc[3, "income"] = "lots"             # unparseable -> missing
+    df.loc[4, "hours_per_week"] = ""         # empty -> missing
+    df.loc[5, "sex"] = ""                    # empty in a non-nullable column -> fill
+    path = tmp_path / "odd.csv"
+    df.to_csv(path, index=False)
+    folder = pipeline.run_release(_config(tmp_path, demo_paths, data=path, rows=300))
+    out = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
+    for value in ("atlantis", "wizardry", "-40", "lots"):
+        assert not (out == value).any().any()
