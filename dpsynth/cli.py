@@ -53,6 +53,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         out=Path(args.out),
         name=args.name,
         workspace=Path(args.workspace) if args.workspace else default_workspace(),
+        internal_report=args.internal_report,
     )
     t0 = time.perf_counter()
     if args.engine == "local":
@@ -84,6 +85,8 @@ def _release_local(config) -> tuple[str, dict[str, float]]:
     mdir = step("measure", p.measure_stage, plan, codes)
     sdir = step("synthesize", p.synthesize_stage, plan, mdir)
     summary = step("validate", p.validate_stage, plan, sdir, mdir)
+    if config.internal_report:
+        step("internal_report", p.internal_report_stage, plan, codes, sdir)
     folder = p.publish_stage(plan, mdir, sdir, summary, timings)
     return str(folder), timings
 
@@ -104,6 +107,7 @@ def _release_prefect(config) -> tuple[str, dict[str, float]]:
         out=str(config.out),
         name=config.name,
         workspace=str(config.workspace),
+        internal_report=config.internal_report,
     )
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
@@ -145,6 +149,19 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify_release
+
+    problems = verify_release(args.release)
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        print(f"dpsynth: error: {len(problems)} problem(s) in {args.release}", file=sys.stderr)
+        return 1
+    print(f"OK {args.release}: files match the manifest, the table fits the schema, the ledger is within budget")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data releases.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -161,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="folder that receives the release folder")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
     r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
+    r.add_argument("--internal-report", action="store_true",
+                   help="also score the release against the raw data, written only to the private workspace")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
                    help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
     r.set_defaults(func=_cmd_release)
@@ -176,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc = ssub.add_parser("check", help="validate a schema file")
     sc.add_argument("schema")
     sc.set_defaults(func=_cmd_schema_check)
+
+    v = sub.add_parser("verify", help="re-check a published release (hashes, schema validity, ledger)")
+    v.add_argument("release", help="the release folder OUT/NAME")
+    v.set_defaults(func=_cmd_verify)
 
     m = sub.add_parser("methods", help="list methods and their parameters")
     m.set_defaults(func=_cmd_methods)

@@ -56,6 +56,7 @@ __all__ = [
     "validate_stage",
     "publish_stage",
     "run_release",
+    "internal_report_stage",
     "default_workspace",
 ]
 
@@ -86,6 +87,7 @@ class ReleaseConfig:
     seed_file: Path | None = None
     name: str | None = None
     workspace: Path = field(default_factory=default_workspace)
+    internal_report: bool = False
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
@@ -264,6 +266,28 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     return summary
 
 
+INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
+
+
+def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path) -> Path:
+    """Utility against the raw data, written only to the private workspace."""
+    from .metrics import complete_share, tvd_by_k
+
+    real = EncodedTable.from_parquet(codes_path, plan.schema)
+    synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+    ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
+    missing = plan.schema.missing_codes
+    report = {
+        "label": INTERNAL_LABEL,
+        "release": plan.name,
+        "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
+        "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+    }
+    path = plan.release_dir() / "internal-utility-report.json"
+    _write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return path
+
+
 def publish_stage(
     plan: ReleasePlan,
     measurement_dir: Path,
@@ -337,4 +361,6 @@ def run_release(config: ReleaseConfig) -> Path:
     mdir = timed("measure", measure_stage, plan, codes)
     sdir = timed("synthesize", synthesize_stage, plan, mdir)
     summary = timed("validate", validate_stage, plan, sdir, mdir)
+    if config.internal_report:
+        timed("internal_report", internal_report_stage, plan, codes, sdir)
     return publish_stage(plan, mdir, sdir, summary, timings)

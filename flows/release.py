@@ -19,6 +19,7 @@ from prefect.filesystems import LocalFileSystem
 
 from dpsynth.pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, prepare
 from tasks.encode import encode_task
+from tasks.internal_report import internal_report_task
 from tasks.measure import measure_task
 from tasks.publish import publish_task
 from tasks.synthesize import synthesize_task
@@ -69,6 +70,7 @@ def release_flow(
     seed_file: str | None = None,
     name: str | None = None,
     workspace: str | None = None,
+    internal_report: bool = False,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data)."""
     t_flow = time.perf_counter()
@@ -84,6 +86,7 @@ def release_flow(
         out=Path(out),
         name=_resolve_name(name),
         workspace=Path(workspace) if workspace else default_workspace(),
+        internal_report=internal_report,
     )
     t0 = time.perf_counter()
     plan = prepare(config)
@@ -102,6 +105,8 @@ def release_flow(
     cached += ["synthesize"] if hit else []
     validated = validate_task(plan, synthesized, measured)
     timings["validate"] = validated["seconds"]
+    if config.internal_report:
+        timings["internal_report"] = internal_report_task(plan, encoded, synthesized)
 
     elapsed = time.perf_counter() - t_flow
     work = sum(timings.values())

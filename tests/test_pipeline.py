@@ -195,3 +195,14 @@ def test_row_oddities_are_mapped_not_raised(tmp_path, demo_paths):
     out = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
     for value in ("atlantis", "wizardry", "-40", "lots"):
         assert not (out == value).any().any()
+
+
+def test_internal_report_stays_in_the_workspace(tmp_path, demo_paths):
+    folder = pipeline.run_release(_config(tmp_path, demo_paths, internal_report=True))
+    reports = list((tmp_path / "ws").glob("releases/*/internal-utility-report.json"))
+    assert len(reports) == 1
+    r = json.loads(reports[0].read_text())
+    assert "NOT FOR PUBLICATION" in r["label"]
+    assert r["tvd_by_k"]["1"]["mean"] < 0.05  # 1-way marginals are what the baseline measures
+    assert r["tvd_by_k"]["2"]["mean"] > r["tvd_by_k"]["1"]["mean"]  # it learns no correlation
+    assert not list(folder.rglob("*internal*"))

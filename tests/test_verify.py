@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from dpsynth import pipeline
+from dpsynth.cli import main
+from dpsynth.verify import verify_release
+
+
+@pytest.fixture
+def release(tmp_path, demo_paths):
+    data, schema = demo_paths
+    return pipeline.run_release(pipeline.ReleaseConfig(
+        data=data, schema=schema, method="marginals", epsilon=1.0, out=tmp_path / "out",
+        workspace=tmp_path / "ws", rows=300))
+
+
+def test_intact_release_verifies(release, capsys):
+    assert verify_release(release) == []
+    assert main(["verify", str(release)]) == 0
+
+
+def test_modified_file_is_caught(release, capsys):
+    with open(release / "synthetic.csv", "a") as f:
+        f.write("north,40,male,primary,employed,NA,NA,no,good,0\n")
+    assert any("synthetic.csv" in p for p in verify_release(release))
+    assert main(["verify", str(release)]) == 1
+
+
+def test_added_and_removed_files_are_caught(release):
+    (release / "extra.txt").write_text("hello")
+    (release / "measurement.json").unlink()
+    problems = verify_release(release)
+    assert any("extra.txt" in p and "not listed" in p for p in problems)
+    assert any("measurement.json" in p and "missing" in p for p in problems)
+
+
+def test_overspent_ledger_is_caught(release):
+    mpath = release / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["privacy"]["epsilon"] = 0.5  # the ledger spent the rho of epsilon 1
+    mpath.write_text(json.dumps(m))
+    assert any("over the budget" in p for p in verify_release(release))
+
+
+def test_invalid_table_with_matching_hash_is_caught(release):
+    df = pd.read_parquet(release / "synthetic.parquet")
+    df.loc[0, "region"] = "atlantis"
+    df.to_parquet(release / "synthetic.parquet", index=False)
+    mpath = release / "manifest.json"
+    m = json.loads(mpath.read_text())
+    from dpsynth.bundle import sha256_file
+
+    m["files"]["synthetic.parquet"] = sha256_file(release / "synthetic.parquet")
+    mpath.write_text(json.dumps(m))
+    problems = verify_release(release)
+    assert problems == ["synthetic.parquet: check failed: region: values inside the schema domain"]
