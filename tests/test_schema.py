@@ -103,3 +103,17 @@ def test_bad_files(tmp_path):
     lst.write_text("- a\n- b\n")
     with pytest.raises(SchemaError, match="mapping"):
         load_schema(lst)
+
+
+def test_shipped_schemas_match_the_json_schema():
+    import json
+
+    import jsonschema
+    import yaml
+
+    spec = json.loads((ROOT / "schemas" / "dataset-schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(spec)
+    for name in ("demo.yaml", "nist.yaml"):
+        jsonschema.validate(yaml.safe_load((ROOT / "schemas" / name).read_text()), spec)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "t", "columns": [{"name": "x", "type": "numeric", "bins": 3}]}, spec)

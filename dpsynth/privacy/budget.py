@@ -10,6 +10,7 @@ Measurements then *spend* the planned shares, each exactly once.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -44,7 +45,7 @@ class Budget:
         if not isinstance(self.delta, (int, float)) or not (0 < self.delta < 1):
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
 
-    @property
+    @cached_property
     def rho(self) -> float:
         return rho_from_epsilon(float(self.epsilon), float(self.delta))
 
