@@ -17,7 +17,7 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = ["publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
 
@@ -60,9 +60,17 @@ def _before_rename(tmp: Path) -> None:
 
 
 def publish_release(
-    out: Path, name: str, files: Mapping[str, Path], manifest: Mapping[str, Any]
+    out: Path,
+    name: str,
+    files: Mapping[str, Path],
+    manifest: Mapping[str, Any],
+    extra: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
 ) -> Path:
-    """Copies ``files`` (bundle name -> source) and a manifest into ``out/name`` atomically."""
+    """Copies ``files`` (bundle name -> file or folder) and a manifest into ``out/name`` atomically.
+
+    ``extra`` maps a bundle name to a function that renders a text file from the
+    manifest (without its file list), e.g. the HTML report; those files are hashed too.
+    """
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     target = out / name
@@ -70,16 +78,26 @@ def publish_release(
         raise PublishError(f"release {target} already exists: releases are never overwritten")
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-"))
     try:
-        hashes = {}
+        copied: list[str] = []
         for rel, src in sorted(files.items()):
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-            _fsync_path(dst)
-            hashes[rel] = sha256_file(dst)
+            if Path(src).is_dir():
+                shutil.copytree(src, dst)
+                copied += [p.relative_to(tmp).as_posix() for p in sorted(dst.rglob("*")) if p.is_file()]
+            else:
+                shutil.copyfile(src, dst)
+                copied.append(rel)
         full = dict(manifest)
-        full["files"] = hashes
         full["versions"] = package_versions()
+        for rel, render in (extra or {}).items():
+            (tmp / rel).write_text(render(full), encoding="utf-8")
+            copied.append(rel)
+        hashes = {}
+        for rel in sorted(copied):
+            _fsync_path(tmp / rel)
+            hashes[rel] = sha256_file(tmp / rel)
+        full["files"] = hashes
         timings = dict(full.get("timings", {}))
         timings["publish"] = round(time.perf_counter() - t0, 6)
         full["timings"] = timings

@@ -54,6 +54,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         name=args.name,
         workspace=Path(args.workspace) if args.workspace else default_workspace(),
         internal_report=args.internal_report,
+        gate={k: float(v) for k, v in _parse_kv(args.gate).items()},
     )
     t0 = time.perf_counter()
     if args.engine == "local":
@@ -108,6 +109,7 @@ def _release_prefect(config) -> tuple[str, dict[str, float]]:
         name=config.name,
         workspace=str(config.workspace),
         internal_report=config.internal_report,
+        gate=dict(config.gate),
     )
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
@@ -178,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="folder that receives the release folder")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
     r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
+    r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
     r.add_argument("--internal-report", action="store_true",
                    help="also score the release against the raw data, written only to the private workspace")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 from .bundle import publish_release
@@ -42,13 +43,13 @@ from .methods.base import Measurement, Method
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
-from .validation import validate_synthetic
 
 __all__ = [
     "DEFAULT_DELTA",
     "ReleaseConfig",
     "ReleasePlan",
     "ReleaseError",
+    "ValidationFailed",
     "prepare",
     "encode_stage",
     "measure_stage",
@@ -88,6 +89,7 @@ class ReleaseConfig:
     name: str | None = None
     workspace: Path = field(default_factory=default_workspace)
     internal_report: bool = False
+    gate: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
@@ -257,13 +259,39 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
+    """The Great Expectations gate: record validity and accuracy against the DP measurement.
+
+    The result is kept in the private workspace; a failed gate raises and nothing is
+    published. Data Docs are rendered for the bundle only when the gate passes.
+    """
+    from .gate import run_gate, write_data_docs
+
     m = Measurement.load(measurement_dir)
-    summary = validate_synthetic(synthetic_dir / "synthetic.parquet", plan.schema, m, plan.config.rows)
-    (plan.release_dir() / "validation.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+    table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
+    thresholds = dict(plan.config.gate) or None
+    summary = run_gate(table, codes, m, plan.config.rows, thresholds)
+    folder = plan.release_dir()
+    _write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
-        failed = ", ".join(c["name"] for c in summary["checks"] if not c["success"])
-        raise ReleaseError(f"validation failed ({failed}): nothing was published")
+        worst = sorted(
+            (e for e in summary["marginal_errors"] if e["tvd"] > e["threshold"]),
+            key=lambda e: e["threshold"] - e["tvd"],
+        )
+        detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
+        raise ValidationFailed(
+            f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published "
+            f"(details in the private workspace: {folder / 'validation.json'})"
+        )
+    docs = folder / "data-docs"
+    if docs.exists():
+        shutil.rmtree(docs)
+    write_data_docs(table, codes, m, plan.config.rows, thresholds, docs)
     return summary
+
+
+class ValidationFailed(ReleaseError):
+    """The gate failed: the release is not publishable."""
 
 
 INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
@@ -305,9 +333,13 @@ def publish_stage(
     }
     for t in m_meta.get("tables", []):
         files[f"measurement-{t}.parquet"] = measurement_dir / f"measurement-{t}.parquet"
-    schema_copy = plan.release_dir() / "schema.yaml"
+    folder = plan.release_dir()
+    schema_copy = folder / "schema.yaml"
     schema_copy.write_text(plan.schema.to_yaml())
     files["schema.yaml"] = schema_copy
+    files["validation.json"] = folder / "validation.json"
+    if (folder / "data-docs").is_dir():
+        files["data-docs"] = folder / "data-docs"
     rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
     manifest = {
         "name": plan.name,
@@ -328,10 +360,17 @@ def publish_stage(
         "rows": rows,
         "rows_requested": plan.config.rows,
         "seed_commitment": seed_commitment(plan.seed),
-        "validation": {k: validation[k] for k in ("success", "statistics") if k in validation},
+        "validation": {k: validation[k] for k in ("success", "statistics", "thresholds") if k in validation},
         "timings": dict(timings),
     }
-    return publish_release(Path(plan.config.out), plan.name, files, manifest)
+
+    def report(full_manifest: Mapping[str, Any]) -> str:
+        from .report import build_report
+
+        codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+        return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation)
+
+    return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report})
 
 
 def _fsync_tree(folder: Path) -> None:

@@ -71,6 +71,7 @@ def release_flow(
     name: str | None = None,
     workspace: str | None = None,
     internal_report: bool = False,
+    gate: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data)."""
     t_flow = time.perf_counter()
@@ -87,6 +88,7 @@ def release_flow(
         name=_resolve_name(name),
         workspace=Path(workspace) if workspace else default_workspace(),
         internal_report=internal_report,
+        gate=dict(gate or {}),
     )
     t0 = time.perf_counter()
     plan = prepare(config)

@@ -58,3 +58,10 @@ def test_schema_infer_warns_and_drafts(tmp_path, demo_paths, capsys):
 def test_methods_lists_baseline(capsys):
     assert main(["methods"]) == 0
     assert "marginals" in capsys.readouterr().out
+
+
+def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
+    assert _release(tmp_path, demo_paths, "--name", "strict", "--gate", "max_tvd_k1=0.000001") == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "validation failed: max_tvd_k1" in err
+    assert not (tmp_path / "out" / "strict").exists()

@@ -41,8 +41,9 @@ def _count_measures(monkeypatch) -> list[int]:
 def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file=seed_file, rows=777))
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["manifest.json", "measurement.json", "measurement.parquet", "schema.yaml",
-                     "synthetic.csv", "synthetic.parquet"]
+    assert names == ["data-docs", "manifest.json", "measurement.json", "measurement.parquet", "report.html",
+                     "schema.yaml", "synthetic.csv", "synthetic.parquet", "validation.json"]
+    assert (folder / "data-docs" / "index.html").exists()
     m = json.loads((folder / "manifest.json").read_text())
     assert m["method"] == "marginals" and m["rows"] == 777
     assert m["privacy"]["epsilon"] == 1.0 and m["privacy"]["delta"] == 1e-6
@@ -66,10 +67,13 @@ def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
 def test_same_seed_gives_byte_identical_files(tmp_path, demo_paths, seed_file):
     a = pipeline.run_release(_config(tmp_path / "a", demo_paths, seed_file=seed_file))
     b = pipeline.run_release(_config(tmp_path / "b", demo_paths, seed_file=seed_file))
-    for f in ("synthetic.parquet", "synthetic.csv", "measurement.parquet", "measurement.json", "schema.yaml"):
+    for f in ("synthetic.parquet", "synthetic.csv", "measurement.parquet", "measurement.json", "schema.yaml",
+              "validation.json"):
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
     ma, mb = (json.loads((x / "manifest.json").read_text()) for x in (a, b))
-    ma.pop("timings"), mb.pop("timings")
+    for m in (ma, mb):  # run times, and GE's Data Docs and the report (which show run times), differ
+        m.pop("timings")
+        m["files"] = {k: v for k, v in m["files"].items() if not k.startswith("data-docs/") and k != "report.html"}
     assert ma == mb
     other = tmp_path / "seed2"
     other.write_bytes(b"another-secret-seed-0123456789")
@@ -206,3 +210,24 @@ def test_internal_report_stays_in_the_workspace(tmp_path, demo_paths):
     assert r["tvd_by_k"]["1"]["mean"] < 0.05  # 1-way marginals are what the baseline measures
     assert r["tvd_by_k"]["2"]["mean"] > r["tvd_by_k"]["1"]["mean"]  # it learns no correlation
     assert not list(folder.rglob("*internal*"))
+
+
+def test_broken_synthesizer_fails_the_gate_and_publishes_nothing(tmp_path, demo_paths, monkeypatch):
+    original = MarginalsMethod.synthesize
+
+    def swapped(self, m, schema, rows, rng):
+        out = original(self, m, schema, rows, rng)
+        codes = out.codes.copy()
+        i, j = schema.index("region"), schema.index("health")  # both have 4 codes
+        codes[:, [i, j]] = codes[:, [j, i]]
+        return type(out)(schema=schema, codes=codes)
+
+    monkeypatch.setattr(MarginalsMethod, "synthesize", swapped)
+    with pytest.raises(pipeline.ValidationFailed, match="region") as err:
+        pipeline.run_release(_config(tmp_path, demo_paths, epsilon=5.0))
+    assert "nothing was published" in str(err.value)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    kept = json.loads(next((tmp_path / "ws").glob("releases/*/validation.json")).read_text())
+    assert kept["success"] is False and "max_tvd_k1" in kept["failed"]
+    over = {e["marginal"] for e in kept["marginal_errors"] if e["tvd"] > e["threshold"]}
+    assert over == {"region", "health"}
