@@ -151,6 +151,15 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bounds(args: argparse.Namespace) -> int:
+    from .private_sampling import bounds_report
+
+    report = bounds_report(n=args.n, p=args.p, d=args.d, m=args.m, delta=args.delta, Delta=args.Delta,
+                           gamma=args.gamma, epsilon=args.epsilon, k=args.k)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify_release
 
@@ -203,6 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="re-check a published release (hashes, schema validity, ledger)")
     v.add_argument("release", help="the release folder OUT/NAME")
     v.set_defaults(func=_cmd_verify)
+
+    b = sub.add_parser("bounds", help="privacy and accuracy bounds of private sampling (Theorems 12.2, 12.4)")
+    b.add_argument("--n", type=int, required=True, help="records")
+    b.add_argument("--p", type=int, required=True, help="Boolean features (one-hot width)")
+    b.add_argument("--d", type=int, required=True, help="Walsh degree (marginal dimension)")
+    b.add_argument("--m", type=int, required=True, help="size of the reduced space")
+    b.add_argument("--delta", type=float, required=True, help="lower density bound (accuracy 4*delta)")
+    b.add_argument("--Delta", type=float, required=True, help="density bound: density <= Delta / 2^p")
+    b.add_argument("--gamma", type=float, required=True, help="failure probability of Theorem 12.4")
+    b.add_argument("--epsilon", type=float, required=True)
+    b.add_argument("--k", type=int, default=None, help="rows to release: also say whether (epsilon, k) holds")
+    b.set_defaults(func=_cmd_bounds)
 
     m = sub.add_parser("methods", help="list methods and their parameters")
     m.set_defaults(func=_cmd_methods)

@@ -270,20 +270,30 @@ def encode(table: pa.Table, schema: Schema) -> EncodedTable:
     return EncodedTable(schema=schema, codes=codes)
 
 
-def onehot(enc: EncodedTable, drop: Sequence[str] = ()) -> tuple[np.ndarray, list[tuple[str, int]]]:
+def onehot(
+    enc: EncodedTable, drop: Sequence[str] = (), binary_as_bit: bool = False
+) -> tuple[np.ndarray, list[tuple[str, int]]]:
     """The Boolean view: one 0/1 feature per (column, code), as a uint8 matrix.
 
-    Returns the matrix and the (column, code) of each feature.
+    With ``binary_as_bit`` a two-code column is a single bit (its code) instead of two
+    one-hot bits, as the private sampling papers encode yes/no columns. Returns the
+    matrix and the (column, code) each feature stands for (the code whose bit is 1).
     """
     keep = [j for j, c in enumerate(enc.schema.columns) if c.name not in drop]
-    features = [(enc.schema.columns[j].name, k) for j in keep for k in range(enc.cardinalities[j])]
-    width = sum(enc.cardinalities[j] for j in keep)
-    out = np.zeros((enc.n, width), dtype=np.uint8)
+    widths = [1 if binary_as_bit and enc.cardinalities[j] == 2 else enc.cardinalities[j] for j in keep]
+    out = np.zeros((enc.n, sum(widths)), dtype=np.uint8)
+    features: list[tuple[str, int]] = []
     start = 0
     rows = np.arange(enc.n)
-    for j in keep:
-        out[rows, start + enc.codes[:, j].astype(np.int64)] = 1
-        start += enc.cardinalities[j]
+    for j, width in zip(keep, widths):
+        name = enc.schema.columns[j].name
+        if width == 1 and enc.cardinalities[j] == 2:
+            out[:, start] = enc.codes[:, j]
+            features.append((name, 1))
+        else:
+            out[rows, start + enc.codes[:, j].astype(np.int64)] = 1
+            features += [(name, k) for k in range(width)]
+        start += width
     return out, features
 
 

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
 from .bundle import publish_release
 from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
-from .methods import get_method, params_to_dict
-from .methods.base import Measurement, Method
+from .methods import METHODS, get_method, params_to_dict
+from .methods.base import Measurement, Method, ParamError
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
@@ -114,6 +115,7 @@ class ReleasePlan:
     budget: Budget
     charges: tuple[Charge, ...]
     name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
     seed: bytes | None = field(repr=False)
     data_sha256: str = field(repr=False)
 
@@ -127,6 +129,7 @@ class ReleasePlan:
                 "schema": self.schema.fingerprint(),
                 "method": self.method_name,
                 "params": self.params,
+                "options": dict(self.options),
                 "epsilon": self.budget.epsilon,
                 "delta": self.budget.delta,
                 "seed": seed_commitment(self.seed),
@@ -142,13 +145,35 @@ class ReleasePlan:
         return self.config.workspace / "releases" / self.key
 
 
+# Post-processing options any method accepts through --param (they cost no privacy).
+POSTPROCESS_OPTIONS = {"correct_marginals": bool}
+
+
+def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separates post-processing options from method parameters; passes --rows to methods
+    whose measurement itself is the rows (e.g. private sampling's k)."""
+    method_params = {k: v for k, v in params.items() if k not in POSTPROCESS_OPTIONS}
+    options: dict[str, Any] = {}
+    for key in POSTPROCESS_OPTIONS.keys() & params.keys():
+        text = str(params[key]).strip().lower()
+        if text not in ("true", "false", "1", "0", "yes", "no"):
+            raise ParamError(f"parameter {key!r} must be true or false, got {params[key]!r}")
+        options[key] = text in ("true", "1", "yes")
+    cls = METHODS.get(method)
+    rows_key = getattr(cls, "takes_rows_as", None)
+    if rows_key and rows_key not in method_params and rows is not None:
+        method_params[rows_key] = str(rows)
+    return method_params, options
+
+
 def prepare(config: ReleaseConfig) -> ReleasePlan:
     """All public checks: schema, method, parameters, budget plan, seed, file, name.
 
     Raises before any budget is spent; reads no row (only hashes the file).
     """
     schema = load_schema(config.schema)
-    method = get_method(config.method, config.params)
+    method_params, options = split_params(config.method, config.params, config.rows)
+    method = get_method(config.method, method_params)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
@@ -165,6 +190,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         schema=schema,
         method_name=method.name,
         params=params_to_dict(method.params),
+        options=options,
         budget=budget,
         charges=charges,
         name=name,
@@ -245,6 +271,8 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
     m = Measurement.load(measurement_dir)
     rng = stage_rng(plan.seed, "synthesize")
     synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
+    if plan.options.get("correct_marginals"):
+        synth = correct_to_measurement(synth, m, stage_rng(plan.seed, "correct"))
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".synthetic-"))
     synth.to_parquet(tmp / "synthetic-codes.parquet")
     table = decode(synth, stage_rng(plan.seed, "decode"))
@@ -256,6 +284,25 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
         shutil.rmtree(folder)
     os.rename(tmp, folder)
     return folder
+
+
+def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedTable:
+    """Marginal correction (post-processing): reweight the synthetic rows so that their
+    marginals come as close as possible to the measurement's DP marginals (QP, since
+    noisy marginals are rarely exactly reachable), then resample as many rows."""
+    from .postprocess import correct_marginals
+
+    if not m.marginals:
+        raise ReleaseError(
+            f"correct_marginals needs a measurement with marginals; method {m.method!r} has none"
+        )
+    schema = synth.schema
+    targets = {
+        tuple(schema.index(c) for c in attrs): np.clip(np.asarray(counts, dtype=float), 0.0, None)
+        for attrs, counts in m.marginals.items()
+    }
+    result = correct_marginals(synth.codes.astype(np.int64), targets, rng=rng, method="qp")
+    return EncodedTable(schema=schema, codes=np.asarray(result.samples).astype(synth.codes.dtype))
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
@@ -356,7 +403,9 @@ def publish_stage(
             "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "neighbours": "add or remove one record",
             "ledger": ledger["stages"],
+            **_privacy_statement(m_meta),
         },
+        "postprocessing": dict(plan.options),
         "rows": rows,
         "rows_requested": plan.config.rows,
         "seed_commitment": seed_commitment(plan.seed),
@@ -371,6 +420,13 @@ def publish_stage(
         return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation)
 
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report})
+
+
+def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    statement = m_meta.get("meta", {}).get("privacy_statement")
+    if statement:
+        return {"differentially_private": False, "statement": statement}
+    return {"differentially_private": True}
 
 
 def _fsync_tree(folder: Path) -> None:

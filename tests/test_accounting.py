@@ -79,3 +79,18 @@ def test_ledger_spends_each_planned_stage_once():
     d = led.to_dict()
     assert [s["spent"] for s in d["stages"]] == [True, False]
     assert d["epsilon_spent"] < 1.0
+
+
+def test_pure_charges_compose_by_basic_composition():
+    from dpsynth.privacy import total_epsilon
+
+    b = Budget(epsilon=1.0, delta=1e-6)
+    half_rho = rho_from_epsilon(0.5, 1e-6)
+    led = Ledger(b, [Charge(stage="count", epsilon=0.5, mechanism="laplace"), Charge(stage="g", rho=half_rho)])
+    led.spend("count"), led.spend("g")
+    assert led.epsilon_spent() == pytest.approx(1.0, rel=1e-9)
+    assert total_epsilon([Charge(stage="x", epsilon=0.3)], 1e-6) == pytest.approx(0.3)
+    with pytest.raises(BudgetExceeded, match="pure"):
+        Ledger(b, [Charge(stage="count", epsilon=0.51), Charge(stage="g", rho=half_rho)])
+    with pytest.raises(BudgetExceeded):
+        Ledger(b, [Charge(stage="count", epsilon=1.01)])

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from .accounting import epsilon_from_rho, rho_from_epsilon
 
-__all__ = ["Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError"]
+__all__ = ["Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "total_epsilon"]
 
 # Relative slack allowed when comparing sums of floating-point shares with the budget.
 _RHO_TOLERANCE = 1e-9
@@ -55,10 +55,16 @@ class Budget:
 
 @dataclass(frozen=True, kw_only=True)
 class Charge:
-    """One stage's share of the budget, in zCDP."""
+    """One stage's share of the budget.
+
+    ``rho`` is a zCDP cost; ``epsilon`` is a pure-DP cost composed by basic composition
+    (for a mechanism that is only known to be pure epsilon-DP, adding epsilon directly is
+    tighter than converting it to epsilon^2/2-zCDP and back). A charge may carry both.
+    """
 
     stage: str
-    rho: float
+    rho: float = 0.0
+    epsilon: float = 0.0
     mechanism: str = "gaussian"
     detail: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -67,9 +73,13 @@ class Charge:
             raise ValueError("a charge needs a stage name")
         if not (math.isfinite(self.rho) and self.rho >= 0):
             raise ValueError(f"rho of stage {self.stage!r} must be finite and >= 0, got {self.rho!r}")
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise ValueError(f"epsilon of stage {self.stage!r} must be finite and >= 0, got {self.epsilon!r}")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"stage": self.stage, "rho": self.rho, "mechanism": self.mechanism}
+        if self.epsilon:
+            out["epsilon"] = self.epsilon
         if self.detail:
             out["detail"] = dict(self.detail)
         return out
@@ -78,10 +88,19 @@ class Charge:
     def from_dict(cls, d: dict[str, Any]) -> "Charge":
         return cls(
             stage=str(d["stage"]),
-            rho=float(d["rho"]),
+            rho=float(d.get("rho", 0.0)),
+            epsilon=float(d.get("epsilon", 0.0)),
             mechanism=str(d.get("mechanism", "gaussian")),
             detail=dict(d.get("detail", {})),
         )
+
+
+def total_epsilon(charges: Iterable[Charge], delta: float) -> float:
+    """(epsilon, delta) of a set of charges: pure parts add up, the zCDP part converts (CKS)."""
+    charges = list(charges)
+    rho = sum(c.rho for c in charges)
+    pure = sum(c.epsilon for c in charges)
+    return pure + (epsilon_from_rho(rho, delta) if rho > 0 else 0.0)
 
 
 class Ledger:
@@ -95,11 +114,17 @@ class Ledger:
         if dupes:
             raise LedgerError(f"stages planned twice: {', '.join(dupes)}")
         total = sum(c.rho for c in planned)
+        pure = sum(c.epsilon for c in planned)
         cap = budget.rho
-        if total > cap * (1.0 + _RHO_TOLERANCE):
+        if pure == 0.0 and total > cap * (1.0 + _RHO_TOLERANCE):
             raise BudgetExceeded(
                 f"the plan spends rho={total:.6g} but the budget (epsilon={budget.epsilon}, "
                 f"delta={budget.delta}) allows rho={cap:.6g}"
+            )
+        if pure > 0.0 and total_epsilon(planned, budget.delta) > budget.epsilon * (1.0 + _RHO_TOLERANCE):
+            raise BudgetExceeded(
+                f"the plan spends epsilon={total_epsilon(planned, budget.delta):.6g} (pure {pure:.6g} "
+                f"plus rho={total:.6g}) but the budget allows epsilon={budget.epsilon}"
             )
         self._planned: dict[str, Charge] = {c.stage: c for c in planned}
         self._spent: dict[str, Charge] = {}
@@ -131,13 +156,14 @@ class Ledger:
         return charge
 
     def epsilon_spent(self) -> float:
-        return epsilon_from_rho(self.rho_spent, float(self.budget.delta))
+        return total_epsilon(self._spent.values(), float(self.budget.delta))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "budget": self.budget.to_dict(),
             "rho_planned": self.rho_planned,
             "rho_spent": self.rho_spent,
+            "epsilon_pure_spent": sum(c.epsilon for c in self._spent.values()),
             "epsilon_spent": self.epsilon_spent(),
             "stages": [
                 {**c.to_dict(), "spent": c.stage in self._spent} for c in self._planned.values()

@@ -1,0 +1,172 @@
+"""Method ``private-sampling``: noiseless private sampling on the Boolean cube.
+
+Wraps :mod:`dpsynth.private_sampling` (Boedihardjo, Strohmer and Vershynin) for the
+release pipeline. The encoded table's one-hot view is the point set in {0,1}^p; the
+density h* fitted to it is private and never leaves this module; only the k sampled
+points are the DP output (Theorem 12.2: pure epsilon-DP for k up to a bound that
+depends on n, p, d, m, delta and Delta).
+
+Honesty about the bound (see the practical paper): for real tables the theorem covers
+a tiny k, so a release asking for usable row counts is refused before anything runs,
+with the largest k the theorem allows. ``heuristic=true`` runs it anyway; the manifest
+then states in plain words that the release is NOT differentially private.
+
+Assumptions made explicit:
+
+* like the paper, the method treats the number of input records n as public (the
+  theorem is stated for neighbouring datasets of equal size);
+* ``Delta`` bounds the data density (density <= Delta / 2^p); it is public knowledge
+  the user must supply. dpsynth never derives it from the rows (2^p ||f_n||_inf, as in
+  the paper's experiments, is not private). In heuristic mode it defaults to m, which
+  removes the upper box constraint on h*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from .. import private_sampling as ps
+from ..encoding import EncodedTable, code_dtype, onehot
+from ..privacy.budget import Budget, Charge, Ledger
+from ..schema import Schema
+from .base import Measurement, ParamError, params_to_dict
+
+__all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_codes"]
+
+STAGE = "measure/private-sampling"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateSamplingMethodParams:
+    """Parameters of Algorithm 2 (see :class:`dpsynth.private_sampling.PrivateSamplingParams`).
+
+    k: rows released (defaults to --rows). d: Walsh degree. m: size of the reduced space
+    (must be at least the number of Walsh functions of degree <= d). delta/Delta: density
+    bounds of the theorem. gamma: failure probability of the accuracy theorem.
+    compact: a two-value column is one bit instead of two one-hot bits (fewer invalid
+    cube points; the encoding the papers use for yes/no columns).
+    """
+
+    k: int | None = None
+    d: int = 2
+    m: int = 4096
+    delta: float = 0.05
+    Delta: float | None = None
+    gamma: float = 0.125
+    max_tries: int = 10
+    heuristic: bool = False
+    compact: bool = False
+
+    def __post_init__(self) -> None:
+        if self.k is None:
+            raise ValueError("private-sampling needs the number of rows to release: pass --rows K (or --param k=K)")
+        if self.Delta is None and not self.heuristic:
+            raise ValueError(
+                "private-sampling needs Delta, a public bound on the data density (density <= Delta/2^p); "
+                "dpsynth does not derive it from the rows. Pass --param Delta=..."
+            )
+        self.core()  # validates every range, naming the parameter
+
+    def core(self) -> ps.PrivateSamplingParams:
+        return ps.PrivateSamplingParams(
+            d=self.d, m=self.m, delta=self.delta, Delta=float(self.Delta if self.Delta is not None else self.m),
+            k=int(self.k), gamma=self.gamma, max_tries=self.max_tries, heuristic=self.heuristic,
+        )
+
+
+def _widths(schema: Schema, compact: bool) -> list[int]:
+    return [1 if compact and card == 2 else card for card in schema.cardinalities]
+
+
+def bits_to_codes(
+    bits: np.ndarray, schema: Schema, rng: np.random.Generator, compact: bool = False
+) -> EncodedTable:
+    """One-hot cube points back to codes (post-processing).
+
+    A cube point need not be a valid one-hot row: a column block with several bits set
+    takes one of them at random, and a block with none takes a code drawn from the
+    block's valid rows in the sample (uniform if there are none).
+    """
+    k = bits.shape[0]
+    codes = np.empty((k, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
+    start = 0
+    for j, (card, width) in enumerate(zip(schema.cardinalities, _widths(schema, compact))):
+        if width == 1:  # a two-value column stored as its code bit
+            codes[:, j] = bits[:, start]
+            start += 1
+            continue
+        block = bits[:, start : start + card].astype(bool)
+        start += card
+        ones = block.sum(axis=1)
+        # random choice among set bits: argmax of random keys on the set positions
+        keys = np.where(block, rng.random(block.shape), -1.0)
+        chosen = keys.argmax(axis=1)
+        valid = ones == 1
+        empty = ones == 0
+        if empty.any():
+            counts = np.bincount(chosen[valid], minlength=card).astype(float)
+            p = counts / counts.sum() if counts.sum() > 0 else np.full(card, 1.0 / card)
+            chosen[empty] = rng.choice(card, size=int(empty.sum()), p=p)
+        codes[:, j] = chosen
+    return EncodedTable(schema=schema, codes=codes)
+
+
+class PrivateSamplingMethod:
+    name: ClassVar[str] = "private-sampling"
+    params_type: ClassVar[type] = PrivateSamplingMethodParams
+    takes_rows_as: ClassVar[str] = "k"
+
+    def __init__(self, params: PrivateSamplingMethodParams):
+        self.params = params
+
+    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        p = sum(_widths(schema, self.params.compact))
+        L = ps.n_walsh(p, self.params.d)
+        if self.params.m < L:
+            raise ParamError(
+                f"parameter 'm' = {self.params.m} is below the {L} Walsh functions of degree <= "
+                f"{self.params.d} on the {p} one-hot features of schema {schema.name!r}: the reduced space "
+                "can never be well conditioned; raise m or lower d"
+            )
+        # Theorem 12.2 gives pure epsilon-DP: charged by basic composition.
+        return (Charge(stage=STAGE, epsilon=float(budget.epsilon), mechanism="private-sampling",
+                       detail={"theorem": "12.2", "k": self.params.k, "features": p, "walsh_functions": L}),)
+
+    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        X, features = onehot(codes, binary_as_bit=self.params.compact)
+        n, p = X.shape
+        core = self.params.core()
+        epsilon = float(ledger.budget.epsilon)
+        # Raises before anything is drawn when the theorem does not cover k rows.
+        certified = ps.check_release(n, p, core, epsilon)
+        charge = ledger.spend(STAGE)
+        result = ps.private_sample(X, core, rng)
+        bits = pd.DataFrame(result.samples, columns=[f"f{i}" for i in range(p)])
+        meta = {
+            "features": [f"{c}={k}" for c, k in features],
+            "epsilon_theorem": certified,
+            "heuristic": core.heuristic,
+            "certified": certified <= epsilon * (1 + 1e-12),
+            "sigma_min": result.diagnostics.sigma_min,
+            "conditioning_tries": result.diagnostics.conditioning_tries,
+            "walsh_functions": result.diagnostics.n_walsh,
+        }
+        if not meta["certified"]:
+            meta["privacy_statement"] = (
+                f"This release is NOT differentially private at epsilon = {epsilon:g}. It was run in "
+                f"heuristic mode: Theorem 12.2 certifies epsilon = {certified:.4g} for k = {core.k} rows."
+            )
+        return Measurement(method=self.name, params=params_to_dict(self.params), charges=(charge,),
+                           tables={"sample": bits}, meta=meta)
+
+    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        bits = m.tables["sample"].to_numpy(dtype=np.uint8)
+        enc = bits_to_codes(bits, schema, rng, compact=bool(m.params.get("compact", False)))
+        if rows is None or rows == enc.n:
+            return enc
+        pick = rng.integers(0, enc.n, size=rows)
+        return EncodedTable(schema=schema, codes=enc.codes[pick])

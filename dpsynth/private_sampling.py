@@ -1,0 +1,843 @@
+"""Private sampling on the Boolean cube (Boedihardjo, Strohmer & Vershynin).
+
+The mechanism releases ``k`` points drawn i.i.d. from a density ``h*`` that lives on a
+*reduced space* ``S``: ``m`` points drawn uniformly at random from ``{0,1}^p``,
+independently of the data. ``h*`` is built so that its Walsh (Fourier) coefficients of
+degree ``<= d`` -- equivalently all its marginals of dimension ``<= d`` -- equal those of
+the empirical density of the true data ``X``, after just enough shrinkage toward the
+uniform density on ``S`` to keep every value of ``h*`` inside ``[delta/m, Delta/m]``.
+No noise is added: privacy comes from ``h*`` having bounded sensitivity (Theorem 12.2 of
+the paper), so that ``k`` draws from it are ``epsilon``-DP when ``k`` is small enough.
+
+Steps (Algorithm 2 of the paper):
+
+1. ``S``: ``m`` i.i.d. uniform points of the cube (:func:`draw_reduced_space`).
+2. ``M``: the ``m x L`` Walsh matrix of degree ``<= d`` on ``S``, ``L = sum_{j<=d} C(p, j)``
+   (:func:`walsh_matrix`). ``S`` is *well conditioned* when
+   ``sigma_min(M) >= sqrt(m) / (2 e^d)``; otherwise ``S`` is redrawn, at most
+   ``max_tries`` times (:func:`draw_well_conditioned_space`).
+3. ``H``: functions on ``S`` with the same Walsh coefficients up to degree ``d`` as the
+   empirical density ``f_n`` of ``X``.
+4. Shrinkage: the least ``lambda in [0, 1]`` such that ``(1 - lambda) H + lambda u_m``
+   meets the cube ``[2 delta/m, (Delta - delta)/m]^S`` (a linear program,
+   :func:`build_shrinkage_lp` / :func:`solve_shrinkage_lp`).
+5. Selection: ``h*`` is the point of ``(1 - lambda) H + lambda u_m`` inside
+   ``[delta/m, Delta/m]^S`` closest to ``u_m`` in Euclidean norm (a quadratic program,
+   :func:`solve_proximal_qp`).
+6. Release ``k`` i.i.d. draws from ``h*`` (:func:`private_sample`).
+
+Conventions. Points are 0/1 vectors; the parity (Walsh) function of a subset ``A`` of
+coordinates is ``chi_A(x) = (-1)^{sum_{i in A} x_i}`` (``chi_{}`` = 1). The Walsh
+coefficient of a density ``f`` is ``sum_x f(x) chi_A(x)``, i.e. the mean of ``chi_A``
+under ``f``; for the data this is the row mean of the Walsh matrix of ``X``.
+
+What may be published. Only :attr:`SampleResult.samples` is covered by the DP guarantee
+(together with anything computed from public inputs: ``n``, ``p`` and the parameters).
+``h*`` itself is *confidential* -- it is a deterministic function of the data and reveals
+it -- so it never appears in :class:`SampleResult`; it exists only inside
+:class:`PrivateDensity`, which is for in-process use and tests and must never be written
+out. The shrinkage ``lambda``, the solver statuses/residuals and the solve times in
+:class:`SampleDiagnostics` also depend on the data and are *not* covered by the
+guarantee (log them privately, do not publish them). ``sigma_min`` depends only on ``S``,
+which is drawn independently of the data.
+
+Where the formulas come from. The privacy and accuracy calculators use Theorem 12.2
+(privacy) and Theorem 12.4 (accuracy) of the paper as restated in Pierquin, Zimmermann &
+Boussard, "Practical considerations on using private sampling for synthetic data"
+(2023): their Theorems 4.1 / 4.2 and equation (2). ``Delta`` is the density bound of the
+theorem: the data density must satisfy ``f <= Delta / 2^p`` (the practical paper takes
+``Delta = 2^p ||f_n||_inf``). Computing ``Delta`` from the private rows leaks them; in a
+real release ``Delta`` (like every parameter here) must be fixed without looking at the
+data. :func:`empirical_sup_density` exists to reproduce the paper's tables.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PrivateSamplingParams",
+    "SampleDiagnostics",
+    "SampleResult",
+    "PrivateDensity",
+    "ConditioningError",
+    "ReducedSpace",
+    "ShrinkageLP",
+    "LPSolution",
+    "QPSolution",
+    "AccuracyConditions",
+    "n_walsh",
+    "walsh_subsets",
+    "walsh_matrix",
+    "walsh_means",
+    "draw_reduced_space",
+    "conditioning_threshold",
+    "smallest_singular_value",
+    "is_well_conditioned",
+    "draw_well_conditioned_space",
+    "build_shrinkage_lp",
+    "solve_shrinkage_lp",
+    "solve_proximal_qp",
+    "fit_private_density",
+    "private_sample",
+    "privacy_k_bound",
+    "max_k",
+    "epsilon_for_k",
+    "accuracy_conditions",
+    "bounds_report",
+    "check_release",
+    "empirical_sup_density",
+]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def _check_positive(name: str, value: Any) -> float:
+    v = _check_real(name, value)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def _as_boolean_matrix(name: str, X: Any) -> np.ndarray:
+    """Validates a 2-D 0/1 (or bool) matrix and returns it as uint8."""
+    arr = np.asarray(X)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (rows x Boolean columns), got shape {arr.shape}")
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {arr.shape}")
+    if arr.dtype == np.bool_:
+        return arr.astype(np.uint8)
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"{name} must be numeric 0/1 or bool, got dtype {arr.dtype}")
+    if not np.all((arr == 0) | (arr == 1)):
+        raise ValueError(f"{name} must contain only 0 and 1 (one-hot encode categorical columns first)")
+    return arr.astype(np.uint8)
+
+
+def _safe_exp(log_value: float) -> float:
+    """exp that returns inf instead of raising on overflow."""
+    return math.exp(log_value) if log_value < 709.0 else math.inf
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateSamplingParams:
+    """Public parameters of Algorithm 2.
+
+    d:         Walsh degree = largest dimension of the marginals matched (>= 1).
+    m:         size of the reduced space S (>= 1; must be >= C(p, <=d) to ever be well
+               conditioned).
+    delta:     lower density bound: h* >= delta/m on S. Needs 0 < delta <= 1/2 so that
+               the uniform density 1/m lies in the shrinkage cube [2 delta/m, ...].
+    Delta:     upper density bound of the theorem: h* <= Delta/m on S, and the data
+               density is assumed <= Delta/2^p. Needs Delta >= 1 + delta so that 1/m
+               lies in the shrinkage cube [..., (Delta - delta)/m].
+    k:         number of synthetic rows released (>= 1).
+    gamma:     failure probability of the accuracy theorem, 0 < gamma < 1 (used by the
+               accuracy calculator; the theorem is meaningful for gamma < 1/4).
+    max_tries: how many reduced spaces may be drawn before giving up on conditioning.
+    heuristic: when True, releasing more rows than Theorem 12.2 allows for the requested
+               epsilon is permitted (:func:`check_release` does not raise); such a release
+               is NOT certified differentially private.
+    """
+
+    d: int
+    m: int
+    delta: float
+    Delta: float
+    k: int
+    gamma: float
+    max_tries: int
+    heuristic: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("d", self.d, 1)
+        _check_int("m", self.m, 1)
+        _check_int("k", self.k, 1)
+        _check_int("max_tries", self.max_tries, 1)
+        delta = _check_positive("delta", self.delta)
+        if delta > 0.5:
+            raise ValueError(f"delta must be <= 1/2 (the shrinkage cube starts at 2*delta/m <= 1/m), got {delta}")
+        Delta = _check_positive("Delta", self.Delta)
+        if Delta < 1.0 + delta:
+            raise ValueError(
+                f"Delta must be >= 1 + delta = {1.0 + delta} (the shrinkage cube ends at (Delta - delta)/m >= 1/m), "
+                f"got {Delta}"
+            )
+        gamma = _check_real("gamma", self.gamma)
+        if not 0.0 < gamma < 1.0:
+            raise ValueError(f"gamma must be in (0, 1), got {gamma}")
+        if not isinstance(self.heuristic, bool):
+            raise ValueError(f"heuristic must be a bool, got {self.heuristic!r}")
+
+
+# --------------------------------------------------------------------------- Walsh basis
+
+
+def n_walsh(p: int, d: int) -> int:
+    """L = C(p, <= d) = number of parity functions of degree at most d on p bits."""
+    p = _check_int("p", p, 1)
+    d = _check_int("d", d, 0)
+    return sum(math.comb(p, j) for j in range(min(d, p) + 1))
+
+
+def walsh_subsets(p: int, d: int) -> list[tuple[int, ...]]:
+    """The subsets A (|A| <= d) indexing the columns of :func:`walsh_matrix`, in order:
+    the empty set, then the singletons, then the pairs, ... (lexicographic within a degree)."""
+    p = _check_int("p", p, 1)
+    d = _check_int("d", d, 0)
+    out: list[tuple[int, ...]] = [()]
+    for j in range(1, min(d, p) + 1):
+        out.extend(combinations(range(p), j))
+    return out
+
+
+def _subset_index_arrays(p: int, d: int) -> list[np.ndarray]:
+    """For each degree j = 1..d an array (C(p, j) x j) of the subsets' coordinates."""
+    return [
+        np.fromiter((i for c in combinations(range(p), j) for i in c), dtype=np.intp).reshape(-1, j)
+        for j in range(1, min(d, p) + 1)
+    ]
+
+
+def walsh_matrix(points: Any, d: int, dtype: Any = np.float64) -> np.ndarray:
+    """Walsh matrix of degree <= d: rows = points, columns = chi_A for A in walsh_subsets.
+
+    Built column block by column block: the +-1 "sign" matrix s = 1 - 2x is computed once
+    and the degree-j block is the elementwise product of j gathered copies of it, so the
+    only Python loops run over the degree and the subset size, never over points.
+    """
+    x = _as_boolean_matrix("points", points)
+    d = _check_int("d", d, 0)
+    signs = (1 - 2 * x.astype(np.int8)).astype(np.int8)  # 0 -> +1, 1 -> -1
+    blocks = [np.ones((x.shape[0], 1), dtype=np.int8)]
+    for idx in _subset_index_arrays(x.shape[1], d):
+        block = signs[:, idx[:, 0]]
+        for j in range(1, idx.shape[1]):
+            block = block * signs[:, idx[:, j]]
+        blocks.append(block)
+    return np.hstack(blocks).astype(dtype, copy=False)
+
+
+def walsh_means(X: Any, d: int, chunk_rows: int = 4096) -> np.ndarray:
+    """Walsh coefficients of the empirical density of X: mean of each chi_A over the rows.
+
+    Entry 0 (the empty set) is 1. Computed in row chunks to bound memory.
+    """
+    x = _as_boolean_matrix("X", X)
+    chunk_rows = _check_int("chunk_rows", chunk_rows, 1)
+    total = np.zeros(n_walsh(x.shape[1], d), dtype=np.int64)
+    for start in range(0, x.shape[0], chunk_rows):
+        total += walsh_matrix(x[start : start + chunk_rows], d, dtype=np.int8).sum(axis=0, dtype=np.int64)
+    return total / x.shape[0]
+
+
+# --------------------------------------------------------------------------- reduced space
+
+
+def draw_reduced_space(p: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """m i.i.d. uniform points of {0,1}^p (independent bits; repetitions are possible).
+
+    Never enumerates the 2^p codes, so p may be in the hundreds.
+    """
+    p = _check_int("p", p, 1)
+    m = _check_int("m", m, 1)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng.integers(0, 2, size=(m, p), dtype=np.uint8)
+
+
+def conditioning_threshold(m: int, d: int) -> float:
+    """sqrt(m) / (2 e^d): the smallest admissible singular value of the Walsh matrix."""
+    return math.sqrt(m) / (2.0 * math.exp(d))
+
+
+def smallest_singular_value(W: np.ndarray) -> float:
+    """sigma_min of an (m x L) matrix; 0 when m < L (rank deficient by shape).
+
+    Uses the eigenvalues of the L x L Gram matrix: the absolute error is about
+    1e-16 * ||W||^2 <= 1e-16 m L, negligible against the threshold m / (4 e^{2d}).
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.ndim != 2:
+        raise ValueError(f"W must be 2-D, got shape {W.shape}")
+    m, L = W.shape
+    if m < L:
+        return 0.0
+    gram = W.T @ W
+    lam_min = float(np.linalg.eigvalsh(gram)[0])
+    return math.sqrt(max(lam_min, 0.0))
+
+
+def is_well_conditioned(W: np.ndarray, d: int) -> tuple[bool, float, float]:
+    """(ok, sigma_min, threshold) for the Walsh matrix W of a reduced space."""
+    sigma = smallest_singular_value(W)
+    thr = conditioning_threshold(W.shape[0], d)
+    return sigma >= thr, sigma, thr
+
+
+class ConditioningError(RuntimeError):
+    """No well-conditioned reduced space was found within max_tries draws."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReducedSpace:
+    """A well-conditioned reduced space (data independent, hence public)."""
+
+    points: np.ndarray  # (m x p) uint8
+    walsh: np.ndarray  # (m x L) float64
+    sigma_min: float
+    threshold: float
+    tries: int
+
+
+def draw_well_conditioned_space(p: int, d: int, m: int, rng: np.random.Generator, max_tries: int) -> ReducedSpace:
+    """Draws reduced spaces until sigma_min(M) >= sqrt(m)/(2 e^d), at most max_tries times."""
+    max_tries = _check_int("max_tries", max_tries, 1)
+    L = n_walsh(p, d)
+    best = 0.0
+    for attempt in range(1, max_tries + 1):
+        pts = draw_reduced_space(p, m, rng)
+        W = walsh_matrix(pts, d)
+        ok, sigma, thr = is_well_conditioned(W, d)
+        best = max(best, sigma)
+        if ok:
+            for arr in (pts, W):
+                arr.setflags(write=False)
+            return ReducedSpace(points=pts, walsh=W, sigma_min=sigma, threshold=thr, tries=attempt)
+    hint = (
+        f"m = {m} is smaller than the number of Walsh functions L = C({p}, <={d}) = {L}, so sigma_min is 0; "
+        f"take m >= {L} (much larger in practice)"
+        if m < L
+        else "increase m or max_tries"
+    )
+    raise ConditioningError(
+        f"no well-conditioned reduced space in {max_tries} draws: the best sigma_min was {best:.4g} < "
+        f"sqrt(m)/(2 e^d) = {conditioning_threshold(m, d):.4g}; {hint}"
+    )
+
+
+# --------------------------------------------------------------------------- shrinkage LP
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShrinkageLP:
+    """Step 4 in the paper's normalised form, variables z = (lambda, h_1, ..., h_m):
+
+        minimise    lambda
+        subject to  M^T h - lambda (c_S - c_X) = c_X        (L rows)
+                    2 delta/m <= h_i <= (Delta - delta)/m,   0 <= lambda <= 1
+
+    where c_X = (1/n) M_X^T 1_n are the Walsh coefficients of the data and
+    c_S = (1/m) M^T 1_m those of the uniform density u_m on S. This is the practical
+    paper's system (W_S B - (1/m) W_S A_m + (1/n) W_X A_n) z = (1/n) W_X 1_n. The row of
+    the empty set is the sum-to-one constraint sum_i h_i = 1 (its lambda coefficient is
+    c_S[0] - c_X[0] = 0).
+    """
+
+    A_eq: np.ndarray  # (L x (m+1))
+    b_eq: np.ndarray  # (L,)
+    lower: np.ndarray  # (m+1,)
+    upper: np.ndarray  # (m+1,)
+    cost: np.ndarray  # (m+1,) = e_0
+    c_X: np.ndarray
+    c_S: np.ndarray
+
+
+def build_shrinkage_lp(W_S: np.ndarray, c_X: np.ndarray, delta: float, Delta: float) -> ShrinkageLP:
+    """Assembles the LP of step 4 (see :class:`ShrinkageLP`) from the Walsh matrix of S."""
+    W_S = np.asarray(W_S, dtype=np.float64)
+    c_X = np.asarray(c_X, dtype=np.float64)
+    m, L = W_S.shape
+    if c_X.shape != (L,):
+        raise ValueError(f"c_X must have shape ({L},), got {c_X.shape}")
+    if not np.allclose(W_S[:, 0], 1.0) or abs(c_X[0] - 1.0) > 1e-12:
+        raise ValueError("the first Walsh column must be the constant function (empty subset)")
+    c_S = W_S.mean(axis=0)
+    A = np.empty((L, m + 1))
+    A[:, 0] = -(c_S - c_X)
+    A[:, 1:] = W_S.T
+    lower = np.full(m + 1, 2.0 * delta / m)
+    upper = np.full(m + 1, (Delta - delta) / m)
+    lower[0], upper[0] = 0.0, 1.0
+    cost = np.zeros(m + 1)
+    cost[0] = 1.0
+    return ShrinkageLP(A_eq=A, b_eq=c_X.copy(), lower=lower, upper=upper, cost=cost, c_X=c_X, c_S=c_S)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LPSolution:
+    lam: float
+    status: str
+    seconds: float
+    residual: float  # max |A z - b| in the paper's units
+
+
+def _solve_lp_scaled(lp: ShrinkageLP, solver: str | None) -> tuple[np.ndarray, str]:
+    """Solves the LP with h = g/m (g ~ 1) so that the bounds delta/m are not lost below
+    the solver's absolute tolerances when m is large and delta is small.
+
+    With HiGHS the box is passed as column bounds, presolve is off (its dependent-equation
+    search on the dense L x m matrix cost more than the solve) and the interior-point
+    method runs without crossover: only lambda is used, and the IPM's time was the most
+    predictable (about 25 iterations of O(m L^2); cold-start simplex times varied 10x
+    between instances of the same size)."""
+    import cvxpy as cp
+
+    m = lp.A_eq.shape[1] - 1
+    chosen = solver or ("HIGHS" if "HIGHS" in cp.installed_solvers() else "CLARABEL")
+    lam = cp.Variable(bounds=[float(lp.lower[0]), float(lp.upper[0])])
+    g = cp.Variable(m, bounds=[lp.lower[1:] * m, lp.upper[1:] * m])
+    A_h = lp.A_eq[:, 1:] / m
+    prob = cp.Problem(cp.Minimize(lam), [A_h @ g + lp.A_eq[:, 0] * lam == lp.b_eq])
+    if chosen == "HIGHS":
+        prob.solve(solver=chosen, highs_options={"presolve": "off", "solver": "ipm", "run_crossover": "off"})
+    else:
+        prob.solve(solver=chosen)
+    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or lam.value is None:
+        raise RuntimeError(f"shrinkage LP failed with status {prob.status!r} ({chosen})")
+    z = np.concatenate([[float(lam.value)], np.asarray(g.value, dtype=np.float64) / m])
+    return z, f"{prob.status} ({chosen})"
+
+
+def solve_shrinkage_lp(lp: ShrinkageLP, solver: str | None = None) -> tuple[LPSolution, np.ndarray]:
+    """Minimal lambda of step 4. Returns the solution summary and z = (lambda, h~).
+
+    The LP is always feasible (lambda = 1, h = u_m satisfies it because
+    2 delta <= 1 <= Delta - delta), so a non-optimal status is a solver failure.
+    """
+    t0 = time.perf_counter()
+    z, status = _solve_lp_scaled(lp, solver)
+    seconds = time.perf_counter() - t0
+    # clip to [0, 1]; values below 1e-12 are solver noise around lambda = 0 (+ 0.0 drops -0.0)
+    z[0] = (0.0 if z[0] < 1e-12 else min(z[0], 1.0)) + 0.0
+    residual = float(np.max(np.abs(lp.A_eq @ z - lp.b_eq)))
+    return LPSolution(lam=float(z[0]), status=status, seconds=seconds, residual=residual), z
+
+
+# --------------------------------------------------------------------------- proximal QP
+
+
+@dataclass(frozen=True, kw_only=True)
+class QPSolution:
+    status: str
+    seconds: float
+    residual: float  # max |M^T h - target|
+    min_ratio: float  # min m h_i (>= delta up to tolerance)
+    max_ratio: float  # max m h_i (<= Delta up to tolerance)
+
+
+def solve_proximal_qp(
+    W_S: np.ndarray, c_X: np.ndarray, lam: float, delta: float, Delta: float
+) -> tuple[QPSolution, np.ndarray]:
+    """Step 5: h* = argmin ||h - u_m||_2 over h on S with
+
+        M^T h = (1 - lambda) c_X + lambda c_S     and     delta/m <= h_i <= Delta/m.
+
+    Solved by CLARABEL in the scaled variable g = m h (objective ||g - 1||^2, which is
+    m^2 ||h - u_m||^2 and has the same minimiser). Returns the summary and h* (confidential).
+    """
+    import cvxpy as cp
+
+    W_S = np.asarray(W_S, dtype=np.float64)
+    c_X = np.asarray(c_X, dtype=np.float64)
+    m, L = W_S.shape
+    if c_X.shape != (L,):
+        raise ValueError(f"c_X must have shape ({L},), got {c_X.shape}")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    c_S = W_S.mean(axis=0)
+    target = (1.0 - lam) * c_X + lam * c_S
+    t0 = time.perf_counter()
+    g = cp.Variable(m)
+    cons = [(W_S.T / m) @ g == target, g >= delta, g <= Delta]
+    # ||g - 1||^2 = ||g||^2 - 2 sum(g) + m; written without the constant so that cvxpy
+    # hands CLARABEL P = 2I on g itself instead of adding m auxiliary variables (2x faster)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(g) - 2.0 * cp.sum(g)), cons)
+    prob.solve(solver="CLARABEL")
+    seconds = time.perf_counter() - t0
+    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or g.value is None:
+        raise RuntimeError(f"proximal QP failed with status {prob.status!r} (CLARABEL)")
+    gv = np.asarray(g.value, dtype=np.float64)
+    h = gv / m
+    residual = float(np.max(np.abs(W_S.T @ h - target)))
+    sol = QPSolution(
+        status=f"{prob.status} (CLARABEL)",
+        seconds=seconds,
+        residual=residual,
+        min_ratio=float(gv.min()),
+        max_ratio=float(gv.max()),
+    )
+    return sol, h
+
+
+# --------------------------------------------------------------------------- the mechanism
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleDiagnostics:
+    """How the run went. Everything except sigma_min/threshold/tries/L and
+    epsilon_theorem depends on the private data and is NOT covered by the DP guarantee:
+    keep it in private logs, do not publish it."""
+
+    lam: float
+    sigma_min: float
+    sigma_threshold: float
+    conditioning_tries: int
+    n_walsh: int
+    lp_status: str
+    qp_status: str
+    lp_residual: float
+    qp_residual: float
+    walsh_seconds: float
+    conditioning_seconds: float
+    lp_seconds: float
+    qp_seconds: float
+    total_seconds: float
+    epsilon_theorem: float  # epsilon Theorem 12.2 certifies for (n, p, params), public
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleResult:
+    """Output of :func:`private_sample`.
+
+    samples: (k x p) uint8 -- the release covered by the DP guarantee.
+    diagnostics: data-dependent run information, not publishable (see SampleDiagnostics).
+    The private density h* is deliberately absent.
+    """
+
+    samples: np.ndarray
+    diagnostics: SampleDiagnostics
+    heuristic: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateDensity:
+    """CONFIDENTIAL: h* and the reduced space it lives on.
+
+    ``h_star_confidential`` is a deterministic function of the private data; it must never
+    be published, logged or written to disk. Only draws from it (k of them, within the
+    theorem's bound) are differentially private.
+    """
+
+    reduced_space: np.ndarray  # (m x p) uint8, public (data independent)
+    h_star_confidential: np.ndarray = field(repr=False)  # (m,), sums to 1
+    diagnostics: SampleDiagnostics
+
+
+def fit_private_density(
+    X: Any, params: PrivateSamplingParams, rng: np.random.Generator, *, lp_solver: str | None = None
+) -> PrivateDensity:
+    """Steps 1-5 of Algorithm 2: returns the CONFIDENTIAL density h* on a reduced space."""
+    if not isinstance(params, PrivateSamplingParams):
+        raise ValueError("params must be a PrivateSamplingParams")
+    t_start = time.perf_counter()
+    x = _as_boolean_matrix("X", X)
+    n, p = x.shape
+    t0 = time.perf_counter()
+    c_X = walsh_means(x, params.d)
+    walsh_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    space = draw_well_conditioned_space(p, params.d, params.m, rng, params.max_tries)
+    conditioning_seconds = time.perf_counter() - t0
+    lp = build_shrinkage_lp(space.walsh, c_X, params.delta, params.Delta)
+    lp_sol, _ = solve_shrinkage_lp(lp, solver=lp_solver)
+    qp_sol, h = solve_proximal_qp(space.walsh, c_X, lp_sol.lam, params.delta, params.Delta)
+    # Solver noise may leave values a hair outside the box or the sum a hair off 1;
+    # h >= delta/m > 0 holds up to tolerance, so clipping at 0 and renormalising only
+    # removes that noise.
+    h = np.clip(h, 0.0, None)
+    h = h / h.sum()
+    h.setflags(write=False)
+    diag = SampleDiagnostics(
+        lam=lp_sol.lam,
+        sigma_min=space.sigma_min,
+        sigma_threshold=space.threshold,
+        conditioning_tries=space.tries,
+        n_walsh=space.walsh.shape[1],
+        lp_status=lp_sol.status,
+        qp_status=qp_sol.status,
+        lp_residual=lp_sol.residual,
+        qp_residual=qp_sol.residual,
+        walsh_seconds=walsh_seconds,
+        conditioning_seconds=conditioning_seconds,
+        lp_seconds=lp_sol.seconds,
+        qp_seconds=qp_sol.seconds,
+        total_seconds=time.perf_counter() - t_start,
+        epsilon_theorem=epsilon_for_k(n, p, params.d, params.m, params.delta, params.Delta, params.k),
+    )
+    return PrivateDensity(reduced_space=space.points, h_star_confidential=h, diagnostics=diag)
+
+
+def private_sample(
+    X: Any,
+    params: PrivateSamplingParams,
+    rng: np.random.Generator,
+    *,
+    epsilon: float | None = None,
+    lp_solver: str | None = None,
+) -> SampleResult:
+    """Algorithm 2: k i.i.d. draws from h* as a (k x p) 0/1 uint8 array.
+
+    X is the private (n x p) 0/1 matrix. When ``epsilon`` is given, :func:`check_release`
+    is applied first (raising if Theorem 12.2 does not cover k rows at that epsilon, unless
+    params.heuristic). The result's ``samples`` are the releasable output; its diagnostics
+    are not (see :class:`SampleDiagnostics`).
+    """
+    x = _as_boolean_matrix("X", X)
+    if epsilon is not None:
+        check_release(x.shape[0], x.shape[1], params, epsilon)
+    t0 = time.perf_counter()
+    dens = fit_private_density(x, params, rng, lp_solver=lp_solver)
+    idx = rng.choice(dens.reduced_space.shape[0], size=params.k, replace=True, p=dens.h_star_confidential)
+    samples = dens.reduced_space[idx].copy()
+    samples.setflags(write=False)
+    diag = dens.diagnostics
+    diag = SampleDiagnostics(**{**diag.to_dict(), "total_seconds": time.perf_counter() - t0})
+    return SampleResult(samples=samples, diagnostics=diag, heuristic=params.heuristic)
+
+
+# --------------------------------------------------------------------------- calculators
+
+
+def _check_common(n: Any, p: Any, d: Any, m: Any, delta: Any, Delta: Any) -> tuple[int, int, int, int, float, float]:
+    return (
+        _check_int("n", n, 1),
+        _check_int("p", p, 1),
+        _check_int("d", d, 1),
+        _check_int("m", m, 1),
+        _check_positive("delta", delta),
+        _check_positive("Delta", Delta),
+    )
+
+
+def _log_k_bound(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> float:
+    n, p, d, m, delta, Delta = _check_common(n, p, d, m, delta, Delta)
+    epsilon = _check_positive("epsilon", epsilon)
+    return (
+        math.log(epsilon)
+        - math.log(4.0 * math.sqrt(2.0))
+        + 1.5 * (math.log(delta) - math.log(Delta))
+        - d / 2.0
+        - 0.25 * math.log(n_walsh(p, d))
+        + 0.5 * math.log(n)
+        - 0.75 * math.log(m)
+    )
+
+
+def privacy_k_bound(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> float:
+    """Right-hand side of Theorem 12.2 (practical paper, Theorem 4.1):
+
+        k <= 1/(4 sqrt 2) * epsilon * (delta/Delta)^{3/2} * e^{-d/2} * L^{-1/4} * sqrt(n) / m^{3/4}
+
+    with L = C(p, <= d). Computed in logs (p, n and Delta may be huge)."""
+    return _safe_exp(_log_k_bound(n, p, d, m, delta, Delta, epsilon))
+
+
+def max_k(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> int:
+    """Largest k for which Algorithm 2 is epsilon-DP by Theorem 12.2 (0 = no release)."""
+    bound = privacy_k_bound(n, p, d, m, delta, Delta, epsilon)
+    if not math.isfinite(bound):
+        raise ValueError("the Theorem 12.2 bound on k overflows a float; check n, m and epsilon")
+    return int(math.floor(bound * (1.0 + 1e-12)))
+
+
+def epsilon_for_k(n: int, p: int, d: int, m: int, delta: float, Delta: float, k: int) -> float:
+    """Smallest epsilon for which Theorem 12.2 certifies releasing k rows (linear in k;
+    inf when it overflows a float)."""
+    k = _check_int("k", k, 1)
+    return _safe_exp(math.log(k) - _log_k_bound(n, p, d, m, delta, Delta, 1.0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccuracyConditions:
+    """Sufficient conditions of Theorem 12.4 (practical paper, Theorem 4.2 and eq. (2)):
+
+        n >= n_min = 16 delta^-2 gamma^-1 e^{2d} L
+        m_min = 16 delta^-2 gamma^-1 Delta^2 e^{2d} L  <=  m  <=  m_max = 2^{p/4}
+        k >= k_min = 4 delta^-2 (log(2/gamma) + log L)
+        data density <= Delta / 2^p
+
+    Under them, with probability >= 1 - 4 gamma - 2^{-p/2}, the algorithm succeeds and
+    every marginal of dimension <= d of the k synthetic rows is within 4 delta of the
+    data's."""
+
+    n_walsh: int
+    n_min: float
+    m_min: float
+    m_max: float
+    k_min: float
+    accuracy: float  # 4 delta
+    success_probability: float  # 1 - 4 gamma - 2^{-p/2} (may be <= 0: vacuous)
+    m_range_nonempty: bool
+    n_ok: bool
+    m_ok: bool
+    k_ok: bool | None  # None when k was not given
+    all_ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def accuracy_conditions(
+    n: int, p: int, d: int, m: int, delta: float, Delta: float, gamma: float, k: int | None = None
+) -> AccuracyConditions:
+    """Evaluates the conditions of Theorem 12.4 (see :class:`AccuracyConditions`)."""
+    n, p, d, m, delta, Delta = _check_common(n, p, d, m, delta, Delta)
+    gamma = _check_real("gamma", gamma)
+    if not 0.0 < gamma < 1.0:
+        raise ValueError(f"gamma must be in (0, 1), got {gamma}")
+    if k is not None:
+        k = _check_int("k", k, 1)
+    L = n_walsh(p, d)
+    log_base = math.log(16.0) - 2.0 * math.log(delta) - math.log(gamma) + 2.0 * d + math.log(L)
+    n_min = _safe_exp(log_base)
+    m_min = _safe_exp(log_base + 2.0 * math.log(Delta))
+    m_max = _safe_exp(p / 4.0 * math.log(2.0))
+    k_min = 4.0 / delta**2 * (math.log(2.0 / gamma) + math.log(L))
+    n_ok = n >= n_min
+    m_ok = m_min <= m <= m_max
+    k_ok = None if k is None else k >= k_min
+    return AccuracyConditions(
+        n_walsh=L,
+        n_min=n_min,
+        m_min=m_min,
+        m_max=m_max,
+        k_min=k_min,
+        accuracy=4.0 * delta,
+        success_probability=1.0 - 4.0 * gamma - _safe_exp(-p / 2.0 * math.log(2.0)),
+        m_range_nonempty=m_min <= m_max,
+        n_ok=n_ok,
+        m_ok=m_ok,
+        k_ok=k_ok,
+        all_ok=n_ok and m_ok and (k_ok is not False),
+    )
+
+
+def _json_number(x: float) -> float | str:
+    """Infinity is not JSON: report it as a string."""
+    return x if math.isfinite(x) else "inf"
+
+
+def bounds_report(
+    *,
+    n: int,
+    p: int,
+    d: int,
+    m: int,
+    delta: float,
+    Delta: float,
+    gamma: float,
+    epsilon: float,
+    k: int | None = None,
+) -> dict[str, Any]:
+    """JSON-ready summary of what Theorems 12.2 and 12.4 say for these numbers
+    (for ``dpsynth bounds``). Everything is computed from public quantities."""
+    k_bound = privacy_k_bound(n, p, d, m, delta, Delta, epsilon)
+    acc = accuracy_conditions(n, p, d, m, delta, Delta, gamma, k)
+    privacy: dict[str, Any] = {
+        "theorem": "12.2",
+        "k_bound": _json_number(k_bound),
+        "max_k": max_k(n, p, d, m, delta, Delta, epsilon) if math.isfinite(k_bound) else "inf",
+        "epsilon_per_row": _json_number(epsilon_for_k(n, p, d, m, delta, Delta, 1)),
+    }
+    if k is not None:
+        privacy["k"] = k
+        privacy["epsilon_for_k"] = _json_number(epsilon_for_k(n, p, d, m, delta, Delta, k))
+        privacy["holds"] = k <= k_bound * (1.0 + 1e-12)
+    accuracy = {key: (_json_number(v) if isinstance(v, float) else v) for key, v in acc.to_dict().items()}
+    accuracy["theorem"] = "12.4"
+    notes = []
+    if not (2.0 * delta <= 1.0 <= Delta - delta):
+        notes.append("the algorithm needs 2*delta <= 1 <= Delta - delta; these delta/Delta cannot be run")
+    if not acc.m_range_nonempty:
+        notes.append("m_min > m_max: no m satisfies the accuracy theorem for these p, delta, Delta, gamma")
+    if acc.success_probability <= 0:
+        notes.append("1 - 4*gamma - 2^(-p/2) <= 0: the accuracy guarantee is vacuous")
+    if m < acc.n_walsh:
+        notes.append(f"m < L = {acc.n_walsh}: the reduced space can never be well conditioned")
+    return {
+        "inputs": {
+            "n": n,
+            "p": p,
+            "d": d,
+            "m": m,
+            "delta": delta,
+            "Delta": Delta,
+            "gamma": gamma,
+            "epsilon": epsilon,
+            "k": k,
+        },
+        "n_walsh": acc.n_walsh,
+        # the headline numbers, also at the top level for scripts
+        "max_k": privacy["max_k"],
+        "m_min": accuracy["m_min"],
+        "m_max": accuracy["m_max"],
+        "n_min": accuracy["n_min"],
+        "k_min": accuracy["k_min"],
+        **({"holds": privacy["holds"]} if k is not None else {}),
+        "privacy": privacy,
+        "accuracy": accuracy,
+        "notes": notes,
+    }
+
+
+def check_release(n: int, p: int, params: PrivateSamplingParams, epsilon: float) -> float:
+    """Checks that Theorem 12.2 certifies releasing params.k rows from n rows of p bits at
+    ``epsilon``. Raises ValueError (stating the largest k allowed) when it does not, unless
+    params.heuristic is True. Returns the epsilon the theorem certifies for params.k
+    (which exceeds ``epsilon`` in heuristic mode when the check would have failed)."""
+    if not isinstance(params, PrivateSamplingParams):
+        raise ValueError("params must be a PrivateSamplingParams")
+    eps_k = epsilon_for_k(n, p, params.d, params.m, params.delta, params.Delta, params.k)
+    allowed = max_k(n, p, params.d, params.m, params.delta, params.Delta, epsilon)
+    if params.k > allowed and not params.heuristic:
+        bound = privacy_k_bound(n, p, params.d, params.m, params.delta, params.Delta, epsilon)
+        raise ValueError(
+            f"k = {params.k} rows are not covered at epsilon = {epsilon:g}: Theorem 12.2 allows at most "
+            f"k = {allowed} (bound {bound:.3g}) for n = {n}, p = {p}, d = {params.d}, m = {params.m}, "
+            f"delta = {params.delta:g}, Delta = {params.Delta:g}; releasing k = {params.k} rows needs "
+            f"epsilon >= {eps_k:.4g}. Lower k, raise epsilon, or set heuristic=True (not certified DP)."
+        )
+    return eps_k
+
+
+def empirical_sup_density(X: Any) -> float:
+    """||f_n||_inf: the largest fraction of rows equal to one point of the cube.
+
+    This reads the private rows; use it to reproduce published tables, not to set Delta
+    for a release (Delta = 2^p ||f_n||_inf computed this way is not private)."""
+    x = _as_boolean_matrix("X", X)
+    _, counts = np.unique(x, axis=0, return_counts=True)
+    return float(counts.max()) / x.shape[0]
