@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
+__all__ = ["fsync_path", "publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
 
 MANIFEST = "manifest.json"
 _PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great_expectations", "cvxpy")
@@ -47,7 +47,7 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -95,7 +95,7 @@ def publish_release(
             copied.append(rel)
         hashes = {}
         for rel in sorted(copied):
-            _fsync_path(tmp / rel)
+            fsync_path(tmp / rel)
             hashes[rel] = sha256_file(tmp / rel)
         full["files"] = hashes
         timings = dict(full.get("timings", {}))
@@ -106,12 +106,12 @@ def publish_release(
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a release is for readers
-        _fsync_path(tmp)
+        fsync_path(tmp)
         _before_rename(tmp)
         if target.exists():
             raise PublishError(f"release {target} already exists: releases are never overwritten")
         os.rename(tmp, target)
-        _fsync_path(out)
+        fsync_path(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

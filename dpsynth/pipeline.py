@@ -29,15 +29,16 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from .bundle import publish_release
+from .bundle import fsync_path, publish_release
 from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
 from .methods import METHODS, get_method, params_to_dict
 from .methods.base import Measurement, Method, ParamError
@@ -253,13 +254,9 @@ def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".measurement-"))
-    m.save(tmp)
-    (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
-    (tmp / COMPLETE).write_text("")
-    _fsync_tree(tmp)
-    os.rename(tmp, folder)
+    with _complete_folder(folder) as tmp:
+        m.save(tmp)
+        (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
     return folder
 
 
@@ -273,16 +270,11 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
     synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
     if plan.options.get("correct_marginals"):
         synth = correct_to_measurement(synth, m, stage_rng(plan.seed, "correct"))
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".synthetic-"))
-    synth.to_parquet(tmp / "synthetic-codes.parquet")
-    table = decode(synth, stage_rng(plan.seed, "decode"))
-    table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
-    write_csv(table, plan.schema, tmp / "synthetic.csv")
-    (tmp / COMPLETE).write_text("")
-    _fsync_tree(tmp)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.rename(tmp, folder)
+    with _complete_folder(folder) as tmp:
+        synth.to_parquet(tmp / "synthetic-codes.parquet")
+        table = decode(synth, stage_rng(plan.seed, "decode"))
+        table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
+        write_csv(table, plan.schema, tmp / "synthetic.csv")
     return folder
 
 
@@ -429,16 +421,24 @@ def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
     return {"differentially_private": True}
 
 
-def _fsync_tree(folder: Path) -> None:
-    for p in folder.iterdir():
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-    fd = os.open(folder, os.O_RDONLY)
+@contextmanager
+def _complete_folder(folder: Path) -> Iterator[Path]:
+    """Fills a temporary sibling of ``folder``, marks it complete, flushes it to disk and
+    renames it into place: a crash leaves either nothing or a complete folder."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        yield tmp
+        (tmp / COMPLETE).write_text("")
+        for p in tmp.iterdir():
+            fsync_path(p)
+        fsync_path(tmp)
+        if folder.exists():  # an incomplete leftover (no COMPLETE marker)
+            shutil.rmtree(folder)
+        os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def run_release(config: ReleaseConfig) -> Path:
