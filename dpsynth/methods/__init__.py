@@ -7,11 +7,13 @@ from typing import Any, Mapping
 from .base import Measurement, Method, ParamError, parse_params, params_to_dict
 from .marginals import MarginalsMethod
 from .private_sampling import PrivateSamplingMethod
+from .sds import SdsMethod
 
 __all__ = ["METHODS", "Measurement", "Method", "ParamError", "get_method", "params_to_dict"]
 
 # name -> class with ``params_type`` and ``__init__(params)``
-METHODS: dict[str, Any] = {MarginalsMethod.name: MarginalsMethod, PrivateSamplingMethod.name: PrivateSamplingMethod}
+METHODS: dict[str, Any] = {MarginalsMethod.name: MarginalsMethod, SdsMethod.name: SdsMethod,
+                           PrivateSamplingMethod.name: PrivateSamplingMethod}
 
 
 def get_method(name: str, params: Mapping[str, Any] | None = None) -> Method:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,7 @@ class Method(Protocol):
 def _convert(name: str, text: str, typ: Any) -> Any:
     origin = typing.get_origin(typ)
     args = typing.get_args(typ)
-    if origin is typing.Union or str(origin) == "types.UnionType":
+    if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in args if a is not type(None)]
         if text.lower() in ("none", "null", ""):
             return None
