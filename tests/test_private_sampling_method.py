@@ -59,15 +59,16 @@ def test_parameters_are_checked_before_anything_runs(tmp_path, tiny):
         pipeline.run_release(_config(tmp_path, tiny, rows=None))
 
 
-def test_heuristic_release_says_it_is_not_private(tmp_path, tiny):
-    folder = pipeline.run_release(_config(tmp_path, tiny, params={"m": "256", "Delta": "4", "heuristic": "true", "compact": "true"}))
+def test_heuristic_release_says_it_is_not_private(tmp_path, tiny, seed_file):
+    folder = pipeline.run_release(_config(tmp_path, tiny, seed_file=seed_file,
+                                          params={"m": "256", "Delta": "4", "heuristic": "true", "compact": "true"}))
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["privacy"]["differentially_private"] is False
     assert "NOT differentially private" in manifest["privacy"]["statement"]
     df = pd.read_csv(folder / "synthetic.csv", dtype=str)
     assert len(df) == 2000 and set(df["c"]) <= {"x", "y", "z"}
-    # the correlation a -> b survives (heuristic mode, k large)
-    assert (df["a"] == df["b"]).mean() > 0.65
+    # the correlation a -> b (80% agreement in the data, 50% if independent) survives
+    assert (df["a"] == df["b"]).mean() > 0.6
     assert "sample" in json.loads((folder / "measurement.json").read_text())["tables"]
 
 

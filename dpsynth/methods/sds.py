@@ -180,6 +180,7 @@ class SdsParams:
     synthesis: Literal["complete", "strict"] = "complete"
     use_synthetic_counts: bool = False
     weight_selection_percentile: float = 95.0
+    rake_one_way: bool = True
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -675,6 +676,28 @@ def tables_from_frame(df: pd.DataFrame, schema: Schema, reporting_length: int) -
         tab[tuple(codes[rows, j] for j in combo)] = counts[rows]
         levels[len(combo) - 1][combo] = tab
     return levels
+
+
+def _rake_to_one_way(raw: np.ndarray, m: Measurement, schema: Schema, rng: np.random.Generator) -> np.ndarray:
+    """Complete mode's last step: reweight the records so that each column matches the
+    published DP 1-way marginal (raking), resample as many, and shuffle.
+
+    The complete sampler reconciles the 1-way counts with the noisier 2- and 3-way
+    tables and gives suppressed values a share of their column's deficit, so its 1-way
+    marginals drift from the 1-way statistic the release publishes (by up to ~0.02 TVD
+    on NIST national2019), which the validation gate rightly flags. The 1-way counts are
+    the least noisy statistic relative to their size; matching them exactly makes the
+    synthetic table agree with its own published measurement and lowered the mean 1-, 2-
+    and 3-way TVD against the real data in our benchmarks. Post-processing only.
+    """
+    from ..postprocess import rake, resample
+
+    targets = {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns) if (c.name,) in m.marginals}
+    if not targets:
+        return raw
+    weights = rake(raw.astype(np.int64), targets)
+    out = resample(raw, weights, raw.shape[0], rng)
+    return out[rng.permutation(out.shape[0])]
 
 
 # --- synthesis: strict (the paper's sampler, batched) --------------------------------------
@@ -1246,5 +1269,7 @@ class SdsMethod:
             th = m.meta.get("thresholds") or [None]
             model = _Model(levels, schema, int(m.meta["records"]), m.meta.get("noise_sd", [0.0] * R), th[0])
             raw = _sample_complete(model, n, self.params, rng)
+            if self.params.rake_one_way and n > 0:
+                raw = _rake_to_one_way(raw, m, schema, rng)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)
