@@ -37,6 +37,24 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def code_version() -> str:
+    """dpsynth's version, plus the git commit when running from a checkout."""
+    from . import __version__
+
+    root = Path(__file__).resolve().parents[1]
+    if (root / ".git").exists():
+        import subprocess
+
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                                    capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+        if commit:
+            return f"{__version__}+g{commit}"
+    return __version__
+
+
 def package_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in _PACKAGES:
@@ -90,6 +108,7 @@ def publish_release(
                 copied.append(rel)
         full = dict(manifest)
         full["versions"] = package_versions()
+        full["code_version"] = code_version()
         for rel, render in (extra or {}).items():
             (tmp / rel).write_text(render(full), encoding="utf-8")
             copied.append(rel)

@@ -54,6 +54,7 @@ def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     for rel, digest in m["files"].items():
         assert bundle.sha256_file(folder / rel) == digest
     assert {"numpy", "pandas", "pyarrow", "python"} <= set(m["versions"])
+    assert m["code_version"].startswith("0.1.0") and m["schema_sha256"] == load_schema(demo_paths[1]).fingerprint()
     text = (folder / "manifest.json").read_text()
     seed = seed_file.read_bytes()
     assert seed.decode() not in text
