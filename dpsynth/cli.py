@@ -94,23 +94,9 @@ def _release_local(config) -> tuple[str, dict[str, float]]:
 
 def _release_prefect(config) -> tuple[str, dict[str, float]]:
     _prefect_env()
-    from flows.release import release_flow
+    from flows.release import flow_parameters, release_flow
 
-    result = release_flow(
-        data=str(config.data),
-        schema_path=str(config.schema),
-        method=config.method,
-        epsilon=config.epsilon,
-        delta=config.delta,
-        rows=config.rows,
-        params=dict(config.params),
-        seed_file=str(config.seed_file) if config.seed_file else None,
-        out=str(config.out),
-        name=config.name,
-        workspace=str(config.workspace),
-        internal_report=config.internal_report,
-        gate=dict(config.gate),
-    )
+    result = release_flow(**flow_parameters(config))
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
     return result["release"], result["timings"]

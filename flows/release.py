@@ -52,6 +52,25 @@ def _resolve_name(name: str | None) -> str | None:
     return name.replace("{scheduled}", when.in_timezone("UTC").strftime("%Y%m%dT%H%MZ") if hasattr(when, "in_timezone") else when.strftime("%Y%m%dT%H%MZ"))
 
 
+def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
+    """The flow's parameters for a config (paths as text: they are stored by the Prefect API)."""
+    return {
+        "data": str(config.data),
+        "schema_path": str(config.schema),
+        "method": config.method,
+        "epsilon": config.epsilon,
+        "delta": config.delta,
+        "rows": config.rows,
+        "params": dict(config.params),
+        "seed_file": str(config.seed_file) if config.seed_file else None,
+        "out": str(config.out),
+        "name": config.name,
+        "workspace": str(config.workspace),
+        "internal_report": config.internal_report,
+        "gate": dict(config.gate),
+    }
+
+
 def _run(task, storage: str, *args) -> tuple[dict[str, Any], bool]:
     state = task.with_options(result_storage=storage)(*args, return_state=True)
     return state.result(), state.name == "Cached"

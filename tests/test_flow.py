@@ -63,3 +63,16 @@ def test_scheduled_name_placeholder(prefect_harness, tmp_path, demo_paths):
     result = _run(tmp_path, demo_paths, name="nightly-{scheduled}")
     name = result["release"].rsplit("/", 1)[1]
     assert name.startswith("nightly-20") and name.endswith("Z") and "{" not in name
+
+
+def test_flow_parameters_cover_every_config_field(tmp_path, demo_paths):
+    import dataclasses
+    import inspect
+
+    from dpsynth.pipeline import ReleaseConfig
+    from flows.release import flow_parameters, release_flow
+
+    cfg = ReleaseConfig(data=demo_paths[0], schema=demo_paths[1], method="marginals", epsilon=1.0, out=tmp_path)
+    params = flow_parameters(cfg)
+    assert set(params) == set(inspect.signature(release_flow.fn).parameters)
+    assert len(params) == len(dataclasses.fields(ReleaseConfig))
