@@ -1,22 +1,20 @@
-"""Checks on the synthetic table before anything is published.
+"""Record validity of a table against its schema, without Great Expectations.
 
-Record validity against the schema (every column present, values inside the domain,
-missing values only where the schema allows them, the expected number of rows).
-The summary carries counts and column names only, never a value.
+Every column present, values inside the domain, missing values only where the schema
+allows them, the expected number of rows. Used by ``dpsynth verify`` (the release
+gate itself is :mod:`dpsynth.gate`). Results carry counts and column names, never a value.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .methods.base import Measurement
 from .schema import Schema
 
-__all__ = ["validate_synthetic", "record_checks"]
+__all__ = ["record_checks"]
 
 
 def _check(name: str, success: bool, **stats: Any) -> dict[str, Any]:
@@ -48,14 +46,3 @@ def record_checks(df: pd.DataFrame, schema: Schema, rows: int | None) -> list[di
         if not col.nullable:
             checks.append(_check(f"{col.name}: no missing values", int(null.sum()) == 0, unexpected=int(null.sum())))
     return checks
-
-
-def validate_synthetic(path: Path, schema: Schema, m: Measurement, rows: int | None) -> dict[str, Any]:
-    df = pd.read_parquet(path)
-    checks = record_checks(df, schema, rows)
-    failed = sum(not c["success"] for c in checks)
-    return {
-        "success": failed == 0,
-        "statistics": {"evaluated": len(checks), "successful": len(checks) - failed, "failed": failed},
-        "checks": checks,
-    }

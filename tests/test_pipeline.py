@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
