@@ -76,3 +76,21 @@ def test_flow_parameters_cover_every_config_field(tmp_path, demo_paths):
     params = flow_parameters(cfg)
     assert set(params) == set(inspect.signature(release_flow.fn).parameters)
     assert len(params) == len(dataclasses.fields(ReleaseConfig))
+
+
+def test_deployments_point_at_the_flow_with_valid_parameters():
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "deployments" / "prefect.yaml").read_text())
+    assert spec["deployments"]
+    for dep in spec["deployments"]:
+        module, _, attr = dep["entrypoint"].partition(":")
+        flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), attr)
+        accepted = set(inspect.signature(flow.fn).parameters)
+        assert set(dep.get("parameters", {})) <= accepted, dep["name"]
+        for cron in dep.get("schedules", []):
+            assert len(cron["cron"].split()) == 5
