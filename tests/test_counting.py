@@ -1,4 +1,4 @@
-"""The counting engine: exact marginals, block cover, row subsets."""
+"""The counting adapter used by sds: exact marginals, row subsets, flat indices."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from dpsynth.counting import column_major, count_k_marginals, count_marginals, cover_blocks, flat_index
+from dpsynth.counting import column_major, count_k_marginals, count_marginals, flat_index
 
 
 def _table(n=2_000, p=7, seed=0):
@@ -34,24 +34,8 @@ def test_all_k_marginals_exact(k, max_cells):
         np.testing.assert_array_equal(tab, _naive(codes, cards, cols))
 
 
-def test_cover_reads_every_subset_once_within_limit():
-    _, cards = _table(p=12, seed=3)
-    subsets = list(combinations(range(12), 3))
-    blocks = cover_blocks(cards, subsets, 2_000)
-    seen = [s for _, ws in blocks for s in ws]
-    assert sorted(seen) == sorted(subsets)
-    for block, wanted in blocks:
-        assert all(set(s) <= set(block) for s in wanted)
-        size = int(np.prod([cards[j] for j in block]))
-        assert size <= 2_000 or len(wanted) == 1
-    # blocks share passes: far fewer blocks than subsets
-    assert len(blocks) < len(subsets) / 2
-
-
-def test_oversized_subset_is_its_own_block():
-    cards = [50, 60, 70, 2]
-    blocks = cover_blocks(cards, [(0, 1, 2), (1, 2, 3)], 1000)
-    assert sorted(s for _, ws in blocks for s in ws) == [(0, 1, 2), (1, 2, 3)]
+# The block cover itself is dpsynth.metrics.plan_blocks, tested in test_metrics.py
+# (every subset read off once, within the limit, oversized subsets alone).
 
 
 def test_row_subset_and_flat_index():
