@@ -737,8 +737,13 @@ def run_gate(
     measurement: Measurement,
     expected_rows: int | None,
     thresholds: Mapping[str, float] | None = None,
+    *,
+    docs: str | Path | None = None,
 ) -> dict[str, Any]:
     """Validates a synthetic table against its schema and its DP measurement with GE.
+
+    With ``docs`` (a folder that must be absent or empty), the same run is also
+    rendered as Data Docs there, only when the gate passes (see :func:`write_data_docs`).
 
     ``synthetic``: the decoded synthetic table (what is published); ``codes``: its
     integer codes (their schema is the release's schema); ``expected_rows``: the row
@@ -753,7 +758,15 @@ def run_gate(
     ``thresholds``. Deterministic: no time stamps or run ids.
     """
     plan = _prepare(synthetic, codes, measurement, expected_rows, thresholds)
-    return _summarise(plan, _run_suites(_context(), plan))
+    if docs is None:
+        return _summarise(plan, _run_suites(_context(), plan))
+    folder = _empty_folder(docs)
+    with tempfile.TemporaryDirectory(prefix="dpsynth-gx-") as tmp:
+        context = _context(Path(tmp))
+        summary = _summarise(plan, _run_suites(context, plan))
+        if summary["success"]:
+            _render_docs(context, plan, folder)
+    return summary
 
 
 # --- Data Docs ---------------------------------------------------------------------
@@ -841,27 +854,37 @@ def write_data_docs(
     copied, and remote scripts, stylesheets and images are stripped so the pages open
     offline and fetch nothing. ``folder`` must not exist or be empty.
     """
-    folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise GateError(f"data docs folder {folder} exists and is not empty")
+    folder = _empty_folder(folder)
     plan = _prepare(synthetic, codes, measurement, expected_rows, thresholds)
     with tempfile.TemporaryDirectory(prefix="dpsynth-gx-") as tmp:
         context = _context(Path(tmp))
         _run_suites(context, plan)
-        store = context.validation_results_store
-        for key in store.list_keys():
-            stored = store.get(key)
-            _sanitise_result(stored, plan.schema.names)
-            store.set(key, stored)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            context.build_data_docs()
-        urls = [u.get("site_url") for u in context.get_docs_sites_urls() if u.get("site_url")]
-        if not urls:
-            raise GateError("GE built no Data Docs site")
-        site = Path(unquote(urlparse(urls[0]).path)).parent
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(site, folder, dirs_exist_ok=True)
+        return _render_docs(context, plan, folder)
+
+
+def _empty_folder(folder: str | Path) -> Path:
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise GateError(f"data docs folder {folder} exists and is not empty")
+    return folder
+
+
+def _render_docs(context, plan: _Plan, folder: Path) -> Path:
+    """Sanitises the stored results of a file context, renders its site into ``folder``."""
+    store = context.validation_results_store
+    for key in store.list_keys():
+        stored = store.get(key)
+        _sanitise_result(stored, plan.schema.names)
+        store.set(key, stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        context.build_data_docs()
+    urls = [u.get("site_url") for u in context.get_docs_sites_urls() if u.get("site_url")]
+    if not urls:
+        raise GateError("GE built no Data Docs site")
+    site = Path(unquote(urlparse(urls[0]).path)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(site, folder, dirs_exist_ok=True)
     _strip_remote(folder)
     index = folder / "index.html"
     _add_offline_index(index)

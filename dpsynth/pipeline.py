@@ -303,14 +303,16 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     The result is kept in the private workspace; a failed gate raises and nothing is
     published. Data Docs are rendered for the bundle only when the gate passes.
     """
-    from .gate import run_gate, write_data_docs
+    from .gate import run_gate
 
     m = Measurement.load(measurement_dir)
     codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
     table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
-    thresholds = dict(plan.config.gate) or None
-    summary = run_gate(table, codes, m, plan.config.rows, thresholds)
     folder = plan.release_dir()
+    docs = folder / "data-docs"
+    if docs.exists():
+        shutil.rmtree(docs)
+    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None, docs=docs)
     _write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
         worst = sorted(
@@ -322,10 +324,6 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
             f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published "
             f"(details in the private workspace: {folder / 'validation.json'})"
         )
-    docs = folder / "data-docs"
-    if docs.exists():
-        shutil.rmtree(docs)
-    write_data_docs(table, codes, m, plan.config.rows, thresholds, docs)
     return summary
 
 

@@ -351,3 +351,15 @@ def test_data_docs_offline_and_without_values(release, tmp_path):
     assert "synthetic_records" in index.read_text()
     with pytest.raises(GateError):
         write_data_docs(df, release.codes, release.measurement, None, None, tmp_path / "docs")
+
+
+def test_gate_with_docs_runs_once_and_renders_only_a_pass(release, honest, tmp_path):
+    with_docs = run_gate(release.table, release.codes, release.measurement, None, docs=tmp_path / "ok")
+    assert with_docs == honest  # same verdict and numbers as the ephemeral run
+    assert (tmp_path / "ok" / "index.html").exists()
+    c = release.codes.codes.copy()
+    i, j = release.schema.index("region"), release.schema.index("health")
+    c[:, [i, j]] = c[:, [j, i]]
+    failed = run_gate(*_broken(release, c), release.measurement, None, docs=tmp_path / "bad")
+    assert not failed["success"]
+    assert not (tmp_path / "bad").exists()  # a failed gate renders no docs
