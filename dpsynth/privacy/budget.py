@@ -121,9 +121,10 @@ class Ledger:
                 f"the plan spends rho={total:.6g} but the budget (epsilon={budget.epsilon}, "
                 f"delta={budget.delta}) allows rho={cap:.6g}"
             )
-        if pure > 0.0 and total_epsilon(planned, budget.delta) > budget.epsilon * (1.0 + _RHO_TOLERANCE):
+        eps = total_epsilon(planned, budget.delta) if pure > 0.0 else 0.0
+        if eps > budget.epsilon * (1.0 + _RHO_TOLERANCE):
             raise BudgetExceeded(
-                f"the plan spends epsilon={total_epsilon(planned, budget.delta):.6g} (pure {pure:.6g} "
+                f"the plan spends epsilon={eps:.6g} (pure {pure:.6g} "
                 f"plus rho={total:.6g}) but the budget allows epsilon={budget.epsilon}"
             )
         self._planned: dict[str, Charge] = {c.stage: c for c in planned}
