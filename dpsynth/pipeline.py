@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from .bundle import fsync_path, publish_release
 from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
 from .methods import METHODS, get_method, params_to_dict
-from .methods.base import Measurement, Method, ParamError
+from .methods.base import Measurement, Method, convert_param
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
@@ -154,12 +154,11 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     """Separates post-processing options from method parameters; passes --rows to methods
     whose measurement itself is the rows (e.g. private sampling's k)."""
     method_params = {k: v for k, v in params.items() if k not in POSTPROCESS_OPTIONS}
-    options: dict[str, Any] = {}
-    for key in POSTPROCESS_OPTIONS.keys() & params.keys():
-        text = str(params[key]).strip().lower()
-        if text not in ("true", "false", "1", "0", "yes", "no"):
-            raise ParamError(f"parameter {key!r} must be true or false, got {params[key]!r}")
-        options[key] = text in ("true", "1", "yes")
+    options = {
+        key: convert_param(key, str(params[key]).strip(), typ)
+        for key, typ in POSTPROCESS_OPTIONS.items()
+        if key in params
+    }
     cls = METHODS.get(method)
     rows_key = getattr(cls, "takes_rows_as", None)
     if rows_key and rows_key not in method_params and rows is not None:

@@ -31,7 +31,7 @@ from ..encoding import EncodedTable
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
 
-__all__ = ["Method", "Measurement", "ParamError", "parse_params", "params_to_dict"]
+__all__ = ["Method", "Measurement", "ParamError", "convert_param", "parse_params", "params_to_dict"]
 
 MEASUREMENT_FILE = "measurement.parquet"
 MEASUREMENT_META = "measurement.json"
@@ -146,14 +146,15 @@ class Method(Protocol):
 # --- parameters from the command line ----------------------------------------
 
 
-def _convert(name: str, text: str, typ: Any) -> Any:
+def convert_param(name: str, text: str, typ: Any) -> Any:
+    """Text of a ``--param`` value converted to ``typ`` (raises ParamError naming it)."""
     origin = typing.get_origin(typ)
     args = typing.get_args(typ)
     if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in args if a is not type(None)]
         if text.lower() in ("none", "null", ""):
             return None
-        return _convert(name, text, inner[0])
+        return convert_param(name, text, inner[0])
     if origin is typing.Literal:
         if text not in args:
             raise ParamError(f"parameter {name!r} must be one of {list(args)}, got {text!r}")
@@ -161,7 +162,7 @@ def _convert(name: str, text: str, typ: Any) -> Any:
     if origin in (tuple, list):
         item = args[0] if args else str
         parts = [t for t in text.replace(";", ",").split(",") if t.strip()]
-        return tuple(_convert(name, t.strip(), item) for t in parts)
+        return tuple(convert_param(name, t.strip(), item) for t in parts)
     if typ is bool:
         low = text.lower()
         if low in ("1", "true", "yes", "on"):
@@ -194,7 +195,7 @@ def parse_params(cls: type, raw: Mapping[str, str]) -> Any:
         raise ParamError(
             f"unknown parameter(s) {unknown} for this method; known: {sorted(fields) or 'none'}"
         )
-    values = {k: _convert(k, str(v), hints[k]) if isinstance(v, str) else v for k, v in raw.items()}
+    values = {k: convert_param(k, str(v), hints[k]) if isinstance(v, str) else v for k, v in raw.items()}
     try:
         return cls(**values)
     except ParamError:
