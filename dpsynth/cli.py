@@ -39,6 +39,7 @@ def _prefect_env() -> None:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
+    from .bundle import MANIFEST
     from .pipeline import ReleaseConfig, default_workspace
 
     config = ReleaseConfig(
@@ -57,49 +58,29 @@ def _cmd_release(args: argparse.Namespace) -> int:
         gate={k: float(v) for k, v in _parse_kv(args.gate).items()},
     )
     t0 = time.perf_counter()
-    if args.engine == "local":
-        folder, timings = _release_local(config)
-    else:
-        folder, timings = _release_prefect(config)
+    folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
     total = time.perf_counter() - t0
+    timings = json.loads((Path(folder) / MANIFEST).read_text())["timings"]
     work = sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
     print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
     return 0
 
 
-def _release_local(config) -> tuple[str, dict[str, float]]:
-    from . import pipeline as p
+def _release_local(config) -> str:
+    from .pipeline import run_release
 
-    timings: dict[str, float] = {}
-
-    def step(name: str, fn, *a):
-        print(f"{name}: started", flush=True)
-        t = time.perf_counter()
-        out = fn(*a)
-        timings[name] = round(time.perf_counter() - t, 6)
-        print(f"{name}: done in {timings[name]:.2f} s", flush=True)
-        return out
-
-    plan = step("prepare", p.prepare, config)
-    codes = step("encode", p.encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
-    mdir = step("measure", p.measure_stage, plan, codes)
-    sdir = step("synthesize", p.synthesize_stage, plan, mdir)
-    summary = step("validate", p.validate_stage, plan, sdir, mdir)
-    if config.internal_report:
-        step("internal_report", p.internal_report_stage, plan, codes, sdir)
-    folder = p.publish_stage(plan, mdir, sdir, summary, timings)
-    return str(folder), timings
+    return str(run_release(config, progress=lambda line: print(line, flush=True)))
 
 
-def _release_prefect(config) -> tuple[str, dict[str, float]]:
+def _release_prefect(config) -> str:
     _prefect_env()
     from flows.release import flow_parameters, release_flow
 
     result = release_flow(**flow_parameters(config))
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
-    return result["release"], result["timings"]
+    return result["release"]
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:

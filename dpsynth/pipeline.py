@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -438,14 +438,20 @@ def _complete_folder(folder: Path) -> Iterator[Path]:
         raise
 
 
-def run_release(config: ReleaseConfig) -> Path:
-    """All stages in order, without Prefect. Returns the published folder."""
+def run_release(config: ReleaseConfig, progress: Callable[[str], None] | None = None) -> Path:
+    """All stages in order, without Prefect. Returns the published folder.
+
+    ``progress`` receives one line per stage start and end (names and seconds only).
+    """
     timings: dict[str, float] = {}
+    say = progress or (lambda line: None)
 
     def timed(stage: str, fn, *args):
+        say(f"{stage}: started")
         t0 = time.perf_counter()
         out = fn(*args)
         timings[stage] = round(time.perf_counter() - t0, 6)
+        say(f"{stage}: done in {timings[stage]:.2f} s")
         return out
 
     plan = timed("prepare", prepare, config)
