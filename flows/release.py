@@ -8,11 +8,11 @@ private workspace; their results are persisted there too.
 
 from __future__ import annotations
 
+import hashlib
 import time
+from datetime import timezone
 from pathlib import Path
 from typing import Any
-
-import hashlib
 
 from prefect import flow
 from prefect.filesystems import LocalFileSystem
@@ -48,8 +48,8 @@ def _resolve_name(name: str | None) -> str | None:
         return name
     from prefect.runtime import flow_run
 
-    when = flow_run.scheduled_start_time
-    return name.replace("{scheduled}", when.in_timezone("UTC").strftime("%Y%m%dT%H%MZ") if hasattr(when, "in_timezone") else when.strftime("%Y%m%dT%H%MZ"))
+    when = flow_run.scheduled_start_time  # an aware datetime
+    return name.replace("{scheduled}", when.astimezone(timezone.utc).strftime("%Y%m%dT%H%MZ"))
 
 
 def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
