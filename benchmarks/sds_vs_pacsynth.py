@@ -322,7 +322,7 @@ def sds_worker(stage: str, name: str, epsilon: float, folder: str, synthesis: st
         m = method.measure(enc, ledger, np.random.default_rng(1000 + int(epsilon * 10)))
         dt = time.perf_counter() - t0
         m.save(folder_p)
-        info = {"aggregate_s": dt, "dp_records": int(m.meta["records"]),
+        info = {"aggregate_s": dt, "dp_records": int(m.records.value),
                 "rho_spent": ledger.rho_spent, "epsilon_spent": ledger.epsilon_spent(),
                 "delta_k": m.meta["allowed_sensitivity"], "reported": m.meta["reported"]}
     else:

@@ -70,21 +70,15 @@ NIST national2019 at epsilon 1 (40 releases, 960 marginals); the mean TVD reache
 most 0.66 of its threshold. Swapping two demo columns gives TVD ~0.2 against
 thresholds ~0.04-0.05.
 
-Noise scale ``sigma`` of a marginal, in this order: ``meta["sigma"]`` (a number, or a
-mapping keyed by the marginal ``"a|b"`` or, for 1-way marginals, by the column name:
-the baseline's form), ``meta["noise_sd"]`` (a number, or a list indexed by k - 1).
-Fallback when the measurement states none: independent noisy marginals of one table
-have totals that differ only by their noise (``Var(total_m) = d_m sigma^2``), so sigma
-is estimated from the spread of the marginals' totals; with fewer than two marginals
-(or identical totals, i.e. already consistent marginals) it is 0 and only the sampling
-term remains.
+Noise scale ``sigma`` of a marginal: the ``stddev`` its :class:`~dpsynth.measurement.NoisyMarginal`
+states (the measurement contract; a method that states 0 gets the sampling term only).
 
 Row count: with ``expected_rows`` the count must be exact. Otherwise the DP estimate
-``N`` is :func:`dpsynth.methods.marginals.estimate_rows` for the baseline, else
-``meta["records"]`` when the method states one, else the inverse-variance mean of the
-1-way marginals' totals; the band is ``N (1 +/- row_count_tolerance)`` with the
-default tolerance ``max(0.01, 5 * max_m sqrt(d_m) sigma_m / N)``: a method may size its
-output from any single noisy total, whose standard deviation is ``sqrt(d_m) sigma_m``.
+``N`` is the measurement's :meth:`~dpsynth.measurement.Measurement.estimated_records` (the
+measured record count, else the inverse-variance mean of the 1-way marginals' totals); the
+band is ``N (1 +/- row_count_tolerance)`` with the default tolerance
+``max(0.01, 5 * max_m sqrt(d_m) sigma_m / N)``: a method may size its output from any
+single noisy total, whose standard deviation is ``sqrt(d_m) sigma_m``.
 
 What the summary never holds
 ----------------------------
@@ -113,7 +107,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .encoding import EncodedTable, encode_column
-from .methods.base import Measurement
+from .measurement import Measurement, marginal_key
 from .metrics import tvd_vs_marginals
 from .schema import Column, Schema
 
@@ -127,7 +121,6 @@ __all__ = [
     "predicted_tvd",
     "predicted_tvd_sd",
     "dp_row_estimate",
-    "marginal_sigma",
 ]
 
 #: Standard deviations of the predicted TVD a marginal may exceed its predicted mean by.
@@ -179,10 +172,6 @@ class GateError(ValueError):
 # --- public helpers: noise scales, row estimate, predicted TVD -----------------------
 
 
-def _key(attrs: Sequence[str]) -> str:
-    return "|".join(attrs)
-
-
 def _positive_number(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
         return None
@@ -190,48 +179,9 @@ def _positive_number(x: Any) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def marginal_sigma(meta: Mapping[str, Any], attrs: Sequence[str]) -> float | None:
-    """Noise standard deviation of one noisy count of marginal ``attrs``, if ``meta`` states it."""
-    sig = meta.get("sigma")
-    if isinstance(sig, Mapping):
-        for k in (_key(attrs), attrs[0] if len(attrs) == 1 else None):
-            if k is not None and k in sig:
-                v = _positive_number(sig[k])
-                if v is not None:
-                    return v
-    elif (v := _positive_number(sig)) is not None:
-        return v
-    sd = meta.get("noise_sd")
-    if isinstance(sd, (list, tuple)) and 1 <= len(attrs) <= len(sd):
-        return _positive_number(sd[len(attrs) - 1])
-    return _positive_number(sd)
-
-
-def _dispersion_sigma(marginals: Mapping[tuple[str, ...], np.ndarray]) -> float:
-    """Noise scale read off the spread of the marginals' totals (0 with fewer than two).
-
-    Each noisy total is ``N + sum of d_m noise draws``: ``E sum_m (T_m - mean T)^2 =
-    sigma^2 sum_m d_m (1 - 1/M)`` when every marginal has the same sigma.
-    """
-    totals = np.array([float(np.nansum(v)) for v in marginals.values()])
-    sizes = np.array([np.size(v) for v in marginals.values()], dtype=np.float64)
-    m = totals.size
-    if m < 2:
-        return 0.0
-    spread = float(np.sum((totals - totals.mean()) ** 2))
-    return math.sqrt(spread / float(sizes.sum() * (1.0 - 1.0 / m)))
-
-
 def _sigmas(m: Measurement) -> tuple[dict[tuple[str, ...], float], str]:
-    """Noise scale of every marginal, and where it came from."""
-    found = {k: marginal_sigma(m.meta, k) for k in m.marginals}
-    if all(v is not None for v in found.values()):
-        return {k: float(v) for k, v in found.items()}, "measurement"
-    fallback = _dispersion_sigma(m.marginals)
-    source = "estimated from the spread of marginal totals" if fallback > 0 else "none (sampling error only)"
-    if any(v is not None for v in found.values()):
-        source = "measurement, some " + source
-    return {k: float(fallback if v is None else v) for k, v in found.items()}, source
+    """Noise scale of every measured marginal, as the measurement states it."""
+    return {nm.attrs: nm.stddev for nm in m.measured}, "measurement"
 
 
 @dataclass(frozen=True)
@@ -246,31 +196,14 @@ class RowEstimate:
 
 def dp_row_estimate(m: Measurement) -> RowEstimate | None:
     """The measurement's own estimate of the row count (None if it has no marginal or count)."""
-    sigmas, _ = _sigmas(m)
-    one_way = [k for k in m.marginals if len(k) == 1] or list(m.marginals)
-    noisiest = max(
-        (math.sqrt(np.size(m.marginals[k])) * sigmas[k] for k in one_way), default=0.0
-    )
-    if m.method == "marginals" and isinstance(m.meta.get("sigma"), Mapping):
-        from .methods.marginals import estimate_rows
-
-        try:
-            return RowEstimate(float(estimate_rows(m)), noisiest, "estimate_rows (baseline)")
-        except (KeyError, ZeroDivisionError, ValueError):
-            pass
-    records = _positive_number(m.meta.get("records"))
-    if records is not None:
-        return RowEstimate(records, noisiest, "meta['records']")
-    if not one_way:
+    one_way = [nm for nm in m.measured if len(nm.attrs) == 1] or list(m.measured)
+    noisiest = max((math.sqrt(nm.counts.size) * nm.stddev for nm in one_way), default=0.0)
+    if m.records is not None:
+        return RowEstimate(m.records.value, noisiest, "measured record count")
+    value = m.estimated_records()
+    if value is None:
         return None
-    totals = np.array([float(np.nansum(m.marginals[k])) for k in one_way])
-    var = np.array([np.size(m.marginals[k]) * sigmas[k] ** 2 for k in one_way])
-    if np.all(var > 0):
-        w = 1.0 / var
-    else:
-        w = 1.0 / np.array([np.size(m.marginals[k]) for k in one_way], dtype=np.float64)
-    value = max(1.0, float(np.dot(totals, w) / w.sum()))
-    return RowEstimate(value, noisiest, "inverse-variance mean of 1-way totals")
+    return RowEstimate(float(value), noisiest, "inverse-variance mean of 1-way totals")
 
 
 def _target(noisy: np.ndarray) -> np.ndarray:
@@ -554,7 +487,7 @@ def _prepare(
         for key in group:
             marginal_errors.append(
                 {
-                    "marginal": _key(key),
+                    "marginal": marginal_key(key),
                     "k": k,
                     "tvd": float(tvds[key]),
                     "threshold": float(limit[key]),

@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 from .bundle import fsync_path, publish_release
 from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
 from .methods import METHODS, get_method, params_to_dict
-from .methods.base import Measurement, Method, convert_param
+from .measurement import Measurement, PrivacyStatement
+from .methods.base import Method, convert_param
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
@@ -390,7 +391,6 @@ def publish_stage(
             "rho_spent": ledger["rho_spent"],
             "epsilon_spent": ledger["epsilon_spent"],
             "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
-            "neighbours": "add or remove one record",
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta),
         },
@@ -412,10 +412,15 @@ def publish_stage(
 
 
 def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
-    statement = m_meta.get("meta", {}).get("privacy_statement")
-    if statement:
-        return {"differentially_private": False, "statement": statement}
-    return {"differentially_private": True}
+    """The manifest's statement fields, from the measurement's typed statement."""
+    st = PrivacyStatement.from_dict(m_meta["statement"])
+    out: dict[str, Any] = {"differentially_private": st.differentially_private, "guarantee": st.kind,
+                           "headline": st.headline()}
+    if st.neighbours:
+        out["neighbours"] = st.neighbours
+    if st.detail:
+        out["statement"] = st.detail
+    return out
 
 
 @contextmanager

@@ -24,13 +24,12 @@ from dpsynth.encoding import EncodedTable, decode, encode, read_table
 from dpsynth.gate import (
     GateError,
     dp_row_estimate,
-    marginal_sigma,
     predicted_tvd,
     predicted_tvd_sd,
     run_gate,
     write_data_docs,
 )
-from dpsynth.methods.base import Measurement
+from dpsynth.methods.base import Measurement, NoisyCount, NoisyMarginal
 from dpsynth.methods.marginals import MarginalsMethod, estimate_rows
 from dpsynth.privacy.budget import Budget, Ledger
 from dpsynth.privacy.noise import discrete_gaussian
@@ -114,13 +113,15 @@ def test_honest_release_with_requested_rows_passes(release):
     assert row["observed"] == {"rows": 1234, "min": 1234, "max": 1234}
 
 
-def test_measurement_without_noise_scale_falls_back(release):
-    """No sigma in meta: the noise scale is read off the spread of marginal totals."""
-    m = dataclasses.replace(release.measurement, method="custom", meta={})
-    summary = run_gate(release.table, release.codes, m, None)
-    assert summary["success"], summary["failed"]
-    assert summary["statistics"]["noise_scale_source"].startswith("estimated")
-    assert summary["statistics"]["rows_dp_estimate_source"].startswith("inverse-variance")
+def test_gate_reads_the_stated_noise_scale(release):
+    """The thresholds follow each marginal's stated stddev: a larger stated noise, a looser threshold."""
+    m = release.measurement
+    wider = dataclasses.replace(m, measured=tuple(dataclasses.replace(nm, stddev=nm.stddev * 10) for nm in m.measured))
+    base = run_gate(release.table, release.codes, m, None)
+    loose = run_gate(release.table, release.codes, wider, None)
+    assert base["statistics"]["noise_scale_source"] == "measurement"
+    for a, b in zip(base["marginal_errors"], loose["marginal_errors"]):
+        assert b["threshold"] > a["threshold"]
 
 
 # --- broken synthesizers -----------------------------------------------------------
@@ -165,10 +166,8 @@ def _two_way_release(release: Release, rng: np.random.Generator) -> tuple[Measur
     joint = np.bincount(raw.codes[:, a].astype(np.int64) * cb + raw.codes[:, b], minlength=ca * cb)
     sigma = 8.0
     noisy = (joint + discrete_gaussian(sigma, joint.size, rng)).astype(np.float64).reshape(ca, cb)
-    marginals = dict(release.measurement.marginals)
-    marginals[("employment", "hours_per_week")] = noisy
-    meta = {"sigma": {**release.measurement.meta["sigma"], "employment|hours_per_week": sigma}}
-    m = dataclasses.replace(release.measurement, method="custom", marginals=marginals, meta=meta)
+    pair_m = NoisyMarginal(attrs=("employment", "hours_per_week"), counts=noisy, stddev=sigma)
+    m = dataclasses.replace(release.measurement, method="custom", measured=release.measurement.measured + (pair_m,))
     codes = release.codes.codes.copy()
     p = np.clip(noisy.ravel(), 0, None)
     pair = rng.choice(p.size, size=codes.shape[0], p=p / p.sum())
@@ -265,7 +264,7 @@ def test_default_thresholds_follow_the_formula(release, honest):
     args = {}
     for e in honest["marginal_errors"]:
         key = tuple(e["marginal"].split("|"))
-        args[key] = (m.marginals[key], release.codes.n, n_hat, m.meta["sigma"][key[0]])
+        args[key] = (m.marginals[key], release.codes.n, n_hat, m.stddev(key))
         pred, sd = predicted_tvd(*args[key]), predicted_tvd_sd(*args[key])
         assert math.isclose(e["predicted"], pred) and math.isclose(e["predicted_sd"], sd)
         assert math.isclose(e["threshold"], max(2 * pred, pred + 6 * sd))
@@ -296,23 +295,13 @@ def test_predicted_tvd_matches_sampling_simulation():
     assert abs(np.std(sims) / predicted_tvd_sd(q, n, 1, 0.0) - 1) < 0.5
 
 
-def test_marginal_sigma_forms():
-    assert marginal_sigma({"sigma": {"a": 2.0}}, ("a",)) == 2.0
-    assert marginal_sigma({"sigma": {"a|b": 3.0}}, ("a", "b")) == 3.0
-    assert marginal_sigma({"sigma": 4.0}, ("a", "b")) == 4.0
-    assert marginal_sigma({"noise_sd": [1.0, 5.0]}, ("a", "b")) == 5.0
-    assert marginal_sigma({"noise_sd": [1.0]}, ("a", "b")) is None
-    assert marginal_sigma({}, ("a",)) is None
-
-
 def test_row_estimate(release):
     m = release.measurement
     est = dp_row_estimate(m)
     assert est.value == estimate_rows(m)
-    generic = dp_row_estimate(dataclasses.replace(m, method="custom"))
-    assert abs(generic.value - est.value) <= 1
-    assert dp_row_estimate(dataclasses.replace(m, method="custom", meta={"records": 4321})).value == 4321
-    assert dp_row_estimate(dataclasses.replace(m, method="custom", marginals={}, meta={})) is None
+    counted = dataclasses.replace(m, records=NoisyCount(value=4321.0, stddev=2.0))
+    assert dp_row_estimate(counted).value == 4321
+    assert dp_row_estimate(dataclasses.replace(m, measured=())) is None
 
 
 # --- Data Docs -----------------------------------------------------------------------

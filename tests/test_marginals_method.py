@@ -38,7 +38,7 @@ def _noise_samples(scale_factor: float, runs: int, rng) -> tuple[np.ndarray, flo
         led = Ledger(b, method.plan(t.schema, b))
         m = method.measure(t, led, rng)
         out.append(m.marginals[("c0",)] - truth)
-    sigma = m.meta["sigma"]["c0"]
+    sigma = m.stddev(("c0",))
     assert sigma == pytest.approx(gaussian_sigma(1.0, b.rho / 2))
     return np.concatenate(out), sigma * scale_factor
 

@@ -16,7 +16,7 @@ import pytest
 
 from dpsynth.encoding import EncodedTable, decode, encode, read_table
 from dpsynth.gate import run_gate
-from dpsynth.methods.base import Measurement
+from dpsynth.methods.base import Measurement, NoisyMarginal
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy.accounting import epsilon_from_rho
 from dpsynth.privacy.budget import Budget, Charge, Ledger
@@ -150,8 +150,7 @@ def test_report_escapes_every_text():
         method="marginals",
         params={"<p onclick=1>": "</table><!--x"},
         charges=(Charge(stage="measure/1-way/<b>x</b>", rho=0.5, mechanism="<gauss>"),),
-        marginals={(nasty,): np.array([20.0, 20.0, 5.0, -3.0])},  # column n has no DP marginal
-        meta={"sigma": {nasty: 1.0}},
+        measured=(NoisyMarginal(attrs=(nasty,), counts=np.array([20.0, 20.0, 5.0, -3.0]), stddev=1.0),),  # n has none
     )
     gate = {
         "success": False,

@@ -238,7 +238,7 @@ def test_first_threshold_follows_the_paper():
     assert m.meta["thresholds"][0] == pytest.approx(expected, rel=1e-6)
     # delta=None: pac-synth's default from the protected count
     _, m2, _ = _measure(codes, schema)
-    n_p = m2.meta["records"]
+    n_p = m2.records.value
     assert m2.meta["threshold_delta"] == pytest.approx(1 / (n_p * math.log(n_p)))
 
 
@@ -390,7 +390,7 @@ def test_complete_mode_fills_every_cell_of_a_dense_table():
     codes = _dense(3_000, _reg(schema), 11, strength=0.7)
     method, m, _ = _measure(codes, schema, epsilon=1.0)
     out = method.synthesize(m, schema, None, np.random.default_rng(3)).codes
-    assert len(out) == m.meta["records"]
+    assert len(out) == m.records.value
     assert not np.any(out == np.array(schema.missing_codes)[None, :])
     strict = get_method("sds", {"synthesis": "strict"}).synthesize(m, schema, 3_000, np.random.default_rng(3)).codes
     assert np.any(strict == np.array(schema.missing_codes)[None, :])  # the paper's sampler stalls

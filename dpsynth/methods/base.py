@@ -1,4 +1,4 @@
-"""The interface every synthesis method implements, and the measurement it produces.
+"""The interface every synthesis method implements, and its parameter parsing.
 
 A method is built from frozen, keyword-only parameters and does three things:
 
@@ -9,124 +9,41 @@ A method is built from frozen, keyword-only parameters and does three things:
   rows; it spends the planned shares and returns a :class:`Measurement`;
 * ``synthesize(measurement, schema, rows, rng)``: post-processing of the measurement
   alone, returning synthetic codes.
+
+The measurement's typed contract lives in :mod:`dpsynth.measurement` (re-exported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 import typing
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..encoding import EncodedTable
+from ..measurement import DP_ADD_REMOVE, Measurement, NoisyCount, NoisyMarginal, PrivacyStatement
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
 
-__all__ = ["Method", "Measurement", "ParamError", "convert_param", "parse_params", "params_to_dict"]
-
-MEASUREMENT_FILE = "measurement.parquet"
-MEASUREMENT_META = "measurement.json"
+__all__ = [
+    "DP_ADD_REMOVE",
+    "Method",
+    "Measurement",
+    "NoisyCount",
+    "NoisyMarginal",
+    "ParamError",
+    "PrivacyStatement",
+    "convert_param",
+    "parse_params",
+    "params_to_dict",
+]
 
 
 class ParamError(ValueError):
     """A method parameter that is unknown or out of range (names the parameter)."""
-
-
-def _key(attrs: tuple[str, ...]) -> str:
-    return "|".join(attrs)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Measurement:
-    """The DP output of a measure step: everything synthesis may look at.
-
-    ``marginals`` maps a tuple of column names to noisy counts over the full
-    cross-product of those columns' codes (C order). ``tables`` holds other
-    publishable DP tables (for example sparse tuple counts). ``meta`` is public,
-    JSON-serialisable information (noise scales, estimates). ``charges`` is what the
-    measurement cost.
-    """
-
-    method: str
-    params: Mapping[str, Any]
-    charges: tuple[Charge, ...]
-    marginals: Mapping[tuple[str, ...], np.ndarray] = field(default_factory=dict)
-    tables: Mapping[str, pd.DataFrame] = field(default_factory=dict)
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def rho(self) -> float:
-        return sum(c.rho for c in self.charges)
-
-    # --- serialisation: Parquet for numbers, JSON for the rest -----------------
-    def save(self, folder: str | Path) -> list[Path]:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        keys, cells, counts = [], [], []
-        shapes = {}
-        for attrs, arr in self.marginals.items():
-            flat = np.asarray(arr, dtype=np.float64).ravel()
-            keys.append(np.full(flat.size, _key(attrs), dtype=object))
-            cells.append(np.arange(flat.size, dtype=np.int64))
-            counts.append(flat)
-            shapes[_key(attrs)] = list(np.shape(arr))
-        table = pa.table(
-            {
-                "marginal": pa.array(np.concatenate(keys) if keys else [], type=pa.string()),
-                "cell": pa.array(np.concatenate(cells) if cells else [], type=pa.int64()),
-                "count": pa.array(np.concatenate(counts) if counts else [], type=pa.float64()),
-            }
-        )
-        written = [folder / MEASUREMENT_FILE]
-        pq.write_table(table, str(written[0]), compression="zstd")
-        for name, df in self.tables.items():
-            path = folder / f"measurement-{name}.parquet"
-            pq.write_table(pa.Table.from_pandas(df, preserve_index=False), str(path), compression="zstd")
-            written.append(path)
-        meta = {
-            "method": self.method,
-            "params": dict(self.params),
-            "marginals": shapes,
-            "tables": sorted(self.tables),
-            "charges": [c.to_dict() for c in self.charges],
-            "rho": self.rho,
-            "meta": dict(self.meta),
-        }
-        (folder / MEASUREMENT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        written.append(folder / MEASUREMENT_META)
-        return written
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "Measurement":
-        folder = Path(folder)
-        meta = json.loads((folder / MEASUREMENT_META).read_text())
-        table = pq.read_table(str(folder / MEASUREMENT_FILE)).to_pandas()
-        marginals: dict[tuple[str, ...], np.ndarray] = {}
-        groups = {k: g for k, g in table.groupby("marginal", sort=False)} if len(table) else {}
-        for key, shape in meta["marginals"].items():
-            g = groups[key].sort_values("cell")
-            marginals[tuple(key.split("|"))] = g["count"].to_numpy(dtype=np.float64).reshape(shape)
-        tables = {
-            name: pq.read_table(str(folder / f"measurement-{name}.parquet")).to_pandas()
-            for name in meta["tables"]
-        }
-        return cls(
-            method=meta["method"],
-            params=meta["params"],
-            charges=tuple(Charge.from_dict(c) for c in meta["charges"]),
-            marginals=marginals,
-            tables=tables,
-            meta=meta["meta"],
-        )
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_gaussian
 from ..schema import Schema
-from .base import Measurement, params_to_dict
+from .base import Measurement, NoisyMarginal, params_to_dict
 
 __all__ = ["MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
 
@@ -36,14 +36,10 @@ def _stage(column: str) -> str:
 
 def estimate_rows(m: Measurement) -> int:
     """Post-processed record count: inverse-variance mean of each histogram's total."""
-    sigmas = m.meta["sigma"]
-    est, weights = [], []
-    for (name,), counts in ((k, v) for k, v in m.marginals.items() if len(k) == 1):
-        var = counts.size * sigmas[name] ** 2
-        est.append(float(np.sum(counts)))
-        weights.append(1.0 / var)
-    total = float(np.dot(est, weights) / np.sum(weights))
-    return max(1, int(round(total)))
+    est = m.estimated_records()
+    if est is None:
+        raise ValueError("the measurement has no 1-way marginal to estimate the row count from")
+    return est
 
 
 def sample_independent(
@@ -74,20 +70,19 @@ class MarginalsMethod:
         )
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
-        marginals, sigmas, charges = {}, {}, []
+        measured, charges = [], []
         for j, col in enumerate(codes.schema.columns):
             charge = ledger.spend(_stage(col.name))
             sigma = gaussian_sigma(1.0, charge.rho)
             hist = np.bincount(codes.codes[:, j].astype(np.int64), minlength=col.cardinality)
-            marginals[(col.name,)] = (hist + discrete_gaussian(sigma, hist.size, rng)).astype(np.float64)
-            sigmas[col.name] = sigma
+            noisy = (hist + discrete_gaussian(sigma, hist.size, rng)).astype(np.float64)
+            measured.append(NoisyMarginal(attrs=(col.name,), counts=noisy, stddev=sigma, mechanism="gaussian"))
             charges.append(charge)
         return Measurement(
             method=self.name,
             params=params_to_dict(self.params),
             charges=tuple(charges),
-            marginals=marginals,
-            meta={"sigma": sigmas, "neighbours": "add or remove one record"},
+            measured=tuple(measured),
         )
 
     def synthesize(

@@ -33,7 +33,7 @@ from .. import private_sampling as ps
 from ..encoding import EncodedTable, code_dtype, onehot
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
-from .base import Measurement, ParamError, params_to_dict
+from .base import DP_ADD_REMOVE, Measurement, ParamError, PrivacyStatement, params_to_dict
 
 __all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_codes"]
 
@@ -155,13 +155,14 @@ class PrivateSamplingMethod:
             "conditioning_tries": result.diagnostics.conditioning_tries,
             "walsh_functions": result.diagnostics.n_walsh,
         }
+        statement = DP_ADD_REMOVE
         if not meta["certified"]:
-            meta["privacy_statement"] = (
+            statement = PrivacyStatement(kind="heuristic", detail=(
                 f"This release is NOT differentially private at epsilon = {epsilon:g}. It was run in "
                 f"heuristic mode: Theorem 12.2 certifies epsilon = {certified:.4g} for k = {core.k} rows."
-            )
+            ))
         return Measurement(method=self.name, params=params_to_dict(self.params), charges=(charge,),
-                           tables={"sample": bits}, meta=meta)
+                           statement=statement, tables={"sample": bits}, meta=meta)
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         bits = m.tables["sample"].to_numpy(dtype=np.uint8)

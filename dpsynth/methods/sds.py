@@ -110,9 +110,9 @@ from scipy.stats import norm
 from ..counting import column_major, count_marginals, flat_index
 from ..encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
-from ..privacy.noise import discrete_gaussian, discrete_laplace
+from ..privacy.noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd
 from ..schema import Schema
-from .base import Measurement, params_to_dict
+from .base import Measurement, NoisyCount, NoisyMarginal, params_to_dict
 
 __all__ = [
     "SdsParams",
@@ -1225,15 +1225,14 @@ class SdsMethod:
 
         res = aggregate(codes.codes, schema, self.params, split, rng, spend=spend)
         frame = aggregates_frame(res.levels, schema)
-        marginals = {}
+        sd1 = float(res.info["noise_sd"][0]) if res.info["noise_sd"] else 0.0
+        measured = []
         for j, col in enumerate(schema.columns):
             t = res.levels[0].get((j,), np.zeros(col.cardinality, dtype=np.int64)).astype(np.float64)
             if col.missing_code is not None:
                 t[col.missing_code] = max(0.0, res.records - float(t.sum()))
-            marginals[(col.name,)] = t
+            measured.append(NoisyMarginal(attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0))
         meta = {
-            "records": res.records,
-            "neighbours": "add or remove one record",
             "reporting_length": self.params.reporting_length,
             "accounting": self.params.accounting,
             "epsilon": split.epsilon,
@@ -1244,9 +1243,11 @@ class SdsMethod:
             "one_way_marginals": "reported 1-counts; a missing code holds records - sum (post-processing)",
             **res.info,
         }
+        records = NoisyCount(value=res.records, stddev=discrete_laplace_sd(1.0 / split.records_epsilon),
+                             mechanism="laplace")
         return Measurement(
             method=self.name, params=params_to_dict(self.params), charges=tuple(charges),
-            marginals=marginals, tables={"aggregates": frame}, meta=meta,
+            measured=tuple(measured), records=records, tables={"aggregates": frame}, meta=meta,
         )
 
     # -- synthesis ------------------------------------------------------------------------
@@ -1255,7 +1256,7 @@ class SdsMethod:
     ) -> EncodedTable:
         R = int(m.meta.get("reporting_length", self.params.reporting_length))
         levels = tables_from_frame(m.tables["aggregates"], schema, R)
-        n = int(m.meta["records"]) if rows is None else int(rows)
+        n = int(m.records.value) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
         cards = schema.cardinalities
@@ -1267,7 +1268,7 @@ class SdsMethod:
                 raw[:, j] = np.where(raw[:, j] < 0, empty, raw[:, j])
         else:
             th = m.meta.get("thresholds") or [None]
-            model = _Model(levels, schema, int(m.meta["records"]), m.meta.get("noise_sd", [0.0] * R), th[0])
+            model = _Model(levels, schema, int(m.records.value), m.meta.get("noise_sd", [0.0] * R), th[0])
             raw = _sample_complete(model, n, self.params, rng)
             if self.params.rake_one_way and n > 0:
                 raw = _rake_to_one_way(raw, m, schema, rng)

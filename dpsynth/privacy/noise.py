@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "discrete_laplace",
+    "discrete_laplace_sd",
     "discrete_gaussian",
     "gaussian_on_grid",
     "laplace_on_grid",
@@ -47,6 +48,15 @@ def discrete_laplace(scale: float, size: int | tuple[int, ...], rng: np.random.G
     # Difference of two i.i.d. geometric variables with success 1 - exp(-1/scale).
     p = -math.expm1(-1.0 / scale)
     return rng.geometric(p, size=size).astype(np.int64) - rng.geometric(p, size=size).astype(np.int64)
+
+
+def discrete_laplace_sd(scale: float) -> float:
+    """Standard deviation of :func:`discrete_laplace`: ``sqrt(2 q) / (1 - q)`` with ``q = exp(-1/scale)``."""
+    scale = _check_scale("scale", scale)
+    if scale == 0.0:
+        return 0.0
+    q = math.exp(-1.0 / scale)
+    return math.sqrt(2.0 * q) / (1.0 - q)
 
 
 def discrete_gaussian(sigma: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,287 @@
+"""The measurement contract: what a method's DP step publishes, typed.
+
+Every method returns a :class:`Measurement`. The gate, the report, the row estimate,
+``verify`` and marginal correction read only its typed fields:
+
+* ``measured``: noisy marginals, each a :class:`NoisyMarginal` carrying its own
+  per-cell noise standard deviation and mechanism;
+* ``records``: the record count with its noise (:class:`NoisyCount`), when the method
+  measured one;
+* ``statement``: the guarantee the release really has (:class:`PrivacyStatement`);
+* ``charges``: what the measurement cost on the ledger.
+
+``tables`` (other publishable tables, e.g. sparse tuple counts or block means) and
+``meta`` (free-form public detail a method keeps for its own synthesis) are carried
+and published but never interpreted outside the method.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .privacy.budget import Charge, total_epsilon
+
+__all__ = [
+    "DP_ADD_REMOVE",
+    "MEASUREMENT_FILE",
+    "MEASUREMENT_META",
+    "Measurement",
+    "NoisyCount",
+    "NoisyMarginal",
+    "PrivacyStatement",
+    "marginal_key",
+]
+
+MEASUREMENT_FILE = "measurement.parquet"
+MEASUREMENT_META = "measurement.json"
+
+StatementKind = Literal["dp", "anonymous", "heuristic"]
+_MECHANISMS = ("gaussian", "laplace", "none")
+
+
+def marginal_key(attrs: tuple[str, ...]) -> str:
+    """The text key of a marginal in ``measurement.parquet`` (column names joined by ``|``)."""
+    return "|".join(attrs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyStatement:
+    """The guarantee a release has.
+
+    ``kind``: ``"dp"`` (differentially private under ``neighbours``), ``"anonymous"``
+    (a syntactic anonymity guarantee such as k-anonymity, not DP) or ``"heuristic"``
+    (run outside the conditions of its theorem: not DP). ``detail`` is a public
+    sentence that qualifies it (it must never depend on private data).
+    """
+
+    kind: StatementKind
+    neighbours: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dp", "anonymous", "heuristic"):
+            raise ValueError(f"privacy statement kind must be dp, anonymous or heuristic, got {self.kind!r}")
+        if self.kind == "dp" and not self.neighbours:
+            raise ValueError("a DP statement must name its neighbour relation")
+
+    @property
+    def differentially_private(self) -> bool:
+        return self.kind == "dp"
+
+    def headline(self) -> str:
+        """One line for a report header or the CLI's final line."""
+        if self.kind == "dp":
+            return f"Differentially private (neighbouring tables: {self.neighbours})"
+        if self.kind == "anonymous":
+            return "NOT differentially private: anonymised release" + (f" ({self.detail})" if self.detail else "")
+        return "NOT differentially private: heuristic run" + (f" ({self.detail})" if self.detail else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "neighbours": self.neighbours, "detail": self.detail,
+                "differentially_private": self.differentially_private}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PrivacyStatement":
+        return cls(kind=d["kind"], neighbours=str(d.get("neighbours", "")), detail=str(d.get("detail", "")))
+
+
+DP_ADD_REMOVE = PrivacyStatement(kind="dp", neighbours="add or remove one record")
+
+
+def _check_scale(what: str, stddev: float, mechanism: str) -> float:
+    if mechanism not in _MECHANISMS:
+        raise ValueError(f"{what}: mechanism must be one of {_MECHANISMS}, got {mechanism!r}")
+    v = float(stddev)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"{what}: stddev must be a finite number >= 0, got {stddev!r}")
+    if mechanism == "none" and v != 0.0:
+        raise ValueError(f"{what}: an exact (mechanism 'none') value has stddev 0, got {v}")
+    return v
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class NoisyMarginal:
+    """Noisy counts of one marginal over the full cross-product of its columns' codes
+    (C order), each cell with independent noise of standard deviation ``stddev``."""
+
+    attrs: tuple[str, ...]
+    counts: np.ndarray
+    stddev: float
+    mechanism: str = "gaussian"
+
+    def __post_init__(self) -> None:
+        if not self.attrs or len(set(self.attrs)) != len(self.attrs):
+            raise ValueError(f"a marginal needs distinct column names, got {self.attrs!r}")
+        object.__setattr__(self, "attrs", tuple(str(a) for a in self.attrs))
+        object.__setattr__(self, "counts", np.asarray(self.counts, dtype=np.float64))
+        object.__setattr__(self, "stddev", _check_scale(f"marginal {self.attrs}", self.stddev, self.mechanism))
+
+    @property
+    def key(self) -> str:
+        return marginal_key(self.attrs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoisyCount:
+    """A noisy record count with its noise standard deviation."""
+
+    value: float
+    stddev: float
+    mechanism: str = "laplace"
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(float(self.value)):
+            raise ValueError(f"record count must be finite, got {self.value!r}")
+        object.__setattr__(self, "value", float(self.value))
+        object.__setattr__(self, "stddev", _check_scale("record count", self.stddev, self.mechanism))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "stddev": self.stddev, "mechanism": self.mechanism}
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Measurement:
+    """The DP output of a measure step: everything synthesis may look at."""
+
+    method: str
+    params: Mapping[str, Any]
+    charges: tuple[Charge, ...]
+    measured: tuple[NoisyMarginal, ...] = ()
+    records: NoisyCount | None = None
+    statement: PrivacyStatement = DP_ADD_REMOVE
+    tables: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "measured", tuple(self.measured))
+        keys = [m.key for m in self.measured]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ValueError(f"marginals measured twice (or with ambiguous names): {dupes}")
+
+    @cached_property
+    def marginals(self) -> Mapping[tuple[str, ...], np.ndarray]:
+        """Read-only view: column names -> noisy counts."""
+        return {m.attrs: m.counts for m in self.measured}
+
+    @cached_property
+    def _by_attrs(self) -> dict[tuple[str, ...], NoisyMarginal]:
+        return {m.attrs: m for m in self.measured}
+
+    def marginal(self, attrs: tuple[str, ...]) -> NoisyMarginal:
+        return self._by_attrs[tuple(attrs)]
+
+    def stddev(self, attrs: tuple[str, ...]) -> float:
+        """Per-cell noise standard deviation of the measured marginal ``attrs``."""
+        return self._by_attrs[tuple(attrs)].stddev
+
+    def estimated_records(self) -> int | None:
+        """The record count as the measurement estimates it (post-processing).
+
+        The measured count when there is one; otherwise the inverse-variance mean of the
+        1-way marginals' totals (a total of ``d`` cells has variance ``d * stddev^2``),
+        rounded, at least 1. None when neither was measured.
+        """
+        if self.records is not None:
+            return max(1, int(round(self.records.value)))
+        one_way = [m for m in self.measured if len(m.attrs) == 1]
+        if not one_way:
+            return None
+        totals = np.array([float(np.nansum(m.counts)) for m in one_way])
+        var = np.array([m.counts.size * m.stddev**2 for m in one_way])
+        if np.all(var > 0):
+            w = 1.0 / var
+        else:
+            w = 1.0 / np.array([m.counts.size for m in one_way], dtype=np.float64)
+        return max(1, int(round(float(np.dot(totals, w) / w.sum()))))
+
+    @property
+    def rho(self) -> float:
+        return sum(c.rho for c in self.charges)
+
+    def total_epsilon(self, delta: float) -> float:
+        """(epsilon, delta) cost of every charge: pure parts add, the zCDP part converts."""
+        return total_epsilon(self.charges, delta)
+
+    # --- serialisation: Parquet for numbers, JSON for the rest -----------------
+    def save(self, folder: str | Path) -> list[Path]:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        keys, cells, counts = [], [], []
+        for m in self.measured:
+            flat = m.counts.ravel()
+            keys.append(np.full(flat.size, m.key, dtype=object))
+            cells.append(np.arange(flat.size, dtype=np.int64))
+            counts.append(flat)
+        table = pa.table(
+            {
+                "marginal": pa.array(np.concatenate(keys) if keys else [], type=pa.string()),
+                "cell": pa.array(np.concatenate(cells) if cells else [], type=pa.int64()),
+                "count": pa.array(np.concatenate(counts) if counts else [], type=pa.float64()),
+            }
+        )
+        written = [folder / MEASUREMENT_FILE]
+        pq.write_table(table, str(written[0]), compression="zstd")
+        for name, df in self.tables.items():
+            path = folder / f"measurement-{name}.parquet"
+            pq.write_table(pa.Table.from_pandas(df, preserve_index=False), str(path), compression="zstd")
+            written.append(path)
+        meta = {
+            "method": self.method,
+            "params": dict(self.params),
+            "measured": [
+                {"attrs": list(m.attrs), "key": m.key, "shape": list(m.counts.shape),
+                 "stddev": m.stddev, "mechanism": m.mechanism}
+                for m in self.measured
+            ],
+            "records": self.records.to_dict() if self.records is not None else None,
+            "statement": self.statement.to_dict(),
+            "tables": sorted(self.tables),
+            "charges": [c.to_dict() for c in self.charges],
+            "rho": self.rho,
+            "meta": dict(self.meta),
+        }
+        (folder / MEASUREMENT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        written.append(folder / MEASUREMENT_META)
+        return written
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Measurement":
+        folder = Path(folder)
+        meta = json.loads((folder / MEASUREMENT_META).read_text())
+        table = pq.read_table(str(folder / MEASUREMENT_FILE)).to_pandas()
+        groups = {k: g for k, g in table.groupby("marginal", sort=False)} if len(table) else {}
+        measured = []
+        for entry in meta["measured"]:
+            g = groups[entry["key"]].sort_values("cell")
+            measured.append(NoisyMarginal(
+                attrs=tuple(entry["attrs"]),
+                counts=g["count"].to_numpy(dtype=np.float64).reshape(entry["shape"]),
+                stddev=float(entry["stddev"]),
+                mechanism=str(entry["mechanism"]),
+            ))
+        rec = meta.get("records")
+        tables = {
+            name: pq.read_table(str(folder / f"measurement-{name}.parquet")).to_pandas()
+            for name in meta["tables"]
+        }
+        return cls(
+            method=meta["method"],
+            params=meta["params"],
+            charges=tuple(Charge.from_dict(c) for c in meta["charges"]),
+            measured=tuple(measured),
+            records=NoisyCount(**rec) if rec else None,
+            statement=PrivacyStatement.from_dict(meta["statement"]),
+            tables=tables,
+            meta=meta["meta"],
+        )
