@@ -9,7 +9,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DPSYNTH_WORKSPACE ?= $(CURDIR)/.dpsynth/workspace
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench clean serve serve-stop
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,8 @@ install: $(VENV)/.installed
 
 demo: install
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
+	@# a running `make serve` server saves the temporary server's start-up
+	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
 	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml --method marginals \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
@@ -33,6 +35,12 @@ test-fast: install
 bench: install
 	$(BIN)/python benchmarks/encode_throughput.py
 	$(BIN)/python benchmarks/release_timing.py
+
+serve: install
+	deployments/serve.sh start
+
+serve-stop:
+	deployments/serve.sh stop
 
 clean:
 	rm -rf $(VENV) .prefect .dpsynth releases .pytest_cache
