@@ -8,7 +8,6 @@ never read as a release.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -19,6 +18,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+# One file hash for the whole package (defined with the input reader, used for manifests).
+from .encoding import file_sha256 as sha256_file
+
 __all__ = ["fsync_path", "publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
 
 MANIFEST = "manifest.json"
@@ -27,14 +29,6 @@ _PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great
 
 class PublishError(RuntimeError):
     pass
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def code_version() -> str:

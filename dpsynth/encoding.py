@@ -91,6 +91,7 @@ class EncodedTable:
 
 
 def code_dtype(cardinalities: Sequence[int]) -> np.dtype:
+    """Smallest dtype holding codes ``0..card-1`` of every column (uint8, uint16, else int32)."""
     top = max(cardinalities, default=1)
     if top <= 2**8:
         return np.dtype(np.uint8)
@@ -108,6 +109,7 @@ def validate_codes(codes: np.ndarray, schema: Schema) -> None:
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in chunks (the manifest's file hashes too)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

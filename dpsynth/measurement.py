@@ -112,12 +112,26 @@ def _check_scale(what: str, stddev: float, mechanism: str) -> float:
 @dataclass(frozen=True, kw_only=True, eq=False)
 class NoisyMarginal:
     """Noisy counts of one marginal over the full cross-product of its columns' codes
-    (C order), each cell with independent noise of standard deviation ``stddev``."""
+    (C order), each cell with independent noise of standard deviation ``stddev``.
+
+    What ``stddev`` promises, cell by cell (docs/measurement.md):
+
+    * a plain marginal (``threshold`` None, no ``derived`` cells): every cell is the true
+      count plus independent noise of ``mechanism`` with that standard deviation;
+    * ``threshold``: cells whose noisy value was not above it were published as 0
+      (suppressed); a cell whose true count lies far above the threshold is a plain
+      noisy count, a published 0 says only "below the threshold";
+    * ``derived``: flat indices of cells computed from other published values (for
+      example a missing code holding the record count minus the other cells); they
+      carry no noise statement of their own.
+    """
 
     attrs: tuple[str, ...]
     counts: np.ndarray
     stddev: float
     mechanism: str = "gaussian"
+    threshold: float | None = None
+    derived: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.attrs or len(set(self.attrs)) != len(self.attrs):
@@ -125,10 +139,33 @@ class NoisyMarginal:
         object.__setattr__(self, "attrs", tuple(str(a) for a in self.attrs))
         object.__setattr__(self, "counts", np.asarray(self.counts, dtype=np.float64))
         object.__setattr__(self, "stddev", _check_scale(f"marginal {self.attrs}", self.stddev, self.mechanism))
+        if self.threshold is not None:
+            if not math.isfinite(float(self.threshold)):
+                raise ValueError(f"marginal {self.attrs}: threshold must be finite, got {self.threshold!r}")
+            object.__setattr__(self, "threshold", float(self.threshold))
+        derived = tuple(sorted({int(i) for i in self.derived}))
+        if derived and not (0 <= derived[0] and derived[-1] < self.counts.size):
+            raise ValueError(f"marginal {self.attrs}: derived cells outside 0..{self.counts.size - 1}")
+        object.__setattr__(self, "derived", derived)
 
     @property
     def key(self) -> str:
         return marginal_key(self.attrs)
+
+    @property
+    def plain(self) -> bool:
+        """True when every cell is a plain noisy count (no threshold, no derived cell)."""
+        return self.threshold is None and not self.derived
+
+    def to_dict(self) -> dict[str, Any]:
+        """The noise statement as stored in ``measurement.json`` (defaults left out)."""
+        out: dict[str, Any] = {"attrs": list(self.attrs), "key": self.key, "shape": list(self.counts.shape),
+                               "stddev": self.stddev, "mechanism": self.mechanism}
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        if self.derived:
+            out["derived"] = list(self.derived)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +216,7 @@ class Measurement:
         return {m.attrs: m for m in self.measured}
 
     def marginal(self, attrs: tuple[str, ...]) -> NoisyMarginal:
+        """The measured marginal over ``attrs`` (KeyError when it was not measured)."""
         return self._by_attrs[tuple(attrs)]
 
     def stddev(self, attrs: tuple[str, ...]) -> float:
@@ -207,6 +245,7 @@ class Measurement:
 
     @property
     def rho(self) -> float:
+        """The zCDP part of the charges (pure-epsilon parts are in :meth:`total_epsilon`)."""
         return sum(c.rho for c in self.charges)
 
     def total_epsilon(self, delta: float) -> float:
@@ -215,6 +254,7 @@ class Measurement:
 
     # --- serialisation: Parquet for numbers, JSON for the rest -----------------
     def save(self, folder: str | Path) -> list[Path]:
+        """Writes ``measurement.parquet`` (long form), ``measurement.json`` and one Parquet per table."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         keys, cells, counts = [], [], []
@@ -239,11 +279,7 @@ class Measurement:
         meta = {
             "method": self.method,
             "params": dict(self.params),
-            "measured": [
-                {"attrs": list(m.attrs), "key": m.key, "shape": list(m.counts.shape),
-                 "stddev": m.stddev, "mechanism": m.mechanism}
-                for m in self.measured
-            ],
+            "measured": [m.to_dict() for m in self.measured],
             "records": self.records.to_dict() if self.records is not None else None,
             "statement": self.statement.to_dict(),
             "tables": sorted(self.tables),
@@ -257,6 +293,7 @@ class Measurement:
 
     @classmethod
     def load(cls, folder: str | Path) -> "Measurement":
+        """Reads back what :meth:`save` wrote."""
         folder = Path(folder)
         meta = json.loads((folder / MEASUREMENT_META).read_text())
         table = pq.read_table(str(folder / MEASUREMENT_FILE)).to_pandas()
@@ -269,6 +306,8 @@ class Measurement:
                 counts=g["count"].to_numpy(dtype=np.float64).reshape(entry["shape"]),
                 stddev=float(entry["stddev"]),
                 mechanism=str(entry["mechanism"]),
+                threshold=entry.get("threshold"),
+                derived=tuple(entry.get("derived", ())),
             ))
         rec = meta.get("records")
         tables = {

@@ -161,7 +161,7 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
         if key in params
     }
     cls = METHODS.get(method)
-    rows_key = getattr(cls, "takes_rows_as", None)
+    rows_key = cls.takes_rows_as if cls is not None else None
     if rows_key and rows_key not in method_params and rows is not None:
         method_params[rows_key] = str(rows)
     return method_params, options

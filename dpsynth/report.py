@@ -24,6 +24,7 @@ import numpy as np
 
 from .encoding import EncodedTable
 from .methods.base import Measurement
+from .privacy.budget import Charge, total_epsilon
 from .schema import Column, Schema
 
 __all__ = ["build_report"]
@@ -226,8 +227,7 @@ def _summary_section(manifest: Mapping[str, Any], schema: Schema, codes: Encoded
         ("Synthetic rows", _num(rows) + ("" if rows_req is None else f" (requested {_num(rows_req)})")),
         ("Privacy budget", f"&epsilon; = {_num(privacy.get('epsilon'))}, &delta; = {_num(privacy.get('delta'))}, "
                            f"&rho; = {_num(privacy.get('rho'))} (zCDP)"),
-        ("Spent", f"&rho; = {_num(privacy.get('rho_spent', m.rho))}"
-                  + (f", &epsilon; = {_num(privacy.get('epsilon_spent'))}" if "epsilon_spent" in privacy else "")),
+        ("Spent", _spent(privacy, m)),
     ]
     if privacy.get("accounting"):
         items.append(("Accounting", _e(privacy["accounting"])))
@@ -238,28 +238,51 @@ def _summary_section(manifest: Mapping[str, Any], schema: Schema, codes: Encoded
     return "<h2>Release</h2>" + _kv_table(items)
 
 
+def _spent(privacy: Mapping[str, Any], m: Measurement) -> str:
+    """Spent budget: total epsilon (pure parts plus the converted zCDP part) and its rho part."""
+    eps = privacy.get("epsilon_spent")
+    if eps is None and privacy.get("delta") is not None:
+        eps = m.total_epsilon(float(privacy["delta"]))
+    pure = sum(c.epsilon for c in m.charges)
+    text = f"&epsilon; = {_num(eps)} (zCDP part &rho; = {_num(privacy.get('rho_spent', m.rho))}"
+    return text + (f", pure &epsilon; part {_num(pure)})" if pure else ")")
+
+
 def _ledger_section(manifest: Mapping[str, Any], m: Measurement) -> str:
+    """The ledger: each stage's zCDP (rho) and pure-epsilon cost, and the (epsilon, delta) total.
+
+    The total is :func:`~dpsynth.privacy.budget.total_epsilon` of the stages (pure parts
+    add, the zCDP part converts), the same function the ledger and the manifest use.
+    """
     privacy = manifest.get("privacy") or {}
     stages = privacy.get("ledger")
-    if not stages:
-        stages = [c.to_dict() for c in m.charges]
-    total = sum(float(s.get("rho", 0.0)) for s in stages)
-    rows = []
-    for s in stages:
-        rho = float(s.get("rho", 0.0))
-        share = rho / total if total > 0 else float("nan")
-        rows.append([
-            f"<code>{_e(s.get('stage'))}</code>",
-            _e(s.get("mechanism", "")),
-            _num(rho),
-            "—" if not math.isfinite(share) else f"{100 * share:.1f}%",
-        ])
-    rows.append(["<strong>total</strong>", "", f"<strong>{_num(total)}</strong>", "100%" if total > 0 else "—"])
+    charges = [Charge.from_dict(s) for s in stages] if stages else list(m.charges)
+    rho_total = sum(c.rho for c in charges)
+    eps_total = sum(c.epsilon for c in charges)
+
+    def share(part: float, whole: float) -> str:
+        return f"{100 * part / whole:.1f}%" if whole > 0 and part > 0 else "—"
+
+    rows = [
+        [f"<code>{_e(c.stage)}</code>", _e(c.mechanism), _num(c.rho), _num(c.epsilon),
+         share(c.rho, rho_total) if c.rho else share(c.epsilon, eps_total)]
+        for c in charges
+    ]
+    rows.append(["<strong>total</strong>", "", f"<strong>{_num(rho_total)}</strong>",
+                 f"<strong>{_num(eps_total)}</strong>", ""])
+    delta = privacy.get("delta")
+    total = ""
+    if delta is not None:
+        eps = total_epsilon(charges, float(delta))
+        total = (f'<p>Total: &epsilon; = <strong>{_num(eps)}</strong> at &delta; = {_num(delta)} '
+                 "(pure &epsilon; parts added, the &rho; part converted).</p>")
     note = (
-        '<p class="note">Each stage\'s cost in zCDP (&rho;); costs add up, and the total converts '
-        "to the (&epsilon;, &delta;) above. Share = the stage's part of the total.</p>"
+        '<p class="note">Each stage\'s cost: zCDP stages in &rho; (they add up, and their sum converts to '
+        "(&epsilon;, &delta;)), pure-DP stages in &epsilon; (added by basic composition). Share = the "
+        "stage's part of the total of its kind.</p>"
     )
-    return "<h2>Privacy ledger</h2>" + note + _table(["stage", "mechanism", "rho", "share"], rows, numeric=(2, 3))
+    head = ["stage", "mechanism", "rho", "pure epsilon", "share"]
+    return "<h2>Privacy ledger</h2>" + note + _table(head, rows, numeric=(2, 3, 4)) + total
 
 
 def _over(value: Any, limit: Any) -> bool:

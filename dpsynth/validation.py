@@ -1,27 +1,63 @@
-"""Record validity of a table against its schema, without Great Expectations.
+"""Record validity of a table against its schema: one definition of a column's domain.
 
-Every column present, values inside the domain, missing values only where the schema
-allows them, the expected number of rows. Used by ``dpsynth verify`` (the release
-gate itself is :mod:`dpsynth.gate`). Results carry counts and column names, never a value.
+:func:`column_domain` says what a valid cell of a column is (the categories plus the
+``other`` label, or the numeric bounds and whether values are whole; missing only
+where the schema allows it). The release gate turns it into Great Expectations
+expectations (:mod:`dpsynth.gate.checks`); :func:`record_checks` checks it directly
+with pandas for ``dpsynth verify``. Results carry counts and column names, never a value.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .schema import Schema
+from .schema import Column, Schema
 
-__all__ = ["record_checks"]
+__all__ = ["ColumnDomain", "column_domain", "record_checks"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnDomain:
+    """Valid cells of one column: ``values`` (categorical) or ``bounds`` (numeric)."""
+
+    values: tuple[str, ...] | None = None
+    bounds: tuple[float, float] | None = None
+    integer: bool = False
+    nullable: bool = True
+
+
+def column_domain(col: Column) -> ColumnDomain:
+    """The domain a published value of ``col`` must lie in."""
+    if col.type == "categorical":
+        values = tuple(col.values) + ((col.other_label,) if col.other else ())
+        return ColumnDomain(values=values, nullable=col.nullable)
+    lo, hi = col.bounds
+    return ColumnDomain(bounds=(float(lo), float(hi)), integer=bool(col.integer), nullable=col.nullable)
 
 
 def _check(name: str, success: bool, **stats: Any) -> dict[str, Any]:
     return {"name": name, "success": bool(success), **stats}
 
 
+def _outside(s: pd.Series, dom: ColumnDomain) -> int:
+    """Non-missing cells outside the domain."""
+    null = s.isna().to_numpy()
+    if dom.values is not None:
+        return int((~null & ~s.isin(set(dom.values)).to_numpy()).sum())
+    x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    lo, hi = dom.bounds
+    out = ~null & ~((x >= lo) & (x <= hi))
+    if dom.integer:
+        out |= ~null & (np.floor(x) != x)
+    return int(out.sum())
+
+
 def record_checks(df: pd.DataFrame, schema: Schema, rows: int | None) -> list[dict[str, Any]]:
+    """Columns, row count, each column's domain and missing values, as pass/fail counts."""
     checks = [_check("columns match the schema", list(df.columns) == schema.names)]
     if rows is not None:
         checks.append(_check("row count", len(df) == rows, expected=rows, observed=len(df)))
@@ -31,18 +67,10 @@ def record_checks(df: pd.DataFrame, schema: Schema, rows: int | None) -> list[di
         if col.name not in df.columns:
             continue
         s = df[col.name]
-        null = s.isna().to_numpy()
-        if col.type == "categorical":
-            allowed = set(col.values) | ({col.other_label} if col.other else set())
-            bad = int((~null & ~s.isin(allowed).to_numpy()).sum())
-        else:
-            x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            lo, hi = col.bounds
-            out = ~null & ~((x >= lo) & (x <= hi))
-            if col.integer:
-                out |= ~null & (np.floor(x) != x)
-            bad = int(out.sum())
+        dom = column_domain(col)
+        bad = _outside(s, dom)
         checks.append(_check(f"{col.name}: values inside the schema domain", bad == 0, unexpected=bad))
-        if not col.nullable:
-            checks.append(_check(f"{col.name}: no missing values", int(null.sum()) == 0, unexpected=int(null.sum())))
+        if not dom.nullable:
+            null = int(s.isna().sum())
+            checks.append(_check(f"{col.name}: no missing values", null == 0, unexpected=null))
     return checks

@@ -352,3 +352,43 @@ def test_gate_with_docs_runs_once_and_renders_only_a_pass(release, honest, tmp_p
     failed = run_gate(*_broken(release, c), release.measurement, None, docs=tmp_path / "bad")
     assert not failed["success"]
     assert not (tmp_path / "bad").exists()  # a failed gate renders no docs
+
+
+# --- every measured marginal of every size, against its own stated noise -------------
+
+
+def _with_three_way(release: Release, sd3: float, seed: int = 11) -> Measurement:
+    """The release's 1-way marginals plus a noisy 3-way marginal of the raw table."""
+    raw = encode(read_table(ROOT / "data" / "demo.csv", release.schema), release.schema)
+    cols = ("region", "employment", "hours_per_week")
+    idx = [release.schema.index(c) for c in cols]
+    cards = [release.schema.cardinalities[j] for j in idx]
+    flat = np.ravel_multi_index(tuple(raw.codes[:, j].astype(np.int64) for j in idx), cards)
+    exact = np.bincount(flat, minlength=int(np.prod(cards))).reshape(cards)
+    noisy = exact + discrete_gaussian(sd3, exact.shape, np.random.default_rng(seed))
+    three = NoisyMarginal(attrs=cols, counts=noisy, stddev=sd3)
+    return dataclasses.replace(release.measurement, measured=(*release.measurement.measured, three)), raw
+
+
+def test_gate_checks_a_three_way_marginal_against_its_stated_noise(release):
+    m, raw = _with_three_way(release, sd3=3.0)
+    rng = np.random.default_rng(5)
+    honest_codes = EncodedTable(release.schema, raw.codes[rng.integers(0, raw.n, raw.n)])
+    ok = run_gate(decode(honest_codes, rng), honest_codes, m, None)
+    assert ok["success"], ok["failed"]
+    k3 = [e for e in ok["marginal_errors"] if e["k"] == 3]
+    assert [e["marginal"] for e in k3] == ["region|employment|hours_per_week"]
+    assert {"max_tvd_k3", "mean_tvd_k3"} <= {e["name"] for e in ok["expectations"]}
+    # the 1-way marginals hold, the 3-way association is destroyed: only k = 3 fails
+    broken = honest_codes.codes.copy()
+    j = release.schema.index("employment")
+    broken[:, j] = rng.permutation(broken[:, j])
+    bad = run_gate(*_broken(release, broken), m, None)
+    assert "max_tvd_k3" in _failed(bad) and not any(f.endswith("k1") for f in _failed(bad))
+    # a larger stated noise scale widens the 3-way threshold, and only that one
+    loose, _ = _with_three_way(release, sd3=300.0)
+    wide = run_gate(decode(honest_codes, rng), honest_codes, loose, None)
+    t = {e["marginal"]: e["threshold"] for e in wide["marginal_errors"]}
+    t0 = {e["marginal"]: e["threshold"] for e in ok["marginal_errors"]}
+    assert t["region|employment|hours_per_week"] > 2 * t0["region|employment|hours_per_week"]
+    assert t["region"] == pytest.approx(t0["region"])

@@ -31,6 +31,7 @@ from ..schema import Schema
 __all__ = [
     "DP_ADD_REMOVE",
     "Method",
+    "MethodBase",
     "Measurement",
     "NoisyCount",
     "NoisyMarginal",
@@ -48,7 +49,12 @@ class ParamError(ValueError):
 
 @runtime_checkable
 class Method(Protocol):
+    """What the pipeline calls. ``takes_rows_as``: the name of the parameter that receives
+    ``--rows`` when the measurement itself is the rows (private sampling's ``k``), else None."""
+
     name: ClassVar[str]
+    params_type: ClassVar[type]
+    takes_rows_as: ClassVar[str | None]
     params: Any
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]: ...
@@ -58,6 +64,18 @@ class Method(Protocol):
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
     ) -> EncodedTable: ...
+
+
+class MethodBase:
+    """Defaults every registered method inherits: the protocol's class attributes it
+    may leave unset, and construction from its parameter dataclass."""
+
+    name: ClassVar[str]
+    params_type: ClassVar[type]
+    takes_rows_as: ClassVar[str | None] = None
+
+    def __init__(self, params: Any = None):
+        self.params = self.params_type() if params is None else params
 
 
 # --- parameters from the command line ----------------------------------------

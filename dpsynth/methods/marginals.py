@@ -16,11 +16,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..encoding import EncodedTable, code_dtype
-from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
-from ..privacy.noise import discrete_gaussian
+from ..privacy.mechanisms import gaussian_counts
 from ..schema import Schema
-from .base import Measurement, NoisyMarginal, params_to_dict
+from .base import Measurement, MethodBase, NoisyMarginal, params_to_dict
 
 __all__ = ["MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
 
@@ -55,14 +54,14 @@ def sample_independent(
     return EncodedTable(schema=schema, codes=codes)
 
 
-class MarginalsMethod:
+class MarginalsMethod(MethodBase):
+    """The baseline: one DP 1-way histogram per column, columns sampled independently."""
+
     name: ClassVar[str] = "marginals"
     params_type: ClassVar[type] = MarginalsParams
 
-    def __init__(self, params: MarginalsParams | None = None):
-        self.params = params or MarginalsParams()
-
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """An equal zCDP share of the budget per column's histogram (L2 sensitivity 1)."""
         share = budget.rho / len(schema.columns)
         return tuple(
             Charge(stage=_stage(c.name), rho=share, detail={"sensitivity_l2": 1.0})
@@ -70,13 +69,14 @@ class MarginalsMethod:
         )
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """Spends each column's share on its histogram plus discrete Gaussian noise."""
         measured, charges = [], []
         for j, col in enumerate(codes.schema.columns):
             charge = ledger.spend(_stage(col.name))
-            sigma = gaussian_sigma(1.0, charge.rho)
             hist = np.bincount(codes.codes[:, j].astype(np.int64), minlength=col.cardinality)
-            noisy = (hist + discrete_gaussian(sigma, hist.size, rng)).astype(np.float64)
-            measured.append(NoisyMarginal(attrs=(col.name,), counts=noisy, stddev=sigma, mechanism="gaussian"))
+            noised = gaussian_counts(hist, charge, rng, sensitivity=1.0)
+            measured.append(NoisyMarginal(attrs=(col.name,), counts=noised.values, stddev=noised.stddev,
+                                          mechanism=noised.mechanism))
             charges.append(charge)
         return Measurement(
             method=self.name,
@@ -88,5 +88,6 @@ class MarginalsMethod:
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
     ) -> EncodedTable:
+        """Each column drawn from its clipped noisy histogram; rows default to the DP estimate."""
         n = estimate_rows(m) if rows is None else rows
         return sample_independent(schema, {k[0]: v for k, v in m.marginals.items()}, n, rng)

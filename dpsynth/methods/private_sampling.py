@@ -33,7 +33,7 @@ from .. import private_sampling as ps
 from ..encoding import EncodedTable, code_dtype, onehot
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
-from .base import DP_ADD_REMOVE, Measurement, ParamError, PrivacyStatement, params_to_dict
+from .base import DP_ADD_REMOVE, Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
 
 __all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_codes"]
 
@@ -115,7 +115,7 @@ def bits_to_codes(
     return EncodedTable(schema=schema, codes=codes)
 
 
-class PrivateSamplingMethod:
+class PrivateSamplingMethod(MethodBase):
     name: ClassVar[str] = "private-sampling"
     params_type: ClassVar[type] = PrivateSamplingMethodParams
     takes_rows_as: ClassVar[str] = "k"

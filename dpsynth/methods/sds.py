@@ -110,9 +110,10 @@ from scipy.stats import norm
 from ..counting import column_major, count_marginals, flat_index
 from ..encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.mechanisms import dp_percentile, percentile_scores  # noqa: F401 (re-exported)
 from ..privacy.noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd
 from ..schema import Schema
-from .base import Measurement, NoisyCount, NoisyMarginal, params_to_dict
+from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, params_to_dict
 
 __all__ = [
     "SdsParams",
@@ -372,29 +373,6 @@ def percentile_r8(sorted_values: np.ndarray, counts: np.ndarray, q: float) -> np
     a = np.take_along_axis(sorted_values, lo_i[..., None], axis=-1)[..., 0]
     b = np.take_along_axis(sorted_values, hi_i[..., None], axis=-1)[..., 0]
     return a + frac * (b - a)
-
-
-def percentile_scores(values: np.ndarray, percentage: float, upper: int) -> np.ndarray:
-    """Quality of each candidate 0..upper as the percentile: minus the records that must change.
-
-    With r = ceil(q n / 100), v is the q-th percentile iff #{x <= v} >= r and
-    #{x < v} < r; the score is -max(0, r - #{x <= v}, #{x < v} - r + 1). Adding or
-    removing one record moves it by at most 1.
-    """
-    x = np.clip(np.asarray(values, dtype=np.int64), 0, upper)
-    n = x.size
-    r = max(1, math.ceil(percentage / 100.0 * n - 1e-9))
-    hist = np.bincount(x, minlength=upper + 1)
-    le = np.cumsum(hist)
-    lt = le - hist
-    return -np.maximum(0, np.maximum(r - le, lt - r + 1)).astype(np.float64)
-
-
-def dp_percentile(values: np.ndarray, percentage: float, epsilon: float, upper: int, rng: np.random.Generator) -> int:
-    """epsilon-DP percentile of integers in [0, upper] (report noisy max, Exp(rate eps/2) noise)."""
-    scores = percentile_scores(values, percentage, upper)
-    noisy = scores + rng.exponential(scale=2.0 / epsilon, size=scores.size)
-    return int(np.argmax(noisy))
 
 
 def _threshold_k1(sigma1: float, delta1: int, delta: float) -> float:
@@ -1159,7 +1137,7 @@ def _elementary_symmetric(values: Sequence[int], k: int) -> int:
     return e[k]
 
 
-class SdsMethod:
+class SdsMethod(MethodBase):
     name: ClassVar[str] = "sds"
     params_type: ClassVar[type] = SdsParams
 
@@ -1226,12 +1204,16 @@ class SdsMethod:
         res = aggregate(codes.codes, schema, self.params, split, rng, spend=spend)
         frame = aggregates_frame(res.levels, schema)
         sd1 = float(res.info["noise_sd"][0]) if res.info["noise_sd"] else 0.0
+        # 1-counts at or below max(tau_1, 0) were suppressed (see aggregate).
+        tau1 = max(0.0, res.info["thresholds"][0]) if math.isfinite(res.info["thresholds"][0]) else 0.0
         measured = []
         for j, col in enumerate(schema.columns):
             t = res.levels[0].get((j,), np.zeros(col.cardinality, dtype=np.int64)).astype(np.float64)
             if col.missing_code is not None:
                 t[col.missing_code] = max(0.0, res.records - float(t.sum()))
-            measured.append(NoisyMarginal(attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0))
+            measured.append(NoisyMarginal(
+                attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0, threshold=tau1,
+                derived=() if col.missing_code is None else (col.missing_code,)))
         meta = {
             "reporting_length": self.params.reporting_length,
             "accounting": self.params.accounting,

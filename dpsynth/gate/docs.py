@@ -1,0 +1,157 @@
+"""The gate's Data Docs: GE's rendered site, stripped of values and of remote assets.
+
+GE lists "unexpected values" of failing expectations. :func:`_render_docs` rewrites the
+stored validation results of a file-backed GE context to counts, fractions and schema
+column names (:func:`_sanitise_result`) before GE renders them, copies only the rendered
+site and strips every reference to a remote script, stylesheet or image, so the pages
+open offline and fetch nothing. The whitelist of GE counts lives here and is shared by
+the gate's summary.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from .checks import Plan
+from .thresholds import GateError
+
+# Integer counts GE reports that carry no value of the table.
+_GE_COUNTS = ("element_count", "unexpected_count", "missing_count")
+_GE_PERCENTS = {"unexpected_percent": "unexpected_fraction", "missing_percent": "missing_fraction"}
+_WITHHELD = "details withheld: GE error messages may quote table values"
+
+
+def _raised(r: Any) -> bool:
+    info = getattr(r, "exception_info", None) or {}
+    if isinstance(info, Mapping) and "raised_exception" in info:
+        return bool(info.get("raised_exception"))
+    # several expectations may report one exception_info per metric
+    return any(isinstance(v, Mapping) and v.get("raised_exception") for v in (info.values() if isinstance(info, Mapping) else []))
+
+
+def _sanitise_result(result: Any, column_names: Sequence[str]) -> None:
+    """Rewrites one stored suite result in place to counts, fractions and schema names."""
+    allowed = set(column_names)
+    for r in result.results:
+        raw = dict(r.result or {})
+        clean: dict[str, Any] = {}
+        for k in (*_GE_COUNTS, *_GE_PERCENTS, "unexpected_percent_total", "unexpected_percent_nonmissing"):
+            v = raw.get(k)
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+                clean[k] = v
+        obs = raw.get("observed_value")
+        if isinstance(obs, (int, float, np.integer, np.floating)) and not isinstance(obs, bool):
+            clean["observed_value"] = obs
+        elif isinstance(obs, str) and re.fullmatch(r"[A-Za-z0-9_\[\]]{1,40}", obs):
+            clean["observed_value"] = obs  # a dtype name from the type check
+        elif isinstance(obs, (list, tuple)):
+            clean["observed_value"] = [c if c in allowed else "(a column not in the schema)" for c in obs]
+        if "element_count" in clean or "unexpected_count" in clean:
+            clean["partial_unexpected_list"] = []
+        r.result = clean
+        if _raised(r):
+            r.exception_info = {
+                "raised_exception": True,
+                "exception_message": _WITHHELD,
+                "exception_traceback": _WITHHELD,
+            }
+
+
+_REMOTE_TAGS = (
+    re.compile(r"<script\b[^>]*\bsrc\s*=\s*['\"]?(?:https?:)?//[^>]*>\s*</script\s*>", re.I),
+    re.compile(r"<link\b[^>]*\bhref\s*=\s*['\"]?(?:https?:)?//[^>]*>", re.I),
+    re.compile(r"<img\b[^>]*\bsrc\s*=\s*['\"]?(?:https?:)?//[^>]*>", re.I),
+)
+_REMOTE_CSS = re.compile(r"@import\s+url\(\s*['\"]?(?:https?:)?//[^)]*\)\s*;?|url\(\s*['\"]?(?:https?:)?//[^)]*\)", re.I)
+
+
+# Stand-ins for the remote Bootstrap and Font Awesome the pages are written for: the
+# status icons become text marks, tables get rules. Appended to each page's <head>.
+_OFFLINE_STYLE = """<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: .5em 0 1em; }
+th, td { border-bottom: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
+i.fas { font-style: normal; font-weight: bold; }
+.fa-check-circle::before { content: "\\2714"; color: #1a7f37; }
+.fa-times::before { content: "\\2718"; color: #c62828; }
+.fa-question-circle::before { content: "?"; }
+.text-danger { color: #c62828; }
+.text-success { color: #1a7f37; }
+</style>
+"""
+
+
+def _strip_remote(folder: Path) -> None:
+    """Removes every remote script, stylesheet, image and CSS url from the copied site."""
+    for path in folder.rglob("*"):
+        suffix = path.suffix.lower()
+        if suffix not in (".html", ".htm", ".css"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        if suffix != ".css":
+            for pattern in _REMOTE_TAGS:
+                text = pattern.sub("", text)
+            text = re.sub(r"</head\s*>", lambda m: _OFFLINE_STYLE + m.group(0), text, count=1, flags=re.I)
+        path.write_text(_REMOTE_CSS.sub("none", text), encoding="utf-8")
+
+
+def _empty_folder(folder: str | Path) -> Path:
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise GateError(f"data docs folder {folder} exists and is not empty")
+    return folder
+
+
+def _render_docs(context, plan: Plan, folder: Path) -> Path:
+    """Sanitises the stored results of a file context, renders its site into ``folder``."""
+    store = context.validation_results_store
+    for key in store.list_keys():
+        stored = store.get(key)
+        _sanitise_result(stored, plan.schema.names)
+        store.set(key, stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        context.build_data_docs()
+    urls = [u.get("site_url") for u in context.get_docs_sites_urls() if u.get("site_url")]
+    if not urls:
+        raise GateError("GE built no Data Docs site")
+    site = Path(unquote(urlparse(urls[0]).path)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(site, folder, dirs_exist_ok=True)
+    _strip_remote(folder)
+    index = folder / "index.html"
+    _add_offline_index(index)
+    return index
+
+
+def _add_offline_index(index: Path) -> None:
+    """Lists the site's pages at the top of the index.
+
+    GE fills the index's tables with a remote JavaScript library, which is stripped:
+    without this list the index would show no links offline.
+    """
+    import html
+
+    root = index.parent
+    items = []
+    for kind, pattern in (("validation result", "validations/**/*.html"), ("expectation suite", "expectations/*.html")):
+        for page in sorted(root.glob(pattern)):
+            rel = page.relative_to(root).as_posix()
+            suite = page.relative_to(root).parts[1]
+            suite = suite[:-5] if suite.endswith(".html") else suite
+            items.append(
+                f'<li><a href="{html.escape(rel, quote=True)}">{html.escape(suite)}</a>: {kind}</li>'
+            )
+    block = (
+        '<nav style="margin:1em 1.5em"><h2>Pages</h2><ul>' + "".join(items) + "</ul></nav>\n"
+    )
+    text = index.read_text(encoding="utf-8")
+    text = re.sub(r"<body[^>]*>", lambda m: m.group(0) + "\n" + block, text, count=1, flags=re.I)
+    index.write_text(text, encoding="utf-8")

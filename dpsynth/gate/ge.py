@@ -1,0 +1,208 @@
+"""Running the gate's checks with Great Expectations, and its public summary.
+
+:func:`run_gate` prepares the plan once (:func:`dpsynth.gate.checks.prepare`), runs
+both suites on an ephemeral GE context (or a file context when Data Docs are asked
+for) and summarises the results.
+
+What the summary never holds
+----------------------------
+GE lists "unexpected values" of failing expectations. A buggy synthesizer could copy a
+raw value into the synthetic table, and such a list would then publish it. Every GE
+run here asks for ``SUMMARY`` results with ``partial_unexpected_count = 0``, and the
+summary keeps only whitelisted counts and fractions. :func:`write_data_docs` rewrites
+the stored validation results to the same whitelist before GE renders them, and
+strips every reference to a remote script, stylesheet or image from the rendered pages.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..encoding import EncodedTable
+from ..measurement import Measurement
+from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare
+from .docs import _empty_folder, _raised, _render_docs, _GE_COUNTS, _GE_PERCENTS
+from .thresholds import _positive_number
+
+__all__ = ["run_gate", "write_data_docs"]
+
+# SUMMARY gives counts; a partial_unexpected_count of 0 keeps GE from listing values.
+_RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 0}
+
+
+def _context(root: Path | None = None):
+    """An ephemeral GE context (or a file context under ``root``), progress bars off."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    if root is None:
+        context = gx.get_context(mode="ephemeral")
+    else:
+        context = gx.get_context(mode="file", project_root_dir=str(root))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return context
+
+
+def _run_suites(context, plan: Plan) -> dict[int, Any]:
+    """Runs both suites; returns each check's GE result by its index in ``plan.checks``."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    source = context.data_sources.add_pandas("dpsynth")
+    results: dict[int, Any] = {}
+    for suite_name, frame in ((RECORDS_SUITE, plan.table), (MARGINALS_SUITE, plan.stats)):
+        members = [i for i, c in enumerate(plan.checks) if c.suite == suite_name]
+        if not members:
+            continue
+        batch = source.add_dataframe_asset(suite_name).add_batch_definition_whole_dataframe("whole_table")
+        # All expectations go in before the suite joins the context: adding them one by
+        # one to a stored suite re-serialises it each time (quadratic in the count).
+        expectations = [
+            getattr(gxe, plan.checks[i].expectation)(
+                **plan.checks[i].kwargs, meta={"dpsynth_check": plan.checks[i].label, "index": i}
+            )
+            for i in members
+        ]
+        suite = context.suites.add(gx.ExpectationSuite(name=suite_name, expectations=expectations))
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name=suite_name, data=batch, suite=suite)
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run = definition.run(batch_parameters={"dataframe": frame}, result_format=dict(_RESULT_FORMAT))
+        for r in run.results:
+            results[int(r.expectation_config.meta["index"])] = r
+    return results
+
+
+def _ge_counts(result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whitelisted counts and fractions of one GE result (never a value of the table)."""
+    out: dict[str, Any] = {}
+    result = result or {}
+    for k in _GE_COUNTS:
+        v = result.get(k)
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            out[k] = int(v)
+    for k, name in _GE_PERCENTS.items():
+        v = _positive_number(result.get(k))
+        if v is not None:
+            out[name] = v / 100.0
+    return out
+
+
+def _json_number(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _summarise(plan: Plan, results: Mapping[int, Any]) -> dict[str, Any]:
+    entries = []
+    for i, check in enumerate(plan.checks):
+        r = results.get(i)
+        entry: dict[str, Any] = {"name": check.name}
+        if check.column is not None:
+            entry["column"] = check.column
+        entry["expectation"] = re.sub(r"(?<!^)(?=[A-Z])", "_", check.expectation).lower()
+        observed = {k: _json_number(v) for k, v in check.observed.items()}
+        if r is None:
+            success = False
+            observed["error"] = True
+        else:
+            success = bool(r.success)
+            observed.update(_ge_counts(r.result))
+            if _raised(r):
+                success = False
+                observed["error"] = True
+        entry["success"] = success
+        entry["observed"] = observed
+        if check.dtype is not None:
+            entry["dtype"] = check.dtype
+        entries.append(entry)
+    failed = [plan.checks[i].label for i, e in enumerate(entries) if not e["success"]]
+    statistics = {
+        "evaluated": len(entries),
+        "successful": len(entries) - len(failed),
+        "failed": len(failed),
+        "success_percent": round(100.0 * (len(entries) - len(failed)) / max(1, len(entries)), 2),
+        **plan.statistics,
+    }
+    return {
+        "success": not failed,
+        "failed": failed,
+        "statistics": statistics,
+        "expectations": entries,
+        "marginal_errors": [{k: _json_number(v) for k, v in e.items()} for e in plan.marginal_errors],
+        "thresholds": dict(plan.thresholds),
+    }
+
+
+def run_gate(
+    synthetic: pd.DataFrame,
+    codes: EncodedTable,
+    measurement: Measurement,
+    expected_rows: int | None,
+    thresholds: Mapping[str, float] | None = None,
+    *,
+    docs: str | Path | None = None,
+) -> dict[str, Any]:
+    """Validates a synthetic table against its schema and its DP measurement with GE.
+
+    With ``docs`` (a folder that must be absent or empty), the same run is also
+    rendered as Data Docs there, only when the gate passes (see :func:`write_data_docs`).
+
+    ``synthetic``: the decoded synthetic table (what is published); ``codes``: its
+    integer codes (their schema is the release's schema); ``expected_rows``: the row
+    count the release asked for, or None to accept a band around the DP estimate;
+    ``thresholds``: overrides (see :data:`THRESHOLD_KEYS` and the module docstring).
+
+    Returns a JSON-serialisable summary: ``success``, ``failed`` (labels of the failed
+    expectations, ``"column: name"`` or ``name``), ``statistics``, ``expectations``
+    (``name``, ``column`` when per column, ``expectation`` (GE type), ``success``,
+    ``observed``: counts and fractions only), ``marginal_errors`` (``marginal``
+    ``"a|b"``, ``k``, ``tvd``, ``threshold``, ``predicted``) and the resolved
+    ``thresholds``. Deterministic: no time stamps or run ids.
+    """
+    summary, _ = _run(prepare(synthetic, codes, measurement, expected_rows, thresholds), docs, always=False)
+    return summary
+
+
+def write_data_docs(
+    synthetic: pd.DataFrame,
+    codes: EncodedTable,
+    measurement: Measurement,
+    expected_rows: int | None,
+    thresholds: Mapping[str, float] | None,
+    folder: str | Path,
+) -> Path:
+    """Renders GE Data Docs of the gate into ``folder`` whatever the verdict; returns its ``index.html``.
+
+    The same single run as :func:`run_gate` with ``docs``: the suites run on a
+    file-backed GE context in a temporary directory; the stored validation results are
+    rewritten to counts and fractions before GE renders them, only the rendered site is
+    copied, and remote scripts, stylesheets and images are stripped so the pages open
+    offline and fetch nothing. ``folder`` must not exist or be empty.
+    """
+    _, index = _run(prepare(synthetic, codes, measurement, expected_rows, thresholds), folder, always=True)
+    assert index is not None
+    return index
+
+
+def _run(plan: Plan, docs: str | Path | None, *, always: bool) -> tuple[dict[str, Any], Path | None]:
+    """Runs the plan once; renders Data Docs into ``docs`` on a pass (or ``always``)."""
+    if docs is None:
+        return _summarise(plan, _run_suites(_context(), plan)), None
+    folder = _empty_folder(docs)
+    with tempfile.TemporaryDirectory(prefix="dpsynth-gx-") as tmp:
+        context = _context(Path(tmp))
+        summary = _summarise(plan, _run_suites(context, plan))
+        index = _render_docs(context, plan, folder) if (summary["success"] or always) else None
+    return summary, index
