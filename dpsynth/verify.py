@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from .bundle import MANIFEST, sha256_file
-from .privacy.budget import Budget, BudgetExceeded, Charge, Ledger, LedgerError
+from .privacy.budget import Budget, BudgetExceeded, Charge, Ledger, LedgerError, total_epsilon
 from .schema import SchemaError, load_schema
 from .validation import record_checks
 
@@ -53,6 +53,9 @@ def verify_release(folder: str | Path) -> list[str]:
         spent = [Charge.from_dict(s) for s in privacy["ledger"] if s.get("spent", True)]
         if not math.isclose(sum(c.rho for c in spent), float(privacy["rho_spent"]), rel_tol=1e-9, abs_tol=_TOL):
             problems.append("ledger stages do not add up to rho_spent")
+        if not math.isclose(total_epsilon(spent, budget.delta), float(privacy["epsilon_spent"]), rel_tol=1e-9,
+                            abs_tol=_TOL):
+            problems.append("ledger stages do not add up to epsilon_spent")
         Ledger(budget, spent)  # the same check that refused over-budget plans before measuring
     except (BudgetExceeded, LedgerError) as exc:
         problems.append(f"ledger is over the budget or inconsistent: {exc}")

@@ -7,6 +7,7 @@ escaping tests use a tiny hand-made schema and a hand-written gate summary.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -180,3 +181,17 @@ def test_minimal_inputs_still_render():
     page = build_report({}, schema, codes, m, {})
     _check_html(page)
     assert "failed: not publishable" in page  # no gate summary: never shown as passed
+
+
+def test_ledger_totals_a_pure_epsilon_ledger(demo):
+    """A pure-epsilon ledger (private sampling) was shown with a total of 0 when the
+    report summed rho alone; its total is now the same total_epsilon the ledger uses."""
+    schema, m, codes, gate, manifest, _ = demo
+    pure = dataclasses.replace(m, charges=(Charge(stage="measure/private-sampling", epsilon=0.75,
+                                                  mechanism="private-sampling"),))
+    privacy = {**manifest["privacy"], "rho_spent": 0.0,
+               "ledger": [{**pure.charges[0].to_dict(), "spent": True}]}
+    privacy.pop("epsilon_spent")
+    page = build_report({**manifest, "privacy": privacy}, schema, codes, pure, gate)
+    assert "Total: &epsilon; = <strong>0.75</strong>" in page
+    assert "&epsilon; = 0.75 (zCDP part &rho; = 0, pure &epsilon; part 0.75)" in page

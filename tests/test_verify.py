@@ -46,6 +46,14 @@ def test_overspent_ledger_is_caught(release):
     assert any("over the budget" in p for p in verify_release(release))
 
 
+def test_understated_epsilon_spent_is_caught(release):
+    mpath = release / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["privacy"]["epsilon_spent"] = 0.0  # what a report that summed rho alone showed for a pure-epsilon ledger
+    mpath.write_text(json.dumps(m))
+    assert "ledger stages do not add up to epsilon_spent" in verify_release(release)
+
+
 def test_invalid_table_with_matching_hash_is_caught(release):
     df = pd.read_parquet(release / "synthetic.parquet")
     df.loc[0, "region"] = "atlantis"
