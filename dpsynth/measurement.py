@@ -76,6 +76,7 @@ class PrivacyStatement:
 
     @property
     def differentially_private(self) -> bool:
+        """True only for a ``dp`` statement."""
         return self.kind == "dp"
 
     def headline(self) -> str:
@@ -87,11 +88,13 @@ class PrivacyStatement:
         return "NOT differentially private: heuristic run" + (f" ({self.detail})" if self.detail else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (manifest and ``measurement.json``)."""
         return {"kind": self.kind, "neighbours": self.neighbours, "detail": self.detail,
                 "differentially_private": self.differentially_private}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PrivacyStatement":
+        """Inverse of :meth:`to_dict`."""
         return cls(kind=d["kind"], neighbours=str(d.get("neighbours", "")), detail=str(d.get("detail", "")))
 
 
@@ -150,6 +153,7 @@ class NoisyMarginal:
 
     @property
     def key(self) -> str:
+        """The marginal's key in ``measurement.parquet`` (see :func:`marginal_key`)."""
         return marginal_key(self.attrs)
 
     @property
@@ -183,6 +187,7 @@ class NoisyCount:
         object.__setattr__(self, "stddev", _check_scale("record count", self.stddev, self.mechanism))
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``measurement.json``)."""
         return {"value": self.value, "stddev": self.stddev, "mechanism": self.mechanism}
 
 

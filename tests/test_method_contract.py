@@ -271,3 +271,10 @@ def test_a_wrong_noise_scale_turns_the_suite_red(name, factor, table, monkeypatc
     monkeypatch.setattr(SAMPLERS[name], wrong)
     with pytest.raises(AssertionError, match="stated scale"):
         check_stated_noise(name, table)
+
+
+def test_private_sampling_states_its_neighbour_relation():
+    """Theorem 12.2 holds for tables of equal size: a certified release must not claim add/remove."""
+    from dpsynth.methods.private_sampling import REPLACE_ONE
+
+    assert REPLACE_ONE.differentially_private and "replace one record" in REPLACE_ONE.neighbours

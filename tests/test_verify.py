@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,12 +12,19 @@ from dpsynth.cli import main
 from dpsynth.verify import verify_release
 
 
-@pytest.fixture
-def release(tmp_path, demo_paths):
-    data, schema = demo_paths
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """One release for the module (building one takes seconds); each test gets a copy."""
+    root = Path(__file__).resolve().parents[1]
+    tmp = tmp_path_factory.mktemp("verify")
     return pipeline.run_release(pipeline.ReleaseConfig(
-        data=data, schema=schema, method="marginals", epsilon=1.0, out=tmp_path / "out",
-        workspace=tmp_path / "ws", rows=300))
+        data=root / "data" / "demo.csv", schema=root / "schemas" / "demo.yaml", method="marginals",
+        epsilon=1.0, out=tmp / "out", workspace=tmp / "ws", rows=300))
+
+
+@pytest.fixture
+def release(built, tmp_path) -> Path:
+    return Path(shutil.copytree(built, tmp_path / built.name))
 
 
 def test_intact_release_verifies(release, capsys):

@@ -51,6 +51,8 @@ _FLOAT_TYPES = ["float16", "float32", "float64", "Float32Dtype", "Float64Dtype"]
 
 @dataclass
 class Check:
+    """One expectation: its label, suite, GE expectation type and arguments, and what it observed."""
+
     name: str
     column: str | None
     suite: str
@@ -61,11 +63,14 @@ class Check:
 
     @property
     def label(self) -> str:
+        """``"column: name"`` for a per-column check, else ``name``."""
         return f"{self.column}: {self.name}" if self.column is not None else self.name
 
 
 @dataclass
 class Plan:
+    """Everything the GE run needs: the table, the statistics table and every check."""
+
     schema: Schema
     table: pd.DataFrame
     stats: pd.DataFrame

@@ -57,13 +57,19 @@ class Method(Protocol):
     takes_rows_as: ClassVar[str | None]
     params: Any
 
-    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]: ...
+    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """Every stage's charge, from public information only, before any row is read."""
+        ...
 
-    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement: ...
+    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """The DP step: spends exactly the planned stages; the measurement states its noise."""
+        ...
 
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
-    ) -> EncodedTable: ...
+    ) -> EncodedTable:
+        """Post-processing of the measurement alone: ``rows`` synthetic records (None: the method's estimate)."""
+        ...
 
 
 class MethodBase:
@@ -140,6 +146,7 @@ def parse_params(cls: type, raw: Mapping[str, str]) -> Any:
 
 
 def params_to_dict(params: Any) -> dict[str, Any]:
+    """A parameter dataclass as JSON-ready values (tuples as lists)."""
     out = {}
     for f in dataclasses.fields(params):
         v = getattr(params, f.name)

@@ -33,11 +33,13 @@ from .. import private_sampling as ps
 from ..encoding import EncodedTable, code_dtype, onehot
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
-from .base import DP_ADD_REMOVE, Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
+from .base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
 
 __all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_codes"]
 
 STAGE = "measure/private-sampling"
+# Theorem 12.2 compares tables of equal size (n is public): neighbours differ in one record's values.
+REPLACE_ONE = PrivacyStatement(kind="dp", neighbours="replace one record (the record count is public)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +157,7 @@ class PrivateSamplingMethod(MethodBase):
             "conditioning_tries": result.diagnostics.conditioning_tries,
             "walsh_functions": result.diagnostics.n_walsh,
         }
-        statement = DP_ADD_REMOVE
+        statement = REPLACE_ONE
         if not meta["certified"]:
             statement = PrivacyStatement(kind="heuristic", detail=(
                 f"This release is NOT differentially private at epsilon = {epsilon:g}. It was run in "

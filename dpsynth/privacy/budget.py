@@ -47,9 +47,11 @@ class Budget:
 
     @cached_property
     def rho(self) -> float:
+        """The largest zCDP rho whose (epsilon, delta) conversion fits this budget."""
         return rho_from_epsilon(float(self.epsilon), float(self.delta))
 
     def to_dict(self) -> dict[str, float]:
+        """JSON form: epsilon, delta and rho."""
         return {"epsilon": float(self.epsilon), "delta": float(self.delta), "rho": self.rho}
 
 
@@ -77,6 +79,7 @@ class Charge:
             raise ValueError(f"epsilon of stage {self.stage!r} must be finite and >= 0, got {self.epsilon!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (the manifest's ledger); ``epsilon`` and ``detail`` only when set."""
         out: dict[str, Any] = {"stage": self.stage, "rho": self.rho, "mechanism": self.mechanism}
         if self.epsilon:
             out["epsilon"] = self.epsilon
@@ -86,6 +89,7 @@ class Charge:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Charge":
+        """Inverse of :meth:`to_dict`."""
         return cls(
             stage=str(d["stage"]),
             rho=float(d.get("rho", 0.0)),
@@ -132,18 +136,22 @@ class Ledger:
 
     @property
     def planned(self) -> tuple[Charge, ...]:
+        """Every planned charge, in plan order."""
         return tuple(self._planned.values())
 
     @property
     def spent(self) -> tuple[Charge, ...]:
+        """The charges spent so far, in spending order."""
         return tuple(self._spent.values())
 
     @property
     def rho_spent(self) -> float:
+        """zCDP part of the spent charges."""
         return sum(c.rho for c in self._spent.values())
 
     @property
     def rho_planned(self) -> float:
+        """zCDP part of the plan."""
         return sum(c.rho for c in self._planned.values())
 
     def spend(self, stage: str) -> Charge:
@@ -157,9 +165,11 @@ class Ledger:
         return charge
 
     def epsilon_spent(self) -> float:
+        """Total (epsilon, delta) cost of the spent charges (:func:`total_epsilon`)."""
         return total_epsilon(self._spent.values(), float(self.budget.delta))
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form (``ledger.json`` and the manifest's privacy section)."""
         return {
             "budget": self.budget.to_dict(),
             "rho_planned": self.rho_planned,
