@@ -65,7 +65,6 @@ MAX_DENSE_CELLS = 1 << 27
 _MAX_BLOCK_WIDTH = 8
 
 
-
 # --- inputs --------------------------------------------------------------------
 
 
@@ -328,9 +327,6 @@ def iter_marginals(
 
 # --- the DP methods' entry points ------------------------------------------------
 
-#: Rows combined into one flat-index buffer at a time (bounds temporary memory).
-CHUNK_ROWS = 1 << 20
-
 
 def default_max_cells(n_rows: int) -> int:
     """Block domain limit: big enough to share passes, small enough to stay in cache.
@@ -379,7 +375,7 @@ def count_marginals(
     if len(cards) != p:
         raise ValueError(f"{len(cards)} cardinalities for {p} columns")
     limit = default_max_cells(n) if max_cells is None else int(max_cells)
-    return dict(iter_marginals(cm.T, cards, subsets, max_cells=limit, chunk_rows=CHUNK_ROWS))
+    return dict(iter_marginals(cm.T, cards, subsets, max_cells=limit, chunk_rows=DEFAULT_CHUNK_ROWS))
 
 
 def count_k_marginals(

@@ -34,7 +34,7 @@ def test_all_k_marginals_exact(k, max_cells):
         np.testing.assert_array_equal(tab, _naive(codes, cards, cols))
 
 
-# The block cover itself is dpsynth.metrics.plan_blocks, tested in test_metrics.py
+# The block cover itself is dpsynth.counting.plan_blocks, tested in test_metrics.py
 # (every subset read off once, within the limit, oversized subsets alone).
 
 

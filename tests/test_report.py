@@ -186,12 +186,15 @@ def test_minimal_inputs_still_render():
 def test_ledger_totals_a_pure_epsilon_ledger(demo):
     """A pure-epsilon ledger (private sampling) was shown with a total of 0 when the
     report summed rho alone; its total is now the same total_epsilon the ledger uses."""
-    schema, m, codes, gate, manifest, _ = demo
+    from dpsynth import report
+
+    schema, m, codes, _, manifest, _ = demo
     pure = dataclasses.replace(m, charges=(Charge(stage="measure/private-sampling", epsilon=0.75,
                                                   mechanism="private-sampling"),))
     privacy = {**manifest["privacy"], "rho_spent": 0.0,
                "ledger": [{**pure.charges[0].to_dict(), "spent": True}]}
     privacy.pop("epsilon_spent")
-    page = build_report({**manifest, "privacy": privacy}, schema, codes, pure, gate)
-    assert "Total: &epsilon; = <strong>0.75</strong>" in page
-    assert "&epsilon; = 0.75 (zCDP part &rho; = 0, pure &epsilon; part 0.75)" in page
+    full = {**manifest, "privacy": privacy}
+    assert "Total: &epsilon; = <strong>0.75</strong>" in report._ledger_section(full, pure)
+    summary = report._summary_section(full, schema, codes, pure)
+    assert "&epsilon; = 0.75 (zCDP part &rho; = 0, pure &epsilon; part 0.75)" in summary

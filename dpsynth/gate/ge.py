@@ -29,7 +29,7 @@ import pandas as pd
 from ..encoding import EncodedTable
 from ..measurement import Measurement
 from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare
-from .docs import _empty_folder, _raised, _render_docs, _GE_COUNTS, _GE_PERCENTS
+from .docs import _GE_COUNTS, _GE_PERCENTS, _empty_folder, _raised, _render_docs
 from .thresholds import _positive_number
 
 __all__ = ["run_gate", "write_data_docs"]
