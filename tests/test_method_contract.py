@@ -141,7 +141,8 @@ def test_measure_spends_exactly_the_plan(name, table):
     planned = [c.stage for c in ledger.planned]
     assert sorted(c.stage for c in ledger.spent) == sorted(planned)
     assert sorted(c.stage for c in m.charges) == sorted(planned)
-    assert [c.to_dict() for c in m.charges] == [ledger._planned[c.stage].to_dict() for c in m.charges]
+    planned_by_stage = {c.stage: c.to_dict() for c in ledger.planned}
+    assert [c.to_dict() for c in m.charges] == [planned_by_stage[c.stage] for c in m.charges]
 
 
 @pytest.mark.parametrize("name", NAMES)
