@@ -56,23 +56,16 @@ class Noised:
     charge: Charge
 
 
-def _sensitivity(value: float) -> float:
+def _positive(name: str, value: float) -> float:
     v = float(value)
     if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _epsilon(value: float) -> float:
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
 
 
 def gaussian_charge(stage: str, rho: float, *, sensitivity: float = 1.0) -> Charge:
     """The charge of a Gaussian measurement of L2 sensitivity ``sensitivity`` costing ``rho``."""
-    sigma = gaussian_sigma(_sensitivity(sensitivity), rho)
+    sigma = gaussian_sigma(_positive("sensitivity", sensitivity), rho)
     return Charge(stage=stage, rho=rho, mechanism="gaussian",
                   detail={"sensitivity_l2": float(sensitivity), "sigma": sigma})
 
@@ -87,7 +80,7 @@ def gaussian_counts(
     """
     if charge.epsilon or not charge.rho > 0:
         raise ValueError(f"stage {charge.stage!r}: Gaussian noise needs a zCDP charge (rho > 0, no epsilon)")
-    sigma = gaussian_sigma(_sensitivity(sensitivity), charge.rho)
+    sigma = gaussian_sigma(_positive("sensitivity", sensitivity), charge.rho)
     arr = np.asarray(counts)
     noisy = (arr + discrete_gaussian(sigma, arr.shape, rng)).astype(np.float64)
     return Noised(values=noisy, stddev=sigma, mechanism="gaussian", charge=charge)
@@ -95,9 +88,9 @@ def gaussian_counts(
 
 def laplace_charge(stage: str, epsilon: float, *, sensitivity: float = 1.0) -> Charge:
     """The pure-epsilon charge of a Laplace measurement of L1 sensitivity ``sensitivity``."""
-    eps = _epsilon(epsilon)
+    eps = _positive("epsilon", epsilon)
     return Charge(stage=stage, epsilon=eps, mechanism="laplace",
-                  detail={"sensitivity_l1": float(sensitivity), "scale": _sensitivity(sensitivity) / eps})
+                  detail={"sensitivity_l1": float(sensitivity), "scale": _positive("sensitivity", sensitivity) / eps})
 
 
 def laplace_counts(
@@ -110,7 +103,7 @@ def laplace_counts(
     """
     if charge.rho or not charge.epsilon > 0:
         raise ValueError(f"stage {charge.stage!r}: Laplace noise needs a pure-epsilon charge (epsilon > 0, no rho)")
-    scale = _sensitivity(sensitivity) / charge.epsilon
+    scale = _positive("sensitivity", sensitivity) / charge.epsilon
     arr = np.asarray(counts)
     noisy = (arr + discrete_laplace(scale, arr.shape, rng)).astype(np.float64)
     return Noised(values=noisy, stddev=discrete_laplace_sd(scale), mechanism="laplace", charge=charge)
@@ -122,7 +115,7 @@ def exponential_charge(stage: str, epsilon: float, *, bounded_range: bool = True
     ``bounded_range=True``: ``rho = epsilon^2 / 8`` (zCDP, composes with Gaussian
     stages); ``False``: pure ``epsilon`` (basic composition).
     """
-    eps = _epsilon(epsilon)
+    eps = _positive("epsilon", epsilon)
     if bounded_range:
         return Charge(stage=stage, rho=eps * eps / 8.0, mechanism="exponential",
                       detail={"epsilon": eps, "accounting": "bounded range: epsilon^2/8 zCDP"})
@@ -141,13 +134,13 @@ def exponential_mechanism(
     s = np.asarray(scores, dtype=np.float64).ravel()
     if s.size == 0 or not np.all(np.isfinite(s)):
         raise ValueError("scores must be a non-empty array of finite numbers")
-    logits = (_epsilon(epsilon) / (2.0 * _sensitivity(sensitivity))) * s
+    logits = (_positive("epsilon", epsilon) / (2.0 * _positive("sensitivity", sensitivity))) * s
     return int(np.argmax(logits + rng.gumbel(size=s.size)))
 
 
 def report_noisy_max_charge(stage: str, epsilon: float) -> Charge:
     """Cost of one :func:`report_noisy_max` call at ``epsilon``: pure ``epsilon``."""
-    return Charge(stage=stage, epsilon=_epsilon(epsilon), mechanism="report_noisy_max")
+    return Charge(stage=stage, epsilon=_positive("epsilon", epsilon), mechanism="report_noisy_max")
 
 
 def report_noisy_max(
@@ -158,7 +151,7 @@ def report_noisy_max(
     Cost: :func:`report_noisy_max_charge` (or ``rho = epsilon^2 / 2`` in a zCDP plan).
     """
     s = np.asarray(scores, dtype=np.float64)
-    scale = 2.0 * _sensitivity(sensitivity) / _epsilon(epsilon)
+    scale = 2.0 * _positive("sensitivity", sensitivity) / _positive("epsilon", epsilon)
     return int(np.argmax(s + rng.exponential(scale=scale, size=s.size)))
 
 
