@@ -2,8 +2,10 @@
 
 ``dpsynth release`` is a contract other tools script against: it prints stage
 progress, exits 0 on success, and on failure exits non-zero with a one-line reason
-on stderr (2: the request itself is wrong, nothing was read or spent; 1: the run
-failed). Error messages never quote a data row.
+on stderr. Exit 2: the request itself is wrong (schema, parameters, budget, input
+columns or types) and nothing was measured. Exit 1: the run failed; if it failed
+after the measure stage began, the line says that the release's privacy budget was
+spent. Error messages never quote a data row.
 """
 
 from __future__ import annotations
@@ -22,14 +24,38 @@ __all__ = ["main"]
 _REQUEST_ERRORS = ("SchemaError", "DataError", "ParamError", "BudgetExceeded", "ReleaseError", "PublishError")
 
 
-def _parse_kv(items: Sequence[str]) -> dict[str, str]:
+class UsageError(ValueError):
+    """A malformed command-line value (exit 2: nothing was read or spent)."""
+
+
+def _parse_kv(items: Sequence[str], option: str = "--param") -> dict[str, str]:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"dpsynth: error: --param expects key=value, got {item!r}")
+        if not sep or not key.strip():
+            raise UsageError(f"{option} expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def _parse_gate(items: Sequence[str]) -> dict[str, float]:
+    out = {}
+    for key, value in _parse_kv(items, "--gate").items():
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise UsageError(f"--gate {key} must be a number, got {value!r}") from None
+    return out
+
+
+def _exit_code(exc: BaseException) -> int:
+    """2: a public problem, nothing was measured; 1: the run failed (the budget may be spent)."""
+    from .pipeline import BudgetSpent
+
+    if isinstance(exc, BudgetSpent):
+        return 1
+    kind = type(exc).__name__
+    return 2 if kind in _REQUEST_ERRORS or isinstance(exc, (ValueError, FileNotFoundError)) else 1
 
 
 def _prefect_env() -> None:
@@ -55,7 +81,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         name=args.name,
         workspace=Path(args.workspace) if args.workspace else default_workspace(),
         internal_report=args.internal_report,
-        gate={k: float(v) for k, v in _parse_kv(args.gate).items()},
+        gate=_parse_gate(args.gate),
     )
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
@@ -70,14 +96,22 @@ def _cmd_release(args: argparse.Namespace) -> int:
 def _release_local(config) -> str:
     from .pipeline import run_release
 
-    return str(run_release(config, progress=lambda line: print(line, flush=True)))
+    def progress(line: str) -> None:
+        if line.startswith("warning: "):
+            print(f"dpsynth: {line}", file=sys.stderr, flush=True)
+        else:
+            print(line, flush=True)
+
+    return str(run_release(config, progress=progress))
 
 
 def _release_prefect(config) -> str:
     _prefect_env()
-    from flows.release import flow_parameters, release_flow
+    from flows.runner import run_release_flow
 
-    result = release_flow(**flow_parameters(config))
+    result = run_release_flow(config)
+    for warning in result.get("warnings", []):
+        print(f"dpsynth: warning: {warning}", file=sys.stderr)
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
     return result["release"]
@@ -205,11 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one line, never a traceback with locals or a row
-        kind = type(exc).__name__
-        code = 2 if kind in _REQUEST_ERRORS or isinstance(exc, (ValueError, FileNotFoundError)) else 1
-        message = str(exc).splitlines()[0] if str(exc) else kind
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"dpsynth: error: {message}", file=sys.stderr)
-        return code
+        return _exit_code(exc)
 
 
 if __name__ == "__main__":

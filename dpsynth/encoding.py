@@ -35,6 +35,8 @@ __all__ = [
     "read_table",
     "encode",
     "encode_column",
+    "check_file",
+    "check_type",
     "decode",
     "onehot",
     "file_sha256",
@@ -184,6 +186,68 @@ def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
         )
 
 
+def check_file(path: str | Path, schema: Schema) -> None:
+    """Public checks of an input file without reading a row: its columns (CSV header or
+    Parquet schema) and, for Parquet, each column's type against the schema."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        try:
+            arrow_schema = pq.read_schema(str(p))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"input {p}: cannot be read as parquet ({type(exc).__name__})") from None
+        check_columns(arrow_schema.names, schema, str(p))
+        for col in schema.columns:
+            check_type(col, arrow_schema.field(col.name).type)
+    elif suffix == ".csv":
+        check_columns(_csv_header(p), schema, str(p))
+
+
+def _label_kinds(col: Column) -> set[str]:
+    """Which stored types a categorical column's labels can come from (besides text)."""
+    kinds = set()
+    for v in col.values:
+        if v in ("true", "false"):
+            kinds.add("bool")
+        try:
+            x = float(v)
+        except ValueError:
+            continue
+        kinds.add("float")
+        if x.is_integer() and v.lstrip("+-").isdigit():
+            kinds.add("int")
+    return kinds
+
+
+def check_type(col: Column, typ: pa.DataType) -> None:
+    """Refuses a stored column type the schema's column cannot read (names the column).
+
+    Decided from the file's declared type and the schema only (never from a value):
+    a timestamp in a numeric column, or whole numbers in a categorical column whose
+    categories are words, would otherwise silently map every row to the fill code.
+    """
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    t = pa.types
+    if t.is_null(typ) or t.is_string(typ) or t.is_large_string(typ):
+        return
+    if col.type == "numeric":
+        if t.is_integer(typ) or t.is_floating(typ) or t.is_decimal(typ):
+            return
+        want = "numbers or text"
+    else:
+        kinds = _label_kinds(col)
+        if (t.is_integer(typ) and "int" in kinds) or (t.is_floating(typ) and "float" in kinds) or (
+            t.is_boolean(typ) and "bool" in kinds
+        ):
+            return
+        want = "text" + (f" or {'/'.join(sorted(kinds))}" if kinds else "") + " matching its categories"
+    raise DataError(
+        f"column {col.name!r}: the input stores {typ} values but the schema's {col.type} column expects "
+        f"{want}; convert the column or fix the schema"
+    )
+
+
 # --- encoding ----------------------------------------------------------------
 
 
@@ -266,6 +330,8 @@ def encode_column(col: Column, arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def encode(table: pa.Table, schema: Schema) -> EncodedTable:
     check_columns(table.column_names, schema, "table")
+    for col in schema.columns:
+        check_type(col, table.schema.field(col.name).type)
     codes = np.empty((table.num_rows, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
     for j, col in enumerate(schema.columns):
         codes[:, j] = encode_column(col, table.column(col.name))

@@ -7,7 +7,8 @@ inside other pipelines and for tests of the library alone.
 Workspace layout (private: it holds codes of raw rows; never publish it)::
 
     WORKSPACE/
-      encoded/<data sha256>-<schema sha>/codes.parquet   encode cache
+      secret.key                                          key of names derived from the input
+      encoded/<HMAC of data sha256 and schema>/codes.parquet   encode cache
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
         synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
@@ -24,6 +25,7 @@ different inputs is refused before anything is measured.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -39,10 +41,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from .bundle import fsync_path, publish_release
-from .encoding import EncodedTable, decode, encode, file_sha256, read_table, write_csv
+from .encoding import EncodedTable, check_file, decode, encode, file_sha256, read_table, write_csv
 from .methods import METHODS, get_method, params_to_dict
 from .measurement import Measurement, PrivacyStatement
 from .methods.base import Method, convert_param
+from .precheck import check_options, check_rows, noise_warnings
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
@@ -52,6 +55,7 @@ __all__ = [
     "ReleaseConfig",
     "ReleasePlan",
     "ReleaseError",
+    "BudgetSpent",
     "ValidationFailed",
     "prepare",
     "encode_stage",
@@ -72,8 +76,70 @@ class ReleaseError(RuntimeError):
     """A release that must not go on (the message never quotes a row)."""
 
 
+class BudgetSpent(ReleaseError):
+    """A failure after the measure stage began: the release's budget counts as spent.
+
+    The command line exits 1 on it (never 2, which promises that nothing was measured),
+    and its message says that the budget was spent.
+    """
+
+    NOTE = "the privacy budget of this release was spent"
+
+
+@contextmanager
+def spent_on_failure(stage: str) -> Iterator[None]:
+    """Turns any failure inside ``stage`` (the measure stage or later) into :class:`BudgetSpent`.
+
+    The first line of the original message is kept (our messages never quote a row).
+    """
+    try:
+        yield
+    except BudgetSpent:
+        raise
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BudgetSpent(f"{stage} failed after measuring, {BudgetSpent.NOTE}: {reason}") from exc
+
+
 def default_workspace() -> Path:
     return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
+
+
+WORKSPACE_SECRET = "secret.key"
+
+
+def workspace_secret(workspace: Path) -> bytes:
+    """A random key that lives only in the private workspace (made on first use, mode 0600).
+
+    It keys :func:`opaque_key`, so that names derived from the input's content can
+    leave the workspace (Prefect cache keys, task results, logs) without being a hash
+    of the raw input that an outsider could test a guessed input against.
+    """
+    path = Path(workspace) / WORKSPACE_SECRET
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{WORKSPACE_SECRET}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic create-if-absent: a concurrent run keeps the first key
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+    secret = path.read_bytes()
+    if len(secret) != 32:
+        raise ReleaseError(f"workspace key {path} is damaged: remove it (only caches depend on it)")
+    return secret
+
+
+def opaque_key(workspace: Path, *parts: str) -> str:
+    """HMAC-SHA256 of ``parts`` under the workspace secret (32 hex digits)."""
+    msg = "\0".join(parts).encode()
+    return hmac.new(workspace_secret(workspace), msg, hashlib.sha256).hexdigest()[:32]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +184,7 @@ class ReleasePlan:
     charges: tuple[Charge, ...]
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
     seed: bytes | None = field(repr=False)
     data_sha256: str = field(repr=False)
 
@@ -139,6 +206,11 @@ class ReleasePlan:
             sort_keys=True,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def opaque(self, label: str) -> str:
+        """A name for this release safe to hand to Prefect: keyed by the workspace secret,
+        so it is not a hash of the raw input (DESIGN.md, decision 6)."""
+        return opaque_key(self.config.workspace, label, self.key)
 
     def method(self) -> Method:
         return get_method(self.method_name, self.params)
@@ -168,19 +240,24 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
 
 
 def prepare(config: ReleaseConfig) -> ReleasePlan:
-    """All public checks: schema, method, parameters, budget plan, seed, file, name.
+    """All public checks: schema, method, parameters, post-processing options, budget
+    plan, memory of the synthetic table, seed, the input's columns and types, name.
 
-    Raises before any budget is spent; reads no row (only hashes the file).
+    Raises before any budget is spent; reads no row (only the file's header or Parquet
+    schema, and its hash).
     """
     schema = load_schema(config.schema)
     method_params, options = split_params(config.method, config.params, config.rows)
     method = get_method(config.method, method_params)
+    check_options(type(method), options)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
+    check_rows(config.rows, schema)
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if not Path(config.data).is_file():
         raise ReleaseError(f"input {config.data}: no such file")
+    check_file(config.data, schema)
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     _check_name(name)
     target = Path(config.out) / name
@@ -192,6 +269,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
+        warnings=noise_warnings(charges, budget.epsilon),
         budget=budget,
         charges=charges,
         name=name,
@@ -231,7 +309,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str) -> Path:
     """Encodes the raw table to codes; cached on (content hash, schema)."""
-    folder = workspace / "encoded" / f"{data_sha256[:24]}-{schema.fingerprint()[:12]}"
+    folder = workspace / "encoded" / opaque_key(workspace, "encode", data_sha256, schema.fingerprint())
     path = folder / "codes.parquet"
     if path.exists():
         return path
@@ -321,14 +399,15 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
         )
         detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
         raise ValidationFailed(
-            f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published "
+            f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
+            f"{BudgetSpent.NOTE} "
             f"(details in the private workspace: {folder / 'validation.json'})"
         )
     return summary
 
 
-class ValidationFailed(ReleaseError):
-    """The gate failed: the release is not publishable."""
+class ValidationFailed(BudgetSpent):
+    """The gate failed: the release is not publishable (its budget was spent measuring)."""
 
 
 INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
@@ -393,6 +472,7 @@ def publish_stage(
             "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta),
+            **({"notes": list(plan.warnings)} if plan.warnings else {}),
         },
         "postprocessing": dict(plan.options),
         "rows": rows,
@@ -460,10 +540,17 @@ def run_release(config: ReleaseConfig, progress: Callable[[str], None] | None = 
         return out
 
     plan = timed("prepare", prepare, config)
+    for warning in plan.warnings:
+        say(f"warning: {warning}")
     codes = timed("encode", encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
-    mdir = timed("measure", measure_stage, plan, codes)
-    sdir = timed("synthesize", synthesize_stage, plan, mdir)
-    summary = timed("validate", validate_stage, plan, sdir, mdir)
+    with spent_on_failure("measure"):
+        mdir = timed("measure", measure_stage, plan, codes)
+    with spent_on_failure("synthesize"):
+        sdir = timed("synthesize", synthesize_stage, plan, mdir)
+    with spent_on_failure("validate"):
+        summary = timed("validate", validate_stage, plan, sdir, mdir)
     if config.internal_report:
-        timed("internal_report", internal_report_stage, plan, codes, sdir)
-    return publish_stage(plan, mdir, sdir, summary, timings)
+        with spent_on_failure("internal report"):
+            timed("internal_report", internal_report_stage, plan, codes, sdir)
+    with spent_on_failure("publish"):
+        return publish_stage(plan, mdir, sdir, summary, timings)

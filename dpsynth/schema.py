@@ -202,6 +202,9 @@ class Schema:
 
 # --- parsing ----------------------------------------------------------------
 
+# Marginal keys join column names with "|" (measurement.parquet): a name must not hold it.
+_NAME_FORBIDDEN = frozenset("|")
+
 _COLUMN_KEYS = {
     "name", "type", "values", "bounds", "bins", "edges", "integer",
     "missing", "other", "other_label", "fill", "description",
@@ -209,6 +212,12 @@ _COLUMN_KEYS = {
 
 
 def _number(col: str, key: str, x: Any) -> float:
+    if isinstance(x, str):
+        # YAML 1.1 reads 1e4 (no dot) as text: a numeric field takes numeric text too.
+        try:
+            x = float(x.strip().replace("_", ""))
+        except ValueError:
+            raise SchemaError(f"column {col!r}: {key} must hold numbers, got {x!r}") from None
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise SchemaError(f"column {col!r}: {key} must hold numbers, got {x!r}")
     v = float(x)
@@ -238,6 +247,12 @@ def _parse_column(raw: Any, position: int) -> Column:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SchemaError(f"column #{position + 1}: needs a non-empty text 'name'")
+    bad = sorted({ch for ch in name if ch in _NAME_FORBIDDEN or not ch.isprintable()})
+    if bad:
+        raise SchemaError(
+            f"column {name!r}: its name contains {bad}, which the measurement files use as a separator "
+            "(or cannot print): rename the column"
+        )
     unknown = sorted(set(raw) - _COLUMN_KEYS)
     if unknown:
         raise SchemaError(f"column {name!r}: unknown keys {unknown}")
@@ -314,6 +329,8 @@ def _parse_column(raw: Any, position: int) -> Column:
         edges = tuple(float(x) for x in np.linspace(lo, hi, bins + 1))
     else:
         raise SchemaError(f"column {name!r}: a numeric column needs bins (with bounds) or edges")
+    if integer:
+        _check_integer_bins(name, edges)
     if fill is not None:
         fill = _number(name, "fill", fill)
         if not edges[0] <= fill <= edges[-1]:
@@ -322,6 +339,20 @@ def _parse_column(raw: Any, position: int) -> Column:
         name=name, type="numeric", edges=edges, integer=integer, missing=missing,
         fill=fill, description=description,
     )
+
+
+def _check_integer_bins(name: str, edges: tuple[float, ...]) -> None:
+    """An integer column's every bin [lo, hi) (the last one closed) must hold a whole number:
+    decoding draws whole numbers inside the bin, and an empty bin has none to draw."""
+    last = len(edges) - 2
+    for i, (lo, hi) in enumerate(zip(edges, edges[1:])):
+        first = math.ceil(lo)
+        if not (first < hi or (i == last and first <= hi)):
+            close = "]" if i == last else ")"
+            raise SchemaError(
+                f"column {name!r}: integer: true but bin [{_fmt_number(lo)}, {_fmt_number(hi)}{close} "
+                "holds no whole number; widen the bins or drop integer"
+            )
 
 
 def schema_from_dict(raw: Any, source: str = "schema") -> Schema:

@@ -17,7 +17,7 @@ from typing import Any
 from prefect import flow
 from prefect.filesystems import LocalFileSystem
 
-from dpsynth.pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, prepare
+from dpsynth.pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, prepare, spent_on_failure
 from tasks.encode import encode_task
 from tasks.internal_report import internal_report_task
 from tasks.measure import measure_task
@@ -118,19 +118,25 @@ def release_flow(
     encoded, hit = _run(encode_task, storage, plan)
     timings["encode"] = 0.0 if hit else encoded["seconds"]
     cached += ["encode"] if hit else []
-    measured, hit = _run(measure_task, storage, plan, encoded)
+    # From the measure stage on, a failure means the budget was spent (exit 1, said so).
+    with spent_on_failure("measure"):
+        measured, hit = _run(measure_task, storage, plan, encoded)
     timings["measure"] = 0.0 if hit else measured["seconds"]
     cached += ["measure"] if hit else []
-    synthesized, hit = _run(synthesize_task, storage, plan, measured)
+    with spent_on_failure("synthesize"):
+        synthesized, hit = _run(synthesize_task, storage, plan, measured)
     timings["synthesize"] = 0.0 if hit else synthesized["seconds"]
     cached += ["synthesize"] if hit else []
-    validated = validate_task(plan, synthesized, measured)
+    with spent_on_failure("validate"):
+        validated = validate_task(plan, synthesized, measured)
     timings["validate"] = validated["seconds"]
     if config.internal_report:
-        timings["internal_report"] = internal_report_task(plan, encoded, synthesized)
+        with spent_on_failure("internal report"):
+            timings["internal_report"] = internal_report_task(plan, encoded, synthesized)
 
     elapsed = time.perf_counter() - t_flow
     work = sum(timings.values())
     timings["orchestration"] = round(max(0.0, elapsed - work), 6)
-    folder = publish_task(plan, measured, synthesized, validated, timings)
-    return {"release": folder, "timings": timings, "cached": cached}
+    with spent_on_failure("publish"):
+        folder = publish_task(plan, measured, synthesized, validated, timings)
+    return {"release": folder, "timings": timings, "cached": cached, "warnings": list(plan.warnings)}

@@ -5,14 +5,15 @@ from typing import Any
 
 from prefect import task
 
-from dpsynth.pipeline import ReleasePlan, encode_stage
+from dpsynth.pipeline import ReleasePlan, encode_stage, opaque_key
 
 from ._common import stage
 
 
 def _key(context: Any, args: dict[str, Any]) -> str:
+    # Keyed by the workspace secret: the Prefect database never holds a hash of the raw input.
     plan: ReleasePlan = args["plan"]
-    return f"dpsynth-encode-{plan.data_sha256[:32]}-{plan.schema.fingerprint()[:16]}"
+    return "dpsynth-encode-" + opaque_key(plan.config.workspace, "encode", plan.data_sha256, plan.schema.fingerprint())
 
 
 @task(name="encode", cache_key_fn=_key, persist_result=True, retries=1)

@@ -15,7 +15,8 @@ def _key(context: Any, args: dict[str, Any]) -> str:
     # commitment and release name: a retry of the same release is a cache hit and draws
     # no new noise (DESIGN.md, decision 5). measure_stage is idempotent as well, so a
     # lost Prefect cache still never measures twice.
-    return f"dpsynth-measure-{args['plan'].key}"
+    # plan.opaque: the release key under the workspace secret (no hash of the raw input).
+    return f"dpsynth-measure-{args['plan'].opaque('measure')}"
 
 
 @task(name="measure", cache_key_fn=_key, persist_result=True, retries=0)

@@ -11,7 +11,7 @@ from ._common import stage
 
 
 def _key(context: Any, args: dict[str, Any]) -> str:
-    return f"dpsynth-synthesize-{args['plan'].key}-rows{args['plan'].config.rows}"
+    return f"dpsynth-synthesize-{args['plan'].opaque('synthesize')}-rows{args['plan'].config.rows}"
 
 
 @task(name="synthesize", cache_key_fn=_key, persist_result=True, retries=1)

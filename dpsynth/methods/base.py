@@ -11,6 +11,10 @@ A method is built from frozen, keyword-only parameters and does three things:
   alone, returning synthetic codes.
 
 The measurement's typed contract lives in :mod:`dpsynth.measurement` (re-exported here).
+
+A method class also declares ``provides_marginals: ClassVar[bool]``: whether its
+measurement holds DP marginals (post-processing such as ``correct_marginals`` needs
+them; it is refused before any charge for a class that does not say True).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ class MarginalsMethod(MethodBase):
 
     name: ClassVar[str] = "marginals"
     params_type: ClassVar[type] = MarginalsParams
+    provides_marginals: ClassVar[bool] = True
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         """An equal zCDP share of the budget per column's histogram (L2 sensitivity 1)."""

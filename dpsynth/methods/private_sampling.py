@@ -121,6 +121,7 @@ class PrivateSamplingMethod(MethodBase):
     name: ClassVar[str] = "private-sampling"
     params_type: ClassVar[type] = PrivateSamplingMethodParams
     takes_rows_as: ClassVar[str] = "k"
+    provides_marginals: ClassVar[bool] = False  # only sampled points: nothing to correct towards
 
     def __init__(self, params: PrivateSamplingMethodParams):
         self.params = params

@@ -109,6 +109,7 @@ from scipy.stats import norm
 
 from ..counting import column_major, count_marginals, flat_index
 from ..encoding import EncodedTable, code_dtype
+from ..precheck import max_table_bytes
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import dp_percentile, percentile_scores  # noqa: F401 (re-exported)
 from ..privacy.noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd
@@ -138,6 +139,8 @@ FabricationMode = Literal["uncontrolled", "progressive", "balanced", "minimize"]
 
 #: Largest total number of dense cells over all k-tuples (k <= R) that ``plan`` accepts.
 MAX_TUPLE_CELLS = 1 << 26
+#: Peak bytes per dense tuple cell while measuring (exact counts, noisy copy, masks).
+_BYTES_PER_TUPLE_CELL = 48
 #: Elements (rows x combos, or rows x values x sub-combinations) per vectorised chunk.
 _CHUNK = 1 << 22
 #: Record groups of the strict sampler (each with its own column order).
@@ -670,10 +673,19 @@ def _rake_to_one_way(raw: np.ndarray, m: Measurement, schema: Schema, rng: np.ra
     """
     from ..postprocess import rake, resample
 
-    targets = {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns) if (c.name,) in m.marginals}
-    if not targets:
+    # A column whose DP 1-way counts were all suppressed (small inputs) has no target:
+    # it is left as sampled. The outcome depends on the data only through DP output,
+    # and never raises (a crash that depends on the rows would leak them).
+    targets = {
+        j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
+        if (c.name,) in m.marginals and float(np.clip(m.marginals[(c.name,)], 0, None).sum()) > 0
+    }
+    if not targets or raw.shape[0] == 0:
         return raw
-    weights = rake(raw.astype(np.int64), targets)
+    try:
+        weights = rake(raw.astype(np.int64), targets)
+    except ValueError:  # targets the sample cannot reach at all: keep the sample as drawn
+        return raw
     out = resample(raw, weights, raw.shape[0], rng)
     return out[rng.permutation(out.shape[0])]
 
@@ -1140,6 +1152,7 @@ def _elementary_symmetric(values: Sequence[int], k: int) -> int:
 class SdsMethod(MethodBase):
     name: ClassVar[str] = "sds"
     params_type: ClassVar[type] = SdsParams
+    provides_marginals: ClassVar[bool] = True
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()
@@ -1158,6 +1171,13 @@ class SdsMethod(MethodBase):
             raise ValueError(
                 f"domain too large for sds with reporting_length={R}: {cells} tuple cells exceed "
                 f"{MAX_TUPLE_CELLS}; coarsen columns {[c.name for c in big]} or lower reporting_length"
+            )
+        need, limit = cells * _BYTES_PER_TUPLE_CELL, max_table_bytes()
+        if need > limit:
+            raise ValueError(
+                f"parameter 'reporting_length' = {R} needs about {need / (1 << 30):.3g} GiB to hold {cells} tuple "
+                f"cells while measuring, over the limit of {limit / (1 << 30):.3g} GiB (DPSYNTH_MAX_TABLE_BYTES); "
+                "lower reporting_length or coarsen the widest columns"
             )
         eps = float(pr.epsilon) if pr.epsilon is not None else float(budget.epsilon)
         props = sigma_proportions(pr)

@@ -1,0 +1,128 @@
+"""Public checks that :func:`dpsynth.pipeline.prepare` runs before the first charge.
+
+Everything here reads only public things: the schema, the method class and its
+parameters, the planned charges, the command-line numbers and the input file's
+header or Parquet schema (never a row). A problem found here raises before any
+budget is spent (exit 2); a problem found after measuring would waste the budget.
+
+* :func:`check_options`: every post-processing option is compatible with the method,
+  decided from the method class, not from a measurement;
+* :func:`check_rows`: the synthetic table fits in memory (``--rows`` against a stated
+  limit, ``DPSYNTH_MAX_TABLE_BYTES``);
+* :func:`noise_warnings`: an epsilon so large that the counts are effectively exact
+  is allowed, but said out loud (CLI warning and a manifest note).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+from .privacy.budget import Charge
+from .schema import Schema
+
+__all__ = [
+    "BYTES_PER_CELL",
+    "DEFAULT_MAX_TABLE_BYTES",
+    "EXACT_NOISE_SD",
+    "PrecheckError",
+    "check_options",
+    "check_rows",
+    "max_table_bytes",
+    "min_noise_sd",
+    "noise_warnings",
+]
+
+#: Peak bytes per synthetic cell across synthesize, decode and the CSV writer (codes as
+#: int64, decoded values, one Python string per cell for the CSV), rounded up.
+BYTES_PER_CELL = 128
+DEFAULT_MAX_TABLE_BYTES = 4 << 30
+#: Below this noise standard deviation (in counts) a noisy count is effectively exact.
+EXACT_NOISE_SD = 0.5
+
+
+class PrecheckError(ValueError):
+    """A public problem found before any charge (names the parameter)."""
+
+
+def check_options(method_cls: Any, options: Mapping[str, Any]) -> None:
+    """Refuses post-processing the method's measurement cannot support.
+
+    ``correct_marginals`` reweights to the measurement's DP marginals: a method class
+    declares ``provides_marginals = True`` when its measurement has them (a class that
+    does not say so is taken not to).
+    """
+    if options.get("correct_marginals") and not getattr(method_cls, "provides_marginals", False):
+        raise PrecheckError(
+            f"parameter 'correct_marginals' needs a measurement with DP marginals; method "
+            f"{getattr(method_cls, 'name', method_cls)!r} measures none: drop correct_marginals"
+        )
+
+
+def max_table_bytes() -> int:
+    raw = os.environ.get("DPSYNTH_MAX_TABLE_BYTES")
+    if raw is None:
+        return DEFAULT_MAX_TABLE_BYTES
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise PrecheckError(f"DPSYNTH_MAX_TABLE_BYTES must be a number of bytes, got {raw!r}") from None
+    if value <= 0:
+        raise PrecheckError(f"DPSYNTH_MAX_TABLE_BYTES must be > 0, got {raw!r}")
+    return value
+
+
+def _gib(x: float) -> str:
+    return f"{x / (1 << 30):.3g} GiB"
+
+
+def check_rows(rows: int | None, schema: Schema) -> None:
+    """Refuses a ``--rows`` whose synthetic table would not fit the memory limit."""
+    if rows is None:
+        return
+    need = int(rows) * len(schema.columns) * BYTES_PER_CELL
+    limit = max_table_bytes()
+    if need > limit:
+        most = max(1, limit // (len(schema.columns) * BYTES_PER_CELL))
+        raise PrecheckError(
+            f"--rows {rows} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
+            f"~{BYTES_PER_CELL} bytes per cell), over the limit of {_gib(limit)} "
+            f"(DPSYNTH_MAX_TABLE_BYTES): ask for at most {most} rows"
+        )
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def min_noise_sd(charges: Sequence[Charge]) -> float | None:
+    """Smallest noise standard deviation (in counts) the plan implies, or None.
+
+    Gaussian charges: sigma = sensitivity / sqrt(2 rho) (an L2 sensitivity given as text,
+    e.g. sqrt(Delta_k), is at least 1); Laplace charges: sqrt(2) * sensitivity / epsilon.
+    Charges of mechanisms that add no count noise are skipped.
+    """
+    sds: list[float] = []
+    for c in charges:
+        mech = c.mechanism.lower()
+        if "gaussian" in mech and c.rho > 0:
+            sens = _number(c.detail.get("sensitivity_l2")) or 1.0
+            sds.append(sens / math.sqrt(2.0 * c.rho))
+        elif "laplace" in mech:
+            eps = c.epsilon or _number(c.detail.get("epsilon")) or (math.sqrt(2.0 * c.rho) if c.rho > 0 else 0.0)
+            if eps > 0:
+                sens = _number(c.detail.get("sensitivity_l1")) or 1.0
+                sds.append(math.sqrt(2.0) * sens / eps)
+    return min(sds) if sds else None
+
+
+def noise_warnings(charges: Sequence[Charge], epsilon: float) -> tuple[str, ...]:
+    """A note when the plan's smallest noise is below :data:`EXACT_NOISE_SD` counts."""
+    sd = min_noise_sd(charges)
+    if sd is None or sd >= EXACT_NOISE_SD:
+        return ()
+    return (
+        f"epsilon {epsilon:g} is so large that the noise is negligible: the smallest noise standard "
+        f"deviation is {sd:.3g} counts (below {EXACT_NOISE_SD}), so published counts are effectively exact",
+    )
