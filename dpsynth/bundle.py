@@ -8,6 +8,8 @@ never read as a release.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import platform
@@ -21,9 +23,31 @@ from typing import Any, Callable, Mapping
 # One file hash for the whole package (defined with the input reader, used for manifests).
 from .encoding import file_sha256 as sha256_file
 
-__all__ = ["fsync_path", "publish_release", "package_versions", "sha256_file", "PublishError", "MANIFEST"]
+__all__ = ["fsync_path", "publish_release", "package_versions", "sha256_file", "manifest_signature",
+           "read_sign_key", "PublishError", "MANIFEST", "SIGNATURE"]
 
 MANIFEST = "manifest.json"
+#: HMAC-SHA256 of manifest.json under the publisher's key (optional; see docs/verify.md).
+SIGNATURE = "manifest.sig"
+_MIN_KEY_BYTES = 16
+
+
+def manifest_signature(manifest_text: str, key: bytes) -> str:
+    return "hmac-sha256:" + hmac.new(key, manifest_text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def read_sign_key(path: str | Path) -> bytes:
+    """The publisher's signing key (a secret of at least 16 bytes, kept apart from releases)."""
+    p = Path(path)
+    try:
+        key = p.read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"--sign-key {p}: cannot be read ({exc.strerror})") from None
+    if len(key) < _MIN_KEY_BYTES:
+        raise ValueError(f"--sign-key {p}: a signing key needs at least {_MIN_KEY_BYTES} bytes")
+    return key
+
+
 _PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great_expectations", "cvxpy")
 
 
@@ -77,6 +101,7 @@ def publish_release(
     files: Mapping[str, Path],
     manifest: Mapping[str, Any],
     extra: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
+    sign_key: bytes | None = None,
 ) -> Path:
     """Copies ``files`` (bundle name -> file or folder) and a manifest into ``out/name`` atomically.
 
@@ -114,10 +139,14 @@ def publish_release(
         timings = dict(full.get("timings", {}))
         timings["publish"] = round(time.perf_counter() - t0, 6)
         full["timings"] = timings
-        with open(tmp / MANIFEST, "w") as f:
-            f.write(json.dumps(full, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(full, indent=2, sort_keys=True) + "\n"
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if sign_key is not None:
+            (tmp / SIGNATURE).write_text(manifest_signature(text, sign_key) + "\n")
+            fsync_path(tmp / SIGNATURE)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a release is for readers
         fsync_path(tmp)
         _before_rename(tmp)

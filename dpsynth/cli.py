@@ -82,6 +82,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         workspace=Path(args.workspace) if args.workspace else default_workspace(),
         internal_report=args.internal_report,
         gate=_parse_gate(args.gate),
+        sign_key=Path(args.sign_key) if args.sign_key else None,
     )
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
@@ -164,13 +165,18 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify_release
 
-    problems = verify_release(args.release)
+    from .bundle import read_sign_key
+
+    key = read_sign_key(args.key) if args.key else None
+    problems = verify_release(args.release, key=key)
     for p in problems:
         print(f"FAIL {p}")
     if problems:
         print(f"dpsynth: error: {len(problems)} problem(s) in {args.release}", file=sys.stderr)
         return 1
-    print(f"OK {args.release}: files match the manifest, the table fits the schema, the ledger is within budget")
+    origin = "signed with the given key" if key else "not signed: this proves consistency, not origin"
+    print(f"OK {args.release}: files match the manifest, CSV equals Parquet, the table fits the schema, "
+          f"the ledger matches measurement.json and is within budget; {origin}")
     return 0
 
 
@@ -192,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
     r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                    help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
+    r.add_argument("--sign-key", default=None,
+                   help="secret key (>= 16 bytes) to sign the manifest (manifest.sig, HMAC-SHA256)")
     r.add_argument("--internal-report", action="store_true",
                    help="also score the release against the raw data, written only to the private workspace")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
@@ -212,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="re-check a published release (hashes, schema validity, ledger)")
     v.add_argument("release", help="the release folder OUT/NAME")
+    v.add_argument("--key", default=None, help="the publisher's signing key: also check manifest.sig")
     v.set_defaults(func=_cmd_verify)
 
     b = sub.add_parser("bounds", help="privacy and accuracy bounds of private sampling (Theorems 12.2, 12.4)")

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from .bundle import fsync_path, publish_release
+from .bundle import fsync_path, publish_release, read_sign_key
 from .encoding import EncodedTable, check_file, decode, encode, file_sha256, read_table, write_csv
 from .methods import METHODS, get_method, params_to_dict
 from .measurement import Measurement, PrivacyStatement
@@ -159,6 +159,7 @@ class ReleaseConfig:
     workspace: Path = field(default_factory=default_workspace)
     internal_report: bool = False
     gate: Mapping[str, float] = field(default_factory=dict)
+    sign_key: Path | None = None
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
@@ -255,6 +256,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     Ledger(budget, charges)  # refuses a plan over budget
     check_rows(config.rows, schema)
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
+    if config.sign_key is not None:
+        read_sign_key(config.sign_key)  # refused now, not at publishing
     if not Path(config.data).is_file():
         raise ReleaseError(f"input {config.data}: no such file")
     check_file(config.data, schema)
@@ -488,7 +491,9 @@ def publish_stage(
         codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
         return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation)
 
-    return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report})
+    key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
+    return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
+                           sign_key=key)
 
 
 def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:

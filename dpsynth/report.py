@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -72,6 +73,23 @@ td > code, td > .ok, td > .bad { white-space: nowrap; overflow-wrap: normal; }
 
 def _e(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
+
+
+def release_label(privacy: Mapping[str, Any]) -> str:
+    """The page header's words: a release that is not DP says so first."""
+    if privacy.get("differentially_private", True):
+        return "Differentially private synthetic data release"
+    return "NOT differentially private synthetic data release"
+
+
+#: The privacy fields a report states in machine-readable form (``dpsynth verify`` compares them).
+PRIVACY_META = ("epsilon", "delta", "rho", "rho_spent", "epsilon_spent", "neighbours", "differentially_private")
+
+
+def privacy_meta_tags(privacy: Mapping[str, Any]) -> list[str]:
+    return [
+        f'<meta name="dpsynth:{k}" content="{_e(json.dumps(privacy.get(k)))}">' for k in PRIVACY_META
+    ]
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -453,9 +471,10 @@ def build_report(
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "img-src data:; style-src 'unsafe-inline'\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        *privacy_meta_tags(manifest.get("privacy", {})),
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{_e(title)}</h1>",
-        f'<p class="muted">Differentially private synthetic data release &middot; validation {status} '
+        f'<p class="muted">{_e(release_label(manifest.get("privacy", {})))} &middot; validation {status} '
         "&middot; everything on this page is computed from the DP measurement, the synthetic table "
         "and the public schema.</p></header>",
         _summary_section(manifest, schema, codes, measurement),

@@ -1,74 +1,223 @@
 """Re-checks a published release folder, for consumers who did not build it.
 
-Checks: every file listed in the manifest is present with its sha256 and nothing
-unlisted was added; the schema loads and the synthetic table is valid against it
-with the manifest's row count; the ledger stays within the stated budget and its
-epsilon follows from its rho.
+What it proves (see docs/verify.md for the trust model): the folder is internally
+consistent. Without a signature it does not prove who made it; with ``key`` (the
+publisher's HMAC key) it also checks ``manifest.sig``.
+
+Checks, in order:
+
+* paths: every manifest entry is a relative path inside the folder (no absolute path,
+  no ``..``, no symbolic link on the way); nothing outside the folder is ever opened;
+* files: the required files are listed and present, each with its sha256, and
+  nothing unlisted was added;
+* table: ``synthetic.csv`` is exactly what ``synthetic.parquet`` writes as CSV, and the
+  table is valid against ``schema.yaml`` with the manifest's row count;
+* ledger: recomputed from ``measurement.json``'s charges (and the noise scales they
+  state), it equals the manifest's ledger, rho and epsilon, and fits the manifest's
+  budget, whose rho follows from its (epsilon, delta);
+* statement: the privacy statement agrees across manifest, measurement.json and
+  report.html (its machine-readable tags and its header).
 """
 
 from __future__ import annotations
 
+import hmac
+import html
+import io
 import json
 import math
-from pathlib import Path
-from typing import Any
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
 
 import pandas as pd
 
-from .bundle import MANIFEST, sha256_file
+from .bundle import MANIFEST, SIGNATURE, manifest_signature, sha256_file
 from .privacy.budget import Budget, BudgetExceeded, Charge, Ledger, LedgerError, total_epsilon
 from .schema import SchemaError, load_schema
 from .validation import record_checks
 
-__all__ = ["verify_release"]
+__all__ = ["REQUIRED_FILES", "verify_release"]
 
-_TOL = 1e-9
+REQUIRED_FILES = (
+    "synthetic.parquet", "synthetic.csv", "measurement.parquet", "measurement.json",
+    "schema.yaml", "validation.json", "report.html",
+)
+_REL = 1e-9
 
 
-def _listed_files(folder: Path) -> set[str]:
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {MANIFEST}
-
-
-def verify_release(folder: str | Path) -> list[str]:
-    """Returns the problems found (empty: the release checks out)."""
-    folder = Path(folder)
+def _close(a: Any, b: Any) -> bool:
     try:
-        manifest: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        return [f"{MANIFEST}: cannot be read ({type(exc).__name__})"]
-    problems: list[str] = []
-    files = manifest.get("files", {})
-    for rel, digest in sorted(files.items()):
+        return math.isclose(float(a), float(b), rel_tol=_REL, abs_tol=1e-12)
+    except (TypeError, ValueError):
+        return False
+
+
+def _confined(folder: Path, rel: str) -> str | None:
+    """Why ``rel`` is not a plain path inside ``folder`` (None when it is)."""
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or "\\" in rel or any(part in ("", ".", "..") for part in rel.split("/")):
+        return "is not a plain relative path inside the release (absolute or with '..')"
+    here = folder
+    for part in p.parts:
+        here = here / part
+        if here.is_symlink():
+            return "goes through a symbolic link"
+    return None
+
+
+def _check_files(folder: Path, files: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+    """Problems with the file list, and the entries safe and intact to read."""
+    problems, good = [], set()
+    for rel in sorted(files):
+        why = _confined(folder, rel)
+        if why:
+            problems.append(f"{rel}: {why}")
+            continue
         path = folder / rel
         if not path.is_file():
             problems.append(f"{rel}: listed in the manifest but missing")
-        elif sha256_file(path) != digest:
+        elif sha256_file(path) != files[rel]:
             problems.append(f"{rel}: sha256 differs from the manifest")
-    for rel in sorted(_listed_files(folder) - set(files)):
-        problems.append(f"{rel}: present but not listed in the manifest")
+        else:
+            good.add(rel)
+    for req in REQUIRED_FILES:
+        if req not in files:
+            problems.append(f"{req}: required, but not listed in the manifest")
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_symlink():
+            problems.append(f"{rel}: a symbolic link in the release")
+        elif p.is_file() and rel not in files and rel not in (MANIFEST, SIGNATURE):
+            problems.append(f"{rel}: present but not listed in the manifest")
+    return problems, good
 
+
+def _check_table(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    from .encoding import write_csv
+
+    try:
+        schema = load_schema(folder / "schema.yaml")
+    except SchemaError as exc:
+        return [f"schema.yaml: {exc}"]
+    df = pd.read_parquet(folder / "synthetic.parquet")
+    problems = [
+        f"synthetic.parquet: check failed: {c['name']}"
+        for c in record_checks(df, schema, manifest.get("rows")) if not c["success"]
+    ]
+    if not problems:
+        buf = io.StringIO()
+        write_csv(df, schema, buf)
+        if buf.getvalue() != (folder / "synthetic.csv").read_text(encoding="utf-8"):
+            problems.append("synthetic.csv: does not hold the same table as synthetic.parquet")
+    return problems
+
+
+def _implied_sigma_problems(charges: list[Charge]) -> list[str]:
+    """A Gaussian charge that states its sigma must cost rho = sensitivity^2 / (2 sigma^2)."""
+    out = []
+    for c in charges:
+        sigma = c.detail.get("sigma_k", c.detail.get("sigma"))
+        sens = c.detail.get("sensitivity_l2", 1.0)
+        if not isinstance(sens, (int, float)):
+            sens = 1.0  # sqrt(Delta_k): sigma_k is stated per unit of sensitivity
+        if isinstance(sigma, (int, float)) and sigma > 0 and c.rho > 0:
+            if not _close(c.rho, float(sens) ** 2 / (2.0 * float(sigma) ** 2)):
+                out.append(f"measurement.json: stage {c.stage} states sigma {sigma} but is charged rho {c.rho}")
+    return out
+
+
+def _check_ledger(manifest: Mapping[str, Any], measurement: Mapping[str, Any]) -> list[str]:
     privacy = manifest.get("privacy", {})
     try:
         budget = Budget(epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"]))
-        spent = [Charge.from_dict(s) for s in privacy["ledger"] if s.get("spent", True)]
-        if not math.isclose(sum(c.rho for c in spent), float(privacy["rho_spent"]), rel_tol=1e-9, abs_tol=_TOL):
-            problems.append("ledger stages do not add up to rho_spent")
-        if not math.isclose(total_epsilon(spent, budget.delta), float(privacy["epsilon_spent"]), rel_tol=1e-9,
-                            abs_tol=_TOL):
-            problems.append("ledger stages do not add up to epsilon_spent")
-        Ledger(budget, spent)  # the same check that refused over-budget plans before measuring
+        charges = [Charge.from_dict(c) for c in measurement["charges"]]
+        stated = [Charge.from_dict(s) for s in privacy["ledger"] if s.get("spent", True)]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"privacy sections are malformed ({type(exc).__name__})"]
+    problems = _implied_sigma_problems(charges)
+    rho = sum(c.rho for c in charges)
+    eps = total_epsilon(charges, budget.delta)
+    if not _close(privacy.get("rho"), budget.rho):
+        problems.append("manifest: rho does not follow from its epsilon and delta")
+    if not _close(measurement.get("rho"), rho):
+        problems.append("measurement.json: rho is not the sum of its charges")
+    mine = sorted((c.stage, round(c.rho, 15), round(c.epsilon, 15)) for c in charges)
+    theirs = sorted((c.stage, round(c.rho, 15), round(c.epsilon, 15)) for c in stated)
+    if len(mine) != len(theirs) or any(
+        a[0] != b[0] or not _close(a[1], b[1]) or not _close(a[2], b[2]) for a, b in zip(mine, theirs)
+    ):
+        problems.append("manifest: ledger differs from the charges in measurement.json")
+    if not _close(privacy.get("rho_spent"), rho):
+        problems.append("manifest: rho_spent differs from the charges in measurement.json")
+    if not _close(privacy.get("epsilon_spent"), eps):
+        problems.append("manifest: epsilon_spent differs from the charges in measurement.json")
+    try:
+        Ledger(budget, charges)  # the same check that refused over-budget plans before measuring
     except (BudgetExceeded, LedgerError) as exc:
         problems.append(f"ledger is over the budget or inconsistent: {exc}")
-    except (KeyError, TypeError, ValueError) as exc:
-        problems.append(f"manifest privacy section is malformed ({type(exc).__name__})")
-
-    if "schema.yaml" in files and "synthetic.parquet" in files and not problems:
-        try:
-            schema = load_schema(folder / "schema.yaml")
-        except SchemaError as exc:
-            return problems + [f"schema.yaml: {exc}"]
-        df = pd.read_parquet(folder / "synthetic.parquet")
-        for check in record_checks(df, schema, manifest.get("rows")):
-            if not check["success"]:
-                problems.append(f"synthetic.parquet: check failed: {check['name']}")
     return problems
+
+
+_META = re.compile(r'<meta name="dpsynth:([a-z_]+)" content="([^"]*)">')
+
+
+def _check_statement(manifest: Mapping[str, Any], measurement: Mapping[str, Any], report: str) -> list[str]:
+    from .report import PRIVACY_META, release_label
+
+    privacy = manifest.get("privacy", {})
+    problems = []
+    m_statement = measurement.get("meta", {}).get("privacy_statement")
+    dp = privacy.get("differentially_private")
+    if m_statement and dp is not False:
+        problems.append("manifest: says differentially private, measurement.json says it is not")
+    if m_statement and privacy.get("statement") != m_statement:
+        problems.append("manifest: privacy statement differs from measurement.json")
+    tags = {k: html.unescape(v) for k, v in _META.findall(report)}
+    for key in PRIVACY_META:
+        try:
+            shown = json.loads(tags[key])
+        except (KeyError, ValueError):
+            problems.append(f"report.html: does not state {key}")
+            continue
+        same = _close(shown, privacy.get(key)) if isinstance(shown, (int, float)) and not isinstance(
+            shown, bool) else shown == privacy.get(key)
+        if not same:
+            problems.append(f"report.html: {key} differs from the manifest")
+    if html.escape(release_label(privacy)) not in report:
+        problems.append("report.html: its header does not state the manifest's privacy guarantee")
+    return problems
+
+
+def verify_release(folder: str | Path, key: bytes | None = None) -> list[str]:
+    """Returns the problems found (empty: the release checks out)."""
+    folder = Path(folder)
+    try:
+        text = (folder / MANIFEST).read_text(encoding="utf-8")
+        manifest: dict[str, Any] = json.loads(text)
+        files = dict(manifest["files"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"{MANIFEST}: cannot be read ({type(exc).__name__})"]
+    problems, good = _check_files(folder, files)
+    if key is not None:
+        problems += _check_signature(folder, text, key)
+    try:
+        measurement = json.loads((folder / "measurement.json").read_text()) if "measurement.json" in good else None
+    except ValueError:
+        measurement, problems = None, problems + ["measurement.json: is not JSON"]
+    if measurement is not None:
+        problems += _check_ledger(manifest, measurement)
+        if "report.html" in good:
+            problems += _check_statement(manifest, measurement, (folder / "report.html").read_text(encoding="utf-8"))
+    if {"schema.yaml", "synthetic.parquet", "synthetic.csv"} <= good:
+        problems += _check_table(folder, manifest)
+    return problems
+
+
+def _check_signature(folder: Path, manifest_text: str, key: bytes) -> list[str]:
+    sig = folder / SIGNATURE
+    if not sig.is_file() or sig.is_symlink():
+        return [f"{SIGNATURE}: missing: the release is not signed"]
+    if not hmac.compare_digest(sig.read_text().strip(), manifest_signature(manifest_text, key)):
+        return [f"{SIGNATURE}: does not match the manifest under this key"]
+    return []

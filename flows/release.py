@@ -68,6 +68,7 @@ def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
         "workspace": str(config.workspace),
         "internal_report": config.internal_report,
         "gate": dict(config.gate),
+        "sign_key": str(config.sign_key) if config.sign_key else None,
     }
 
 
@@ -91,6 +92,7 @@ def release_flow(
     workspace: str | None = None,
     internal_report: bool = False,
     gate: dict[str, float] | None = None,
+    sign_key: str | None = None,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data)."""
     t_flow = time.perf_counter()
@@ -108,6 +110,7 @@ def release_flow(
         workspace=Path(workspace) if workspace else default_workspace(),
         internal_report=internal_report,
         gate=dict(gate or {}),
+        sign_key=Path(sign_key) if sign_key else None,
     )
     t0 = time.perf_counter()
     plan = prepare(config)

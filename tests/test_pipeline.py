@@ -120,8 +120,9 @@ def test_crash_before_rename_leaves_no_release(tmp_path, demo_paths, monkeypatch
         raise OSError("disk gone")
 
     monkeypatch.setattr(bundle, "_before_rename", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(pipeline.BudgetSpent, match="budget of this release was spent: disk gone") as info:
         pipeline.run_release(_config(tmp_path, demo_paths))
+    assert isinstance(info.value.__cause__, OSError)
     assert list((tmp_path / "out").iterdir()) == []
     monkeypatch.undo()
     folder = pipeline.run_release(_config(tmp_path, demo_paths))  # resumes from cached stages
