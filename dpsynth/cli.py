@@ -87,11 +87,21 @@ def _cmd_release(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
     total = time.perf_counter() - t0
-    timings = json.loads((Path(folder) / MANIFEST).read_text())["timings"]
+    manifest = json.loads((Path(folder) / MANIFEST).read_text())
+    timings = manifest["timings"]
     work = sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
     print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
+    print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
+
+
+def _privacy_line(manifest: dict) -> str:
+    privacy = manifest.get("privacy", {})
+    headline = privacy.get("headline") or "privacy statement missing"
+    if privacy.get("differentially_private"):
+        return f"privacy: {headline}"
+    return f"privacy: {headline}. The ledger records what was charged; it is NOT a DP guarantee."
 
 
 def _release_local(config) -> str:
@@ -175,8 +185,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"dpsynth: error: {len(problems)} problem(s) in {args.release}", file=sys.stderr)
         return 1
     origin = "signed with the given key" if key else "not signed: this proves consistency, not origin"
+    manifest = json.loads((Path(args.release) / "manifest.json").read_text())
     print(f"OK {args.release}: files match the manifest, CSV equals Parquet, the table fits the schema, "
           f"the ledger matches measurement.json and is within budget; {origin}")
+    print(_privacy_line(manifest))
     return 0
 
 

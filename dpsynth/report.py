@@ -83,7 +83,8 @@ def release_label(privacy: Mapping[str, Any]) -> str:
 
 
 #: The privacy fields a report states in machine-readable form (``dpsynth verify`` compares them).
-PRIVACY_META = ("epsilon", "delta", "rho", "rho_spent", "epsilon_spent", "neighbours", "differentially_private")
+PRIVACY_META = ("epsilon", "delta", "rho", "rho_spent", "epsilon_spent", "neighbours", "differentially_private",
+                "guarantee", "statement")
 
 
 def privacy_meta_tags(privacy: Mapping[str, Any]) -> list[str]:
@@ -251,6 +252,10 @@ def _summary_section(manifest: Mapping[str, Any], schema: Schema, codes: Encoded
         items.append(("Accounting", _e(privacy["accounting"])))
     if privacy.get("neighbours"):
         items.append(("Neighbouring tables", _e(privacy["neighbours"])))
+    if privacy.get("headline") or privacy.get("statement"):
+        items.append(("Guarantee", _e(" ".join(x for x in (privacy.get("headline"), privacy.get("statement")) if x))))
+    for note in privacy.get("notes", []):
+        items.append(("Note", _e(note)))
     if manifest.get("seed_commitment"):
         items.append(("Seed commitment", f"<code>{_e(manifest['seed_commitment'])}</code>"))
     return "<h2>Release</h2>" + _kv_table(items)

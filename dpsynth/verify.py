@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .bundle import MANIFEST, SIGNATURE, manifest_signature, sha256_file
+from .measurement import PrivacyStatement
 from .privacy.budget import Budget, BudgetExceeded, Charge, Ledger, LedgerError, total_epsilon
 from .schema import SchemaError, load_schema
 from .validation import record_checks
@@ -167,12 +168,15 @@ def _check_statement(manifest: Mapping[str, Any], measurement: Mapping[str, Any]
 
     privacy = manifest.get("privacy", {})
     problems = []
-    m_statement = measurement.get("meta", {}).get("privacy_statement")
-    dp = privacy.get("differentially_private")
-    if m_statement and dp is not False:
-        problems.append("manifest: says differentially private, measurement.json says it is not")
-    if m_statement and privacy.get("statement") != m_statement:
-        problems.append("manifest: privacy statement differs from measurement.json")
+    try:
+        st = PrivacyStatement.from_dict(measurement["statement"])
+    except (KeyError, TypeError, ValueError):
+        return ["measurement.json: has no valid privacy statement"]
+    expected = {"differentially_private": st.differentially_private, "guarantee": st.kind,
+                "neighbours": st.neighbours or None, "statement": st.detail or None}
+    for key, value in expected.items():
+        if privacy.get(key) != value:
+            problems.append(f"manifest: privacy {key} differs from measurement.json")
     tags = {k: html.unescape(v) for k, v in _META.findall(report)}
     for key in PRIVACY_META:
         try:

@@ -39,12 +39,14 @@ def tiny(tmp_path):
 def _config(tmp_path, tiny, **kw):
     data, schema = tiny
     base = dict(data=data, schema=schema, method="private-sampling", epsilon=1.0, out=tmp_path / "out",
-                workspace=tmp_path / "ws", rows=2000, params={"m": "256", "Delta": "4"})
+                workspace=tmp_path / "ws", rows=2000, params={"m": "256", "Delta": "4", "public_n": "3000"})
     base.update(kw)
     return pipeline.ReleaseConfig(**base)
 
 
 def test_uncovered_release_is_refused_before_anything_runs(tmp_path, tiny):
+    with pytest.raises(ValueError, match=r"Theorem 12.2 allows at most\s+k = 0 .* for n = 3000"):
+        pipeline.prepare(_config(tmp_path, tiny))
     with pytest.raises(ValueError, match=r"Theorem 12.2 allows at most\s+k = 0"):
         pipeline.run_release(_config(tmp_path, tiny))
     assert not list((tmp_path / "ws").glob("releases/*/measurement"))
@@ -52,9 +54,11 @@ def test_uncovered_release_is_refused_before_anything_runs(tmp_path, tiny):
 
 def test_parameters_are_checked_before_anything_runs(tmp_path, tiny):
     with pytest.raises(ParamError, match="Delta"):
-        pipeline.run_release(_config(tmp_path, tiny, params={"m": "256"}))
+        pipeline.run_release(_config(tmp_path, tiny, params={"m": "256", "public_n": "3000"}))
+    with pytest.raises(ParamError, match="public_n"):
+        pipeline.run_release(_config(tmp_path, tiny, params={"m": "256", "Delta": "4"}))
     with pytest.raises(ParamError, match="'m'"):
-        pipeline.run_release(_config(tmp_path, tiny, params={"m": "10", "Delta": "4"}))
+        pipeline.run_release(_config(tmp_path, tiny, params={"m": "10", "Delta": "4", "public_n": "3000"}))
     with pytest.raises(ParamError, match="rows"):
         pipeline.run_release(_config(tmp_path, tiny, rows=None))
 

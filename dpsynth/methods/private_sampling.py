@@ -14,7 +14,13 @@ then states in plain words that the release is NOT differentially private.
 Assumptions made explicit:
 
 * like the paper, the method treats the number of input records n as public (the
-  theorem is stated for neighbouring datasets of equal size);
+  theorem is stated for neighbouring datasets of equal size: replace one record). The
+  data owner must declare it with ``public_n=N``; every file then says "n declared
+  public by the data owner; neighbours: replace one record". The theorem is checked
+  against the declared n at plan time, before any row is read, so no refusal and no
+  published number depends on the private n; an input whose size differs from the
+  declaration is refused (the declaration, not the data, is then wrong). Heuristic
+  mode needs no declaration and is labelled NOT differentially private everywhere;
 * ``Delta`` bounds the data density (density <= Delta / 2^p); it is public knowledge
   the user must supply. dpsynth never derives it from the rows (2^p ||f_n||_inf, as in
   the paper's experiments, is not private). In heuristic mode it defaults to m, which
@@ -39,14 +45,17 @@ __all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_code
 
 STAGE = "measure/private-sampling"
 # Theorem 12.2 compares tables of equal size (n is public): neighbours differ in one record's values.
-REPLACE_ONE = PrivacyStatement(kind="dp", neighbours="replace one record (the record count is public)")
+REPLACE_ONE = "replace one record"
+N_PUBLIC = "n declared public by the data owner; neighbours: replace one record"
+NOT_DP = "This release is NOT differentially private"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PrivateSamplingMethodParams:
     """Parameters of Algorithm 2 (see :class:`dpsynth.private_sampling.PrivateSamplingParams`).
 
-    k: rows released (defaults to --rows). d: Walsh degree. m: size of the reduced space
+    k: rows released (defaults to --rows). public_n: the record count, declared public by
+    the data owner (required unless heuristic). d: Walsh degree. m: size of the reduced space
     (must be at least the number of Walsh functions of degree <= d). delta/Delta: density
     bounds of the theorem. gamma: failure probability of the accuracy theorem.
     compact: a two-value column is one bit instead of two one-hot bits (fewer invalid
@@ -54,6 +63,7 @@ class PrivateSamplingMethodParams:
     """
 
     k: int | None = None
+    public_n: int | None = None
     d: int = 2
     m: int = 4096
     delta: float = 0.05
@@ -66,6 +76,13 @@ class PrivateSamplingMethodParams:
     def __post_init__(self) -> None:
         if self.k is None:
             raise ValueError("private-sampling needs the number of rows to release: pass --rows K (or --param k=K)")
+        if self.public_n is not None and (isinstance(self.public_n, bool) or int(self.public_n) < 1):
+            raise ValueError(f"parameter 'public_n' must be a whole number >= 1, got {self.public_n!r}")
+        if self.public_n is None and not self.heuristic:
+            raise ValueError(
+                "private-sampling treats the record count n as public (neighbours: replace one record): "
+                "the data owner must declare it with --param public_n=N (or run heuristic=true, NOT DP)"
+            )
         if self.Delta is None and not self.heuristic:
             raise ValueError(
                 "private-sampling needs Delta, a public bound on the data density (density <= Delta/2^p); "
@@ -135,35 +152,54 @@ class PrivateSamplingMethod(MethodBase):
                 f"{self.params.d} on the {p} one-hot features of schema {schema.name!r}: the reduced space "
                 "can never be well conditioned; raise m or lower d"
             )
+        detail = {"theorem": "12.2", "k": self.params.k, "features": p, "walsh_functions": L}
+        if self.params.public_n is not None:
+            # Checked now, on the declared n: refuses before any row is read (or, in
+            # heuristic mode, only records what the theorem certifies).
+            ps.check_release(int(self.params.public_n), p, self.params.core(), float(budget.epsilon))
+            detail["public_n"] = int(self.params.public_n)
         # Theorem 12.2 gives pure epsilon-DP: charged by basic composition.
-        return (Charge(stage=STAGE, epsilon=float(budget.epsilon), mechanism="private-sampling",
-                       detail={"theorem": "12.2", "k": self.params.k, "features": p, "walsh_functions": L}),)
+        return (Charge(stage=STAGE, epsilon=float(budget.epsilon), mechanism="private-sampling", detail=detail),)
+
+    def statement(self, p: int, epsilon: float) -> tuple[PrivacyStatement, float | None]:
+        """The guarantee, from public information only (declared n, p, parameters, epsilon),
+        and the epsilon Theorem 12.2 certifies for the declared n (None without one)."""
+        core = self.params.core()
+        if self.params.public_n is None:
+            return PrivacyStatement(kind="heuristic", detail=(
+                f"{NOT_DP} at epsilon = {epsilon:g}: heuristic mode without a declared record count, "
+                "so Theorem 12.2 was not checked.")), None
+        n = int(self.params.public_n)
+        certified = ps.epsilon_for_k(n, p, core.d, core.m, core.delta, core.Delta, core.k)
+        if certified <= epsilon * (1 + 1e-12):
+            return PrivacyStatement(kind="dp", neighbours=REPLACE_ONE, detail=N_PUBLIC), certified
+        return PrivacyStatement(kind="heuristic", detail=(
+            f"{NOT_DP} at epsilon = {epsilon:g}: it was run in heuristic mode; Theorem 12.2 certifies "
+            f"epsilon = {certified:.4g} for k = {core.k} rows and the declared n = {n}. {N_PUBLIC}.")), certified
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         X, features = onehot(codes, binary_as_bit=self.params.compact)
         n, p = X.shape
+        if self.params.public_n is not None and n != int(self.params.public_n):
+            # Under the declared model n is public, so this refusal reveals nothing it does not.
+            raise ValueError("the input's record count differs from the declared public_n: "
+                             "the guarantee would rest on a false declaration (nothing was sampled)")
         core = self.params.core()
         epsilon = float(ledger.budget.epsilon)
-        # Raises before anything is drawn when the theorem does not cover k rows.
-        certified = ps.check_release(n, p, core, epsilon)
+        statement, certified = self.statement(p, epsilon)
         charge = ledger.spend(STAGE)
         result = ps.private_sample(X, core, rng)
         bits = pd.DataFrame(result.samples, columns=[f"f{i}" for i in range(p)])
         meta = {
             "features": [f"{c}={k}" for c, k in features],
-            "epsilon_theorem": certified,
+            "public_n": self.params.public_n,
+            "epsilon_theorem": certified,  # from the declared n only (None without one)
             "heuristic": core.heuristic,
-            "certified": certified <= epsilon * (1 + 1e-12),
+            "certified": statement.differentially_private,
             "sigma_min": result.diagnostics.sigma_min,
             "conditioning_tries": result.diagnostics.conditioning_tries,
             "walsh_functions": result.diagnostics.n_walsh,
         }
-        statement = REPLACE_ONE
-        if not meta["certified"]:
-            statement = PrivacyStatement(kind="heuristic", detail=(
-                f"This release is NOT differentially private at epsilon = {epsilon:g}. It was run in "
-                f"heuristic mode: Theorem 12.2 certifies epsilon = {certified:.4g} for k = {core.k} rows."
-            ))
         return Measurement(method=self.name, params=params_to_dict(self.params), charges=(charge,),
                            statement=statement, tables={"sample": bits}, meta=meta)
 

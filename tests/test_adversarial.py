@@ -1,0 +1,419 @@
+"""Hostile and careless users (issue 8). Cases that apply to every method are
+parametrised over the method registry, so new methods inherit them."""
+
+from __future__ import annotations
+
+# =====================================================================================
+# Section privacy-b: spending before refusing, verify forgeries, silent failures,
+# private sampling's statement (issue 8, defects 3, 4, 5, 6).
+# =====================================================================================
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpsynth import pipeline
+from dpsynth.bundle import sha256_file
+from dpsynth.cli import main
+from dpsynth.encoding import DataError, EncodedTable, encode, read_table
+from dpsynth.methods import METHODS, get_method
+from dpsynth.precheck import PrecheckError
+from dpsynth.privacy.budget import Budget
+from dpsynth.schema import SchemaError, load_schema, schema_from_dict
+from dpsynth.verify import verify_release
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO, DEMO_SCHEMA = ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"
+
+# Smallest parameters that let each method plan on the demo schema (a new method that
+# needs none plans as is; one that needs some and is not listed here is skipped).
+_PARAMS = {"private-sampling": {"Delta": "4", "heuristic": "true", "d": "1", "m": "64"}}
+_ROWS = {"private-sampling": 40}
+
+
+def _config(tmp_path, method="marginals", **kw) -> pipeline.ReleaseConfig:
+    base = dict(data=DEMO, schema=DEMO_SCHEMA, method=method, epsilon=1.0, out=tmp_path / "out",
+                workspace=tmp_path / "ws", params=dict(_PARAMS.get(method, {})), rows=_ROWS.get(method))
+    base.update(kw)
+    return pipeline.ReleaseConfig(**base)
+
+
+def _nothing_measured(tmp_path) -> bool:
+    return not list((tmp_path / "ws").glob("releases/*/measurement"))
+
+
+def _cli(tmp_path, *extra, method="marginals") -> int:
+    return main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", method,
+                 "--epsilon", "1", "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"),
+                 "--engine", "local", *extra])
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("dpsynth: error:")]
+
+
+# --- A. every public problem before the first charge -------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 30, 45, 60, 80, 100])
+def test_sds_small_inputs_never_crash_after_measuring(n):
+    """Defect 3: sds on 30-100 rows measured, then crashed in synthesis (the suppressed
+    1-way counts gave raking an empty target). A crash that depends on the row count
+    after measuring must not happen at all: map, never raise."""
+    schema = load_schema(DEMO_SCHEMA)
+    codes = encode(read_table(DEMO, schema), schema).codes
+    method = get_method("sds")
+    for seed in range(6):
+        rng = np.random.default_rng(1000 * n + seed)
+        sub = EncodedTable(schema=schema, codes=codes[rng.choice(len(codes), n, replace=False)])
+        ledger = pipeline.Ledger(Budget(epsilon=1.0, delta=1e-6), method.plan(schema, Budget(epsilon=1.0, delta=1e-6)))
+        m = method.measure(sub, ledger, rng)
+        out = method.synthesize(m, schema, None, rng)
+        assert out.codes.shape[1] == len(schema.columns)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_correct_marginals_is_decided_from_the_method_class(tmp_path, method):
+    """Defect 3: correct_marginals with private sampling measured, then refused. It is
+    now accepted or refused at prepare, from the class, before any charge."""
+    try:
+        pipeline.prepare(_config(tmp_path, method))
+    except (ValueError, pipeline.ReleaseError) as exc:
+        pytest.skip(f"{method} needs parameters this test does not know: {exc}")
+    cfg = _config(tmp_path, method, name="cm", params={**_PARAMS.get(method, {}), "correct_marginals": "true"})
+    if getattr(METHODS[method], "provides_marginals", False):
+        pipeline.prepare(cfg)
+    else:
+        with pytest.raises(PrecheckError, match="'correct_marginals'.*measures none"):
+            pipeline.prepare(cfg)
+    assert _nothing_measured(tmp_path)
+
+
+def test_private_sampling_with_correct_marginals_exits_2(tmp_path, capsys):
+    code = _cli(tmp_path, "--rows", "40", *sum((["--param", f"{k}={v}"] for k, v in _PARAMS["private-sampling"].items()), []),
+                "--param", "correct_marginals=true", method="private-sampling")
+    assert code == 2 and "correct_marginals" in _error_lines(capsys.readouterr().err)[0]
+    assert _nothing_measured(tmp_path)
+
+
+def test_column_name_with_the_marginal_separator_is_refused(tmp_path):
+    """Defect 3: a column named x|y was measured, then its marginal key could not be read back."""
+    with pytest.raises(SchemaError, match=r"column 'x\|y'.*separator"):
+        schema_from_dict({"name": "t", "columns": [{"name": "x|y", "type": "categorical", "values": ["a"]}]})
+
+
+def test_integer_column_whose_bin_holds_no_integer_exits_2(tmp_path, capsys):
+    schema = tmp_path / "s.yaml"
+    schema.write_text(DEMO_SCHEMA.read_text().replace("bounds: [18, 90], bins: 12, integer: true",
+                                                      "edges: [18, 18.2, 18.4, 90], integer: true"))
+    assert main(["release", "--data", str(DEMO), "--schema", str(schema), "--method", "marginals",
+                 "--epsilon", "1", "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"),
+                 "--engine", "local"]) == 2
+    line = _error_lines(capsys.readouterr().err)[0]
+    assert "'age'" in line and "[18.2, 18.4)" in line
+    assert _nothing_measured(tmp_path)
+
+
+def test_huge_rows_are_refused_before_measuring(tmp_path):
+    """Defect 3: --rows 1000000000 measured, then failed allocating the synthetic table."""
+    with pytest.raises(PrecheckError, match=r"--rows 1000000000.*limit of 4 GiB.*DPSYNTH_MAX_TABLE_BYTES"):
+        pipeline.run_release(_config(tmp_path, rows=1_000_000_000))
+    assert _nothing_measured(tmp_path)
+
+
+def test_sds_plan_refuses_a_domain_it_cannot_hold(tmp_path, monkeypatch):
+    """Defect 3: sds with reporting length 2 on a huge domain: the plan passed and
+    measuring then ran out of memory. The plan now refuses it, naming the parameter."""
+    monkeypatch.setenv("DPSYNTH_MAX_TABLE_BYTES", str(64 << 20))
+    values = [f"v{i}" for i in range(1500)]
+    schema = schema_from_dict({"name": "wide", "columns": [
+        {"name": "a", "type": "categorical", "values": values},
+        {"name": "b", "type": "categorical", "values": values}]})
+    method = get_method("sds", {"reporting_length": "2"})
+    with pytest.raises(ValueError, match=r"'reporting_length' = 2 needs about .* over the limit"):
+        method.plan(schema, Budget(epsilon=1.0, delta=1e-6))
+    get_method("sds", {"reporting_length": "1"}).plan(schema, Budget(epsilon=1.0, delta=1e-6))
+
+
+def test_failure_after_measuring_exits_1_and_says_the_budget_is_spent(tmp_path, capsys, monkeypatch):
+    """Exit-code contract: 2 = nothing measured; 1 = run failed, and after the measure
+    stage the line says the budget was spent (it used to exit 2 for a ValueError)."""
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    def broken(self, *a, **k):
+        raise ValueError("synthesis broke")
+
+    monkeypatch.setattr(MarginalsMethod, "synthesize", broken)
+    assert _cli(tmp_path, "--name", "x", "--rows", "50") == 1
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "budget of this release was spent" in err[0] and "synthesis broke" in err[0]
+
+
+# --- B. verify as a real check -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_releases(tmp_path_factory):
+    base = tmp_path_factory.mktemp("verify")
+    out = []
+    for i, rows in enumerate((300, 301)):
+        out.append(pipeline.run_release(pipeline.ReleaseConfig(
+            data=DEMO, schema=DEMO_SCHEMA, method="marginals", epsilon=1.0, out=base / "out",
+            workspace=base / "ws", rows=rows, name=f"r{i}")))
+    return out
+
+
+@pytest.fixture
+def release(two_releases, tmp_path):
+    copy = tmp_path / "r"
+    shutil.copytree(two_releases[0], copy)
+    return copy
+
+
+def _edit_manifest(folder: Path, fn) -> None:
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text())
+    fn(m)
+    path.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+
+
+def test_intact_release_verifies(release):
+    assert verify_release(release) == []
+
+
+def test_forgery_lowered_epsilon_with_rescaled_ledger(release):
+    from dpsynth.privacy.accounting import epsilon_from_rho, rho_from_epsilon
+
+    def lower(m):
+        p = m["privacy"]
+        scale = rho_from_epsilon(0.5, p["delta"]) / p["rho"]
+        p["epsilon"], p["rho"] = 0.5, p["rho"] * scale
+        for s in p["ledger"]:
+            s["rho"] *= scale
+        p["rho_spent"] *= scale
+        p["epsilon_spent"] = epsilon_from_rho(p["rho_spent"], p["delta"])
+
+    _edit_manifest(release, lower)
+    problems = verify_release(release)
+    assert any("ledger differs from the charges in measurement.json" in p for p in problems)
+    assert any("report.html: epsilon differs" in p for p in problems)
+
+
+def test_forgery_swapped_synthetic_parquet_with_updated_hash(release, two_releases):
+    shutil.copyfile(two_releases[1] / "synthetic.parquet", release / "synthetic.parquet")
+    _edit_manifest(release, lambda m: m["files"].update({"synthetic.parquet": sha256_file(release / "synthetic.parquet")}))
+    m = json.loads((release / "manifest.json").read_text())
+    _edit_manifest(release, lambda m: m.update(rows=301))
+    problems = verify_release(release)
+    assert any("synthetic.csv: does not hold the same table as synthetic.parquet" in p for p in problems), problems
+
+
+def test_forgery_table_and_entry_removed(release):
+    (release / "synthetic.parquet").unlink()
+    _edit_manifest(release, lambda m: m["files"].pop("synthetic.parquet"))
+    assert "synthetic.parquet: required, but not listed in the manifest" in verify_release(release)
+
+
+def test_forgery_path_outside_the_release_is_never_followed(release, monkeypatch):
+    import dpsynth.verify as verify_module
+
+    opened = []
+    real = verify_module.sha256_file
+    monkeypatch.setattr(verify_module, "sha256_file", lambda p: opened.append(Path(p)) or real(p))
+    _edit_manifest(release, lambda m: m["files"].update({"../../etc/hostname": "0" * 64, "/etc/passwd": "0" * 64}))
+    problems = verify_release(release)
+    assert any(p.startswith("../../etc/hostname:") and "'..'" in p for p in problems)
+    assert any(p.startswith("/etc/passwd:") for p in problems)
+    assert all(release in p.resolve().parents for p in opened)
+
+
+def test_forgery_symlink_entry(release, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    (release / "validation.json").unlink()
+    (release / "validation.json").symlink_to(secret)
+    _edit_manifest(release, lambda m: m["files"].update({"validation.json": sha256_file(secret)}))
+    assert any("validation.json: goes through a symbolic link" in p for p in verify_release(release))
+
+
+def test_forgery_report_claims_another_guarantee(release):
+    path = release / "report.html"
+    path.write_text(path.read_text().replace("Differentially private synthetic data release",
+                                             "Certified anonymous release"))
+    _edit_manifest(release, lambda m: m["files"].update({"report.html": sha256_file(path)}))
+    assert "report.html: its header does not state the manifest's privacy guarantee" in verify_release(release)
+
+
+def test_signed_release_detects_a_rehashed_forgery(tmp_path, capsys):
+    key = tmp_path / "key"
+    key.write_bytes(b"publisher-secret-key-0123456789")
+    assert _cli(tmp_path, "--name", "s", "--rows", "200", "--sign-key", str(key)) == 0
+    folder = tmp_path / "out" / "s"
+    assert verify_release(folder, key=key.read_bytes()) == []
+    assert main(["verify", str(folder), "--key", str(key)]) == 0
+    assert "signed with the given key" in capsys.readouterr().out
+    assert any("does not match" in p for p in verify_release(folder, key=b"another-key-of-enough-bytes"))
+    _edit_manifest(folder, lambda m: m.update(name="forged"))
+    assert verify_release(folder) == []  # consistent: without the key, origin is not proven
+    assert any("manifest.sig: does not match" in p for p in verify_release(folder, key=key.read_bytes()))
+
+
+# --- C. silent or noisy failures ----------------------------------------------------------
+
+
+def _demo_parquet(tmp_path, **replace) -> Path:
+    df = pd.read_csv(DEMO, dtype=str, keep_default_na=False)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for name, arr in replace.items():
+        table = table.set_column(table.schema.get_field_index(name), name, arr(len(df)))
+    path = tmp_path / "demo.parquet"
+    pq.write_table(table, str(path))
+    return path
+
+
+@pytest.mark.parametrize("column, make, words", [
+    ("age", lambda n: pa.array(pd.date_range("2020-01-01", periods=n, freq="h")), "timestamp"),
+    ("region", lambda n: pa.array(np.arange(n) % 4), "int64"),
+    ("education", lambda n: pa.array([[1, 2]] * n), "list"),
+    ("health", lambda n: pa.array([{"a": 1}] * n), "struct"),
+    ("children", lambda n: pa.array([b"0"] * n), "binary"),
+])
+def test_wrong_parquet_type_is_refused_before_any_charge(tmp_path, column, make, words):
+    """Defect 6: a timestamp in a numeric column (or ints in a word categorical) silently
+    became the fill code for every row; list/struct/bytes failed without the column."""
+    data = _demo_parquet(tmp_path, **{column: make})
+    with pytest.raises(DataError, match=rf"column '{column}': the input stores {words}"):
+        pipeline.prepare(_config(tmp_path, data=data))
+    assert _nothing_measured(tmp_path)
+
+
+def test_whole_numbers_in_a_numeric_labelled_categorical_are_accepted(tmp_path):
+    data = _demo_parquet(tmp_path, children=lambda n: pa.array(np.arange(n) % 3))
+    pipeline.prepare(_config(tmp_path, data=data))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--param", "key"], ["--param expects key=value", "'key'"]),
+    (["--gate", "max_tvd_k1"], ["--gate expects key=value"]),
+    (["--gate", "max_tvd_k1=abc"], ["--gate max_tvd_k1 must be a number", "'abc'"]),
+])
+def test_malformed_options_exit_2_naming_the_key(tmp_path, capsys, args, words):
+    assert _cli(tmp_path, *args) == 2
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and all(w in err[0] for w in words)
+
+
+def test_readme_edges_with_yaml_1_1_exponents_are_accepted():
+    """Defect 6: YAML 1.1 reads 1e4 (no dot) as text; the README's own example failed."""
+    import yaml
+
+    raw = yaml.safe_load("name: t\ncolumns:\n  - {name: income, type: numeric, edges: [0, 1e4, 5e4, 1e5, 1e6]}\n")
+    assert raw["columns"][0]["edges"][1] == "1e4"
+    assert schema_from_dict(raw).columns[0].edges == (0.0, 1e4, 5e4, 1e5, 1e6)
+    with pytest.raises(SchemaError, match="'income'.*numbers"):
+        schema_from_dict({"name": "t", "columns": [{"name": "income", "type": "numeric", "edges": [0, "ten"]}]})
+
+
+def test_effectively_exact_counts_warn_and_note_the_manifest(tmp_path, capsys):
+    assert _cli(tmp_path, "--epsilon", "1e9", "--name", "big", "--rows", "100") == 0
+    err = capsys.readouterr().err
+    assert "dpsynth: warning: epsilon 1e+09 is so large" in err
+    notes = json.loads((tmp_path / "out" / "big" / "manifest.json").read_text())["privacy"]["notes"]
+    assert "effectively exact" in notes[0]
+    assert pipeline.prepare(_config(tmp_path / "b")).warnings == ()
+
+
+# --- D. private sampling's statement ------------------------------------------------------
+
+_TINY_SCHEMA = """name: tiny
+columns:
+  - {name: a, type: categorical, values: ["0", "1"]}
+  - {name: b, type: categorical, values: ["0", "1"]}
+"""
+
+
+def _tiny(tmp_path, n: int) -> tuple[Path, Path]:
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, 2, n)
+    data = tmp_path / f"tiny{n}.csv"
+    pd.DataFrame({"a": a, "b": np.where(rng.random(n) < 0.8, a, 1 - a)}).to_csv(data, index=False)
+    schema = tmp_path / "tiny.yaml"
+    schema.write_text(_TINY_SCHEMA)
+    return data, schema
+
+
+def _ps_config(tmp_path, data, schema, name, epsilon=1.0, **params) -> pipeline.ReleaseConfig:
+    return pipeline.ReleaseConfig(data=data, schema=schema, method="private-sampling", epsilon=epsilon,
+                                  out=tmp_path / "out", workspace=tmp_path / "ws", rows=params.pop("rows", 200),
+                                  name=name, params={"m": "16", "d": "1", "Delta": "2", **params})
+
+
+def test_private_sampling_refusal_does_not_depend_on_the_private_n(tmp_path):
+    """Defect 5: whether a release was accepted depended on the private n, and the refusal
+    printed it. The theorem is now checked on the declared n, before any row is read."""
+    messages = []
+    for n in (3000, 2999):
+        data, schema = _tiny(tmp_path, n)
+        with pytest.raises(ValueError) as info:
+            pipeline.prepare(_ps_config(tmp_path, data, schema, f"r{n}", public_n="3000", rows=2000))
+        messages.append(str(info.value).replace(str(data), "DATA"))
+    assert messages[0] == messages[1] and "n = 3000" in messages[0] and "2999" not in messages[1]
+    assert _nothing_measured(tmp_path)
+
+
+def test_private_sampling_needs_n_declared_public(tmp_path):
+    data, schema = _tiny(tmp_path, 500)
+    with pytest.raises(ValueError, match="public_n"):
+        pipeline.prepare(_ps_config(tmp_path, data, schema, "x"))
+
+
+def test_private_sampling_states_the_replace_one_guarantee_everywhere(tmp_path, capsys):
+    """Defect 5: it said "add or remove one record" while it treats n as public."""
+    data, schema = _tiny(tmp_path, 500)
+    # Theorem 12.2 covers one row of this tiny table only at a huge epsilon (as the papers say)
+    folder = pipeline.run_release(_ps_config(tmp_path, data, schema, "dp", 1300.0, public_n="500", rows=1))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    measurement = json.loads((folder / "measurement.json").read_text())
+    report = (folder / "report.html").read_text()
+    assert manifest["privacy"]["neighbours"] == "replace one record"
+    assert measurement["statement"]["neighbours"] == "replace one record"
+    for text in (manifest["privacy"]["statement"], measurement["statement"]["detail"], report):
+        assert "n declared public by the data owner; neighbours: replace one record" in text
+    assert "add or remove" not in report
+    assert verify_release(folder) == []
+
+
+def test_private_sampling_mismatched_declaration_is_refused(tmp_path):
+    data, schema = _tiny(tmp_path, 500)
+    with pytest.raises(pipeline.BudgetSpent, match="differs from the declared public_n"):
+        pipeline.run_release(_ps_config(tmp_path, data, schema, "bad", 1300.0, public_n="501", rows=1))
+
+
+def test_heuristic_private_sampling_is_labelled_not_dp_everywhere(tmp_path, capsys):
+    """Defect 5: in heuristic mode the report header said "Differentially private", verify
+    said the ledger is within budget, the CLI printed no warning, and measurement.json's
+    epsilon_theorem revealed n exactly."""
+    from dpsynth.private_sampling import epsilon_for_k
+
+    data, schema = _tiny(tmp_path, 500)
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--method", "private-sampling",
+                 "--epsilon", "1", "--rows", "200", "--param", "m=16", "--param", "d=1", "--param", "heuristic=true",
+                 "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"), "--name", "h",
+                 "--engine", "local"]) == 0
+    assert "NOT differentially private" in capsys.readouterr().out.strip().splitlines()[-1]
+    folder = tmp_path / "out" / "h"
+    report = (folder / "report.html").read_text()
+    assert "NOT differentially private synthetic data release" in report
+    assert "<p class=\"muted\">Differentially private" not in report
+    measurement = json.loads((folder / "measurement.json").read_text())
+    assert measurement["meta"]["epsilon_theorem"] is None
+    secret = epsilon_for_k(500, 2, 1, 16, 0.05, 16.0, 200)
+    assert f"{secret:.4g}" not in json.dumps(measurement) and f"{secret:.4g}" not in report
+    assert main(["verify", str(folder)]) == 0
+    assert "NOT differentially private" in capsys.readouterr().out.strip().splitlines()[-1]
