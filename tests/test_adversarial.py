@@ -9,7 +9,9 @@ from __future__ import annotations
 # =====================================================================================
 
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -417,3 +419,105 @@ def test_heuristic_private_sampling_is_labelled_not_dp_everywhere(tmp_path, caps
     assert f"{secret:.4g}" not in json.dumps(measurement) and f"{secret:.4g}" not in report
     assert main(["verify", str(folder)]) == 0
     assert "NOT differentially private" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+# --- C (Prefect engine). Slow: each starts a Prefect API ------------------------------------
+
+
+def _prefect_env(home: Path) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PYTHONPATH=str(ROOT), PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
+    return env
+
+
+def _servers_of(home: Path) -> list[int]:
+    """Live uvicorn (Prefect API) processes started with this PREFECT_HOME."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            if b"uvicorn" in cmd and f"PREFECT_HOME={home}".encode() in (proc / "environ").read_bytes():
+                stat = (proc / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _prefect_release(tmp_path, *extra) -> list[str]:
+    return [sys.executable, "-m", "dpsynth.cli", "release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA),
+            "--method", "marginals", "--epsilon", "1", "--out", str(tmp_path / "out"),
+            "--workspace", str(tmp_path / "ws"), "--engine", "prefect", *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_prefect_failure_is_one_line_and_leaves_no_server(tmp_path):
+    """Defect 6: with the Prefect engine a failure printed 29-100 lines of traceback and
+    the last line was "Stopping temporary server"."""
+    import subprocess
+
+    home = tmp_path / "prefect"
+    proc = subprocess.run(_prefect_release(tmp_path, "--rows", "100", "--gate", "max_tvd_k1=0.0000001"),
+                          capture_output=True, text=True, env=_prefect_env(home), timeout=400)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("dpsynth: error: validation failed") and "budget of this release was spent" in lines[0]
+    assert _servers_of(home) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc are Linux")
+def test_kill_9_of_the_cli_leaves_no_prefect_server(tmp_path):
+    """Defect 6: after kill -9 of the CLI the temporary Prefect server kept running."""
+    import signal
+    import subprocess
+    import time
+
+    home = tmp_path / "prefect"
+    cli = subprocess.Popen(_prefect_release(tmp_path, "--rows", "100"), env=_prefect_env(home),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not _servers_of(home) and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.2)
+        servers = _servers_of(home)
+        assert servers, "the CLI never started a temporary server"
+    finally:
+        cli.send_signal(signal.SIGKILL)
+        cli.wait()
+    deadline = time.monotonic() + 20
+    while _servers_of(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _servers_of(home)
+    for pid in left:  # clean up after a failing run
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+@pytest.mark.flow
+def test_prefect_database_holds_no_hash_of_the_raw_input(prefect_harness, tmp_path):
+    """Defect 6: the first 32 hex digits of the raw file's sha256 were an encode cache key
+    in the Prefect database; the release key (a hash of that hash) was the measure one."""
+    import prefect.settings
+    from flows.release import flow_parameters, release_flow
+
+    from dpsynth.encoding import file_sha256
+
+    cfg = _config(tmp_path, rows=100, name="nohash")
+    release_flow(**flow_parameters(cfg))
+    plan_key = pipeline.prepare(_config(tmp_path / "again", rows=100, name="nohash")).key
+    url = prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value()
+    db = Path(str(url).split("///", 1)[1])
+    blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert len(blob) > 10_000
+    digest = file_sha256(DEMO)
+    for needle in (digest[:12], digest[-12:], plan_key[:12]):
+        assert needle.encode() not in blob and needle.upper().encode() not in blob
