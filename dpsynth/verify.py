@@ -26,6 +26,7 @@ import html
 import io
 import json
 import math
+import os
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
@@ -85,13 +86,21 @@ def _check_files(folder: Path, files: Mapping[str, Any]) -> tuple[list[str], set
     for req in REQUIRED_FILES:
         if req not in files:
             problems.append(f"{req}: required, but not listed in the manifest")
-    for p in sorted(folder.rglob("*")):
+    for p in _walk(folder):
         rel = p.relative_to(folder).as_posix()
         if p.is_symlink():
             problems.append(f"{rel}: a symbolic link in the release")
         elif p.is_file() and rel not in files and rel not in (MANIFEST, SIGNATURE):
             problems.append(f"{rel}: present but not listed in the manifest")
     return problems, good
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Every entry under ``folder``, never descending through a symbolic link."""
+    out = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        out += [Path(root) / n for n in names + [d for d in dirs if (Path(root) / d).is_symlink()]]
+    return sorted(out)
 
 
 def _check_table(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
