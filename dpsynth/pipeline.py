@@ -25,7 +25,6 @@ different inputs is refused before anything is measured.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import shutil
@@ -49,6 +48,7 @@ from .precheck import check_options, check_rows, noise_warnings
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, stage_rng
 from .schema import Schema, load_schema
+from .workspace_key import opaque_key
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -103,43 +103,6 @@ def spent_on_failure(stage: str) -> Iterator[None]:
 
 def default_workspace() -> Path:
     return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
-
-
-WORKSPACE_SECRET = "secret.key"
-
-
-def workspace_secret(workspace: Path) -> bytes:
-    """A random key that lives only in the private workspace (made on first use, mode 0600).
-
-    It keys :func:`opaque_key`, so that names derived from the input's content can
-    leave the workspace (Prefect cache keys, task results, logs) without being a hash
-    of the raw input that an outsider could test a guessed input against.
-    """
-    path = Path(workspace) / WORKSPACE_SECRET
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{WORKSPACE_SECRET}.")  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(32))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # atomic create-if-absent: a concurrent run keeps the first key
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(tmp)
-    secret = path.read_bytes()
-    if len(secret) != 32:
-        raise ReleaseError(f"workspace key {path} is damaged: remove it (only caches depend on it)")
-    return secret
-
-
-def opaque_key(workspace: Path, *parts: str) -> str:
-    """HMAC-SHA256 of ``parts`` under the workspace secret (32 hex digits)."""
-    msg = "\0".join(parts).encode()
-    return hmac.new(workspace_secret(workspace), msg, hashlib.sha256).hexdigest()[:32]
 
 
 @dataclass(frozen=True, kw_only=True)

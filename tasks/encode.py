@@ -5,7 +5,8 @@ from typing import Any
 
 from prefect import task
 
-from dpsynth.pipeline import ReleasePlan, encode_stage, opaque_key
+from dpsynth.pipeline import ReleasePlan, encode_stage
+from dpsynth.workspace_key import opaque_key
 
 from ._common import stage
 

@@ -331,6 +331,27 @@ def test_effectively_exact_counts_warn_and_note_the_manifest(tmp_path, capsys):
     assert pipeline.prepare(_config(tmp_path / "b")).warnings == ()
 
 
+def test_cache_names_are_keyed_by_a_private_workspace_secret(tmp_path):
+    """Names that reach Prefect are HMACs under a per-workspace secret (mode 0600), not
+    hashes of the raw input an outsider could test a guess against."""
+    import stat
+
+    from dpsynth.encoding import file_sha256
+    from dpsynth.workspace_key import WORKSPACE_SECRET, opaque_key
+
+    digest = file_sha256(DEMO)
+    a, b = opaque_key(tmp_path / "w1", "encode", digest), opaque_key(tmp_path / "w2", "encode", digest)
+    assert a != b and a == opaque_key(tmp_path / "w1", "encode", digest)
+    assert digest[:12] not in a
+    assert stat.S_IMODE((tmp_path / "w1" / WORKSPACE_SECRET).stat().st_mode) == 0o600
+    plan = pipeline.prepare(_config(tmp_path, rows=100))
+    from tasks.encode import _key as encode_key
+    from tasks.measure import _key as measure_key
+
+    for key in (encode_key(None, {"plan": plan}), measure_key(None, {"plan": plan})):
+        assert digest[:12] not in key and plan.key[:12] not in key
+
+
 # --- D. private sampling's statement ------------------------------------------------------
 
 _TINY_SCHEMA = """name: tiny
