@@ -137,6 +137,24 @@ def _implied_sigma_problems(charges: list[Charge]) -> list[str]:
     return out
 
 
+def _stated_scale_problems(charges: list[Charge], measurement: Mapping[str, Any]) -> list[str]:
+    """No published noise scale may be smaller than the least noise the charges allow."""
+    from .precheck import min_noise_sd
+
+    floor = min_noise_sd(charges)
+    if floor is None:
+        return []
+    stated = [(f"marginal {e.get('key')}", e.get("stddev"), e.get("mechanism")) for e in measurement.get("measured", [])]
+    if measurement.get("records"):
+        r = measurement["records"]
+        stated.append(("record count", r.get("stddev"), r.get("mechanism")))
+    return [
+        f"measurement.json: {what} states noise sd {sd} below the {floor:.6g} its charges allow"
+        for what, sd, mech in stated
+        if mech != "none" and isinstance(sd, (int, float)) and sd < floor * (1 - _REL)
+    ]
+
+
 def _check_ledger(manifest: Mapping[str, Any], measurement: Mapping[str, Any]) -> list[str]:
     privacy = manifest.get("privacy", {})
     try:
@@ -145,7 +163,7 @@ def _check_ledger(manifest: Mapping[str, Any], measurement: Mapping[str, Any]) -
         stated = [Charge.from_dict(s) for s in privacy["ledger"] if s.get("spent", True)]
     except (KeyError, TypeError, ValueError) as exc:
         return [f"privacy sections are malformed ({type(exc).__name__})"]
-    problems = _implied_sigma_problems(charges)
+    problems = _implied_sigma_problems(charges) + _stated_scale_problems(charges, measurement)
     rho = sum(c.rho for c in charges)
     eps = total_epsilon(charges, budget.delta)
     if not _close(privacy.get("rho"), budget.rho):

@@ -207,6 +207,16 @@ def test_forgery_lowered_epsilon_with_rescaled_ledger(release):
     assert any("report.html: epsilon differs" in p for p in problems)
 
 
+def test_forgery_noise_scale_lowered_in_measurement_json(release):
+    path = release / "measurement.json"
+    meta = json.loads(path.read_text())
+    for entry in meta["measured"]:
+        entry["stddev"] /= 100.0
+    path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    _edit_manifest(release, lambda m: m["files"].update({"measurement.json": sha256_file(path)}))
+    assert any("states noise sd" in p and "below" in p for p in verify_release(release))
+
+
 def test_forgery_swapped_synthetic_parquet_with_updated_hash(release, two_releases):
     shutil.copyfile(two_releases[1] / "synthetic.parquet", release / "synthetic.parquet")
     _edit_manifest(release, lambda m: m["files"].update({"synthetic.parquet": sha256_file(release / "synthetic.parquet")}))
