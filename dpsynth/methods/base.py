@@ -83,6 +83,7 @@ class MethodBase:
     name: ClassVar[str]
     params_type: ClassVar[type]
     takes_rows_as: ClassVar[str | None] = None
+    provides_marginals: ClassVar[bool] = False
 
     def __init__(self, params: Any = None):
         self.params = self.params_type() if params is None else params

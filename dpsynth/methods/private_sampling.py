@@ -45,8 +45,8 @@ __all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_code
 
 STAGE = "measure/private-sampling"
 # Theorem 12.2 compares tables of equal size (n is public): neighbours differ in one record's values.
-REPLACE_ONE = "replace one record"
 N_PUBLIC = "n declared public by the data owner; neighbours: replace one record"
+REPLACE_ONE = PrivacyStatement(kind="dp", neighbours="replace one record", detail=N_PUBLIC)
 NOT_DP = "This release is NOT differentially private"
 
 
@@ -172,7 +172,7 @@ class PrivateSamplingMethod(MethodBase):
         n = int(self.params.public_n)
         certified = ps.epsilon_for_k(n, p, core.d, core.m, core.delta, core.Delta, core.k)
         if certified <= epsilon * (1 + 1e-12):
-            return PrivacyStatement(kind="dp", neighbours=REPLACE_ONE, detail=N_PUBLIC), certified
+            return REPLACE_ONE, certified
         return PrivacyStatement(kind="heuristic", detail=(
             f"{NOT_DP} at epsilon = {epsilon:g}: it was run in heuristic mode; Theorem 12.2 certifies "
             f"epsilon = {certified:.4g} for k = {core.k} rows and the declared n = {n}. {N_PUBLIC}.")), certified
