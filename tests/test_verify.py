@@ -60,7 +60,7 @@ def test_understated_epsilon_spent_is_caught(release):
     m = json.loads(mpath.read_text())
     m["privacy"]["epsilon_spent"] = 0.0  # what a report that summed rho alone showed for a pure-epsilon ledger
     mpath.write_text(json.dumps(m))
-    assert "ledger stages do not add up to epsilon_spent" in verify_release(release)
+    assert "manifest: epsilon_spent differs from the charges in measurement.json" in verify_release(release)
 
 
 def test_invalid_table_with_matching_hash_is_caught(release):
