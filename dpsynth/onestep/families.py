@@ -1,0 +1,155 @@
+"""Continuous families for the one-step engine: normal, Burr XII and beta.
+
+Each family draws its seed as uniforms and samples by its quantile function, so
+``sample(theta, omega)`` moves smoothly with ``theta`` for a fixed seed (the paper's
+Example 4). Estimators are maximum likelihood (closed form for the normal, a
+one-dimensional profile for Burr XII, Newton on the sufficient statistics for the beta).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+
+__all__ = ["Normal", "BurrXII", "Beta", "burr_cdf", "burr_quantile", "beta_mle_from_stats"]
+
+_TINY = 1e-9
+
+
+def _uniforms(n: int, rng: np.random.Generator) -> np.ndarray:
+    if n < 1:
+        raise ValueError(f"a sample needs n >= 1 records, got {n}")
+    # open interval (0, 1): quantile functions are finite there
+    return np.clip(rng.random(n), 1e-16, 1.0 - 1e-16)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Normal:
+    """N(mu, sigma^2), theta = (mu, sigma); T = (mean, standard deviation with ddof 0)."""
+
+    min_sigma: float = _TINY
+
+    def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return _uniforms(n, rng)
+
+    def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        return theta[0] + theta[1] * special.ndtri(omega)
+
+    def estimate(self, data: np.ndarray) -> np.ndarray:
+        return np.array([np.mean(data), np.std(data)])
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        return np.array([theta[0], max(theta[1], self.min_sigma)])
+
+    def exact(self, theta_hat: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """The exact solution of T(Y) = theta_hat (location-scale: standardise the seed's normals)."""
+        e = special.ndtri(omega)
+        sd = np.std(e)
+        if sd == 0:
+            raise ValueError("the seed has no spread: the location-scale solution needs n >= 2")
+        return theta_hat[0] + theta_hat[1] * (e - e.mean()) / sd
+
+
+def burr_cdf(x: np.ndarray, c: float, k: float) -> np.ndarray:
+    """F(x) = 1 - (1 + x^c)^(-k) for x > 0."""
+    x = np.maximum(np.asarray(x, dtype=np.float64), 0.0)
+    return -np.expm1(-k * np.log1p(x**c))
+
+
+def burr_quantile(u: np.ndarray, c: float, k: float) -> np.ndarray:
+    """F^-1(u) = ((1 - u)^(-1/k) - 1)^(1/c)."""
+    return np.expm1(-np.log1p(-np.asarray(u)) / k) ** (1.0 / c)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BurrXII:
+    """Burr XII(c, k) on x > 0, theta = (c, k); T = MLE with k profiled out.
+
+    For fixed c the MLE of k is n / sum log(1 + x^c), so the likelihood is maximised
+    over log c alone (bounded scalar search).
+    """
+
+    min_param: float = 1e-3
+    max_log_c: float = 6.0
+
+    def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return _uniforms(n, rng)
+
+    def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        return burr_quantile(omega, float(theta[0]), float(theta[1]))
+
+    def estimate(self, data: np.ndarray) -> np.ndarray:
+        x = np.asarray(data, dtype=np.float64)
+        x = x[x > 0]
+        if x.size < 2:
+            raise ValueError("Burr XII maximum likelihood needs at least two positive values")
+        logx = np.log(x)
+        n, slog = x.size, float(logx.sum())
+
+        def negll(log_c: float) -> float:
+            c = math.exp(log_c)
+            s = float(np.sum(np.logaddexp(0.0, c * logx)))  # sum log(1 + x^c)
+            k = n / s
+            return -(n * math.log(c) + n * math.log(k) + (c - 1.0) * slog - n - s)
+
+        res = optimize.minimize_scalar(negll, bounds=(-self.max_log_c, self.max_log_c), method="bounded",
+                                       options={"xatol": 1e-10})
+        c = math.exp(res.x)
+        return np.array([c, n / float(np.sum(np.logaddexp(0.0, c * logx)))])
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        return np.maximum(theta, self.min_param)
+
+
+def beta_mle_from_stats(t1: float, t2: float, lower: float = _TINY) -> np.ndarray:
+    """argmax over a, b >= lower of (a - 1) t1 + (b - 1) t2 - log B(a, b).
+
+    ``t1``, ``t2`` are mean log x and mean log(1 - x) (possibly noisy). The objective is
+    concave; L-BFGS-B with the box constraint finds its maximum.
+    """
+    def f(p: np.ndarray) -> tuple[float, np.ndarray]:
+        a, b = p
+        dab = special.digamma(a + b)
+        val = -((a - 1.0) * t1 + (b - 1.0) * t2 - special.betaln(a, b))
+        grad = -np.array([t1 - special.digamma(a) + dab, t2 - special.digamma(b) + dab])
+        return val, grad
+
+    # method-of-moments start from the geometric means
+    g1, g2 = math.exp(min(t1, -1e-12)), math.exp(min(t2, -1e-12))
+    start = np.array([max(lower, 0.5 + g1 / (2 * (1 - g1 - g2) + 1e-12)),
+                      max(lower, 0.5 + g2 / (2 * (1 - g1 - g2) + 1e-12))])
+    start = np.clip(np.nan_to_num(start, nan=1.0, posinf=1e3), lower, 1e6)
+    res = optimize.minimize(f, start, jac=True, method="L-BFGS-B", bounds=[(lower, 1e7)] * 2,
+                            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 500})
+    return np.asarray(res.x, dtype=np.float64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beta:
+    """Beta(a, b) on (0, 1), theta = (a, b); T = MLE from the two sufficient statistics.
+
+    ``lower`` bounds both parameters from below (the DP estimator of the supplement
+    restricts the space to a, b >= 1; the projection uses the same space).
+    """
+
+    lower: float = _TINY
+
+    def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return _uniforms(n, rng)
+
+    def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        return special.betaincinv(float(theta[0]), float(theta[1]), omega)
+
+    def estimate(self, data: np.ndarray) -> np.ndarray:
+        x = np.clip(np.asarray(data, dtype=np.float64), 1e-300, 1.0 - 1e-16)
+        return beta_mle_from_stats(float(np.mean(np.log(x))), float(np.mean(np.log1p(-x))), self.lower)
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        return np.maximum(theta, self.lower)
+
+
+def beta_logpdf(x: np.ndarray, a: float, b: float) -> np.ndarray:  # used by tests of the sampler
+    return stats.beta.logpdf(x, a, b)

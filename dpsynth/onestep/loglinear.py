@@ -1,0 +1,174 @@
+"""Hierarchical log-linear model with all main effects and all two-way interactions.
+
+The model is held as its full contingency table ``p`` (so its size is capped; see
+:func:`check_table_size`). Its parameter for the one-step engine is the mean
+parametrisation: the 1- and 2-way marginal probabilities, concatenated (a bijection with
+the log-linear coefficients on the interior of the marginal polytope). Then
+
+* T (the MLE) of a sample is its empirical 1- and 2-way marginals;
+* G(theta, omega) turns theta into the table by iterative proportional fitting (the
+  maximum-entropy table with those marginals is the log-linear model's) and samples by
+  inverse CDF over the cells in C order with the uniforms omega;
+* Proj is the least-squares fit of the marginals over the model's tables (L-BFGS on
+  the log-linear coefficients): the nearest realisable marginals. The same fit, with
+  weights 1 / noise variance, is the DP estimator from noisy marginals.
+
+A table too large to hold would need a decomposable model on a junction tree
+(``dpsynth/inference/`` when it lands); until then the method refuses it or splits the
+columns into independent blocks (see docs/one-step.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from scipy import optimize
+
+__all__ = [
+    "TableTooLarge", "check_table_size", "two_way_cliques", "marginals_of", "ipf", "fit_marginals",
+    "LogLinear",
+]
+
+
+class TableTooLarge(ValueError):
+    """The full contingency table would exceed the cell limit."""
+
+
+def check_table_size(shape: Sequence[int], max_cells: int, names: Sequence[str] = ()) -> int:
+    cells = math.prod(int(s) for s in shape)
+    if cells > max_cells:
+        who = f" of columns {list(names)}" if names else ""
+        raise TableTooLarge(
+            f"the log-linear model's full table{who} has {cells:,} cells, over the limit "
+            f"max_cells={max_cells:,}; raise max_cells, or pass partition=true to model blocks of "
+            "columns independently"
+        )
+    return cells
+
+
+def two_way_cliques(d: int) -> list[tuple[int, ...]]:
+    """All 1-way then all 2-way axis sets of a d-way table."""
+    return [(i,) for i in range(d)] + list(itertools.combinations(range(d), 2))
+
+
+def marginals_of(p: np.ndarray, cliques: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+    d = p.ndim
+    return [p.sum(axis=tuple(a for a in range(d) if a not in c)) for c in cliques]
+
+
+def _expand(arr: np.ndarray, clique: tuple[int, ...], d: int) -> np.ndarray:
+    shape = [1] * d
+    for a, s in zip(clique, arr.shape):
+        shape[a] = s
+    return arr.reshape(shape)
+
+
+def ipf(shape: Sequence[int], cliques: Sequence[tuple[int, ...]], targets: Sequence[np.ndarray],
+        *, max_sweeps: int = 500, tol: float = 1e-12) -> np.ndarray:
+    """Maximum-entropy table with the given (consistent) marginal probabilities."""
+    d = len(shape)
+    p = np.full(tuple(shape), 1.0 / math.prod(shape))
+    for _ in range(max_sweeps):
+        worst = 0.0
+        for c, t in zip(cliques, targets):
+            cur = marginals_of(p, [c])[0]
+            worst = max(worst, float(np.max(np.abs(cur - t))))
+            ratio = np.divide(t, cur, out=np.zeros_like(cur), where=cur > 0)
+            p = p * _expand(ratio, c, d)
+        if worst <= tol:
+            break
+    return p / p.sum()
+
+
+def fit_marginals(shape: Sequence[int], cliques: Sequence[tuple[int, ...]], targets: Sequence[np.ndarray],
+                  weights: Sequence[float] | None = None, *, scale: float = 1e4,
+                  max_iter: int = 1000) -> np.ndarray:
+    """Table of the log-linear model minimising sum_m w_m |marginal_m(p) - target_m|^2.
+
+    Minimised over the model's coefficients (one array per clique) with L-BFGS; the
+    gradient is the marginal of p * (g - E_p g) where g is the residual spread over cells.
+    """
+    d = len(shape)
+    w = np.ones(len(cliques)) if weights is None else np.asarray(weights, dtype=np.float64)
+    sizes = [math.prod(shape[a] for a in c) for c in cliques]
+    splits = np.cumsum(sizes)[:-1]
+    tshape = [tuple(shape[a] for a in c) for c in cliques]
+
+    def table(x: np.ndarray) -> np.ndarray:
+        logp = np.zeros(tuple(shape))
+        for c, part, ts in zip(cliques, np.split(x, splits), tshape):
+            logp = logp + _expand(part.reshape(ts), c, d)
+        logp -= logp.max()
+        p = np.exp(logp)
+        return p / p.sum()
+
+    def f(x: np.ndarray) -> tuple[float, np.ndarray]:
+        p = table(x)
+        mus = marginals_of(p, cliques)
+        g = np.zeros(tuple(shape))
+        val = 0.0
+        for c, mu, t, wm in zip(cliques, mus, targets, w):
+            r = mu - t
+            val += 0.5 * wm * float(np.sum(r * r))
+            g = g + _expand(wm * r, c, d)
+        pg = p * (g - float(np.sum(p * g)))
+        grad = np.concatenate([m.ravel() for m in marginals_of(pg, cliques)])
+        return scale * val, scale * grad
+
+    res = optimize.minimize(f, np.zeros(sum(sizes)), jac=True, method="L-BFGS-B",
+                            options={"maxiter": max_iter, "ftol": 1e-15, "gtol": 1e-12})
+    return table(res.x)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogLinear:
+    """All-two-way log-linear model over a table of ``shape`` (see the module docstring)."""
+
+    shape: tuple[int, ...]
+    max_cells: int = 2_000_000
+    cliques: tuple[tuple[int, ...], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_table_size(self.shape, self.max_cells)
+        object.__setattr__(self, "cliques", tuple(two_way_cliques(len(self.shape))))
+
+    # parameter <-> marginals
+    def split(self, theta: np.ndarray) -> list[np.ndarray]:
+        sizes = [math.prod(self.shape[a] for a in c) for c in self.cliques]
+        parts = np.split(np.asarray(theta, dtype=np.float64), np.cumsum(sizes)[:-1])
+        return [p.reshape(tuple(self.shape[a] for a in c)) for p, c in zip(parts, self.cliques)]
+
+    def theta_of(self, p: np.ndarray) -> np.ndarray:
+        return np.concatenate([m.ravel() for m in marginals_of(p, self.cliques)])
+
+    def table(self, theta: np.ndarray) -> np.ndarray:
+        return ipf(self.shape, self.cliques, self.split(theta))
+
+    # the engine's interface
+    def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.random(n)
+
+    def sample_table(self, p: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """Flat cell indices: inverse CDF over the cells in C order."""
+        cdf = np.cumsum(p.ravel())
+        return np.minimum(np.searchsorted(cdf, omega * cdf[-1], side="right"), cdf.size - 1)
+
+    def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        return self.sample_table(self.table(theta), omega)
+
+    def estimate(self, data: np.ndarray) -> np.ndarray:
+        counts = np.bincount(np.asarray(data, dtype=np.int64), minlength=math.prod(self.shape))
+        return self.theta_of(counts.reshape(self.shape) / max(1, counts.sum()))
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        """Nearest realisable marginals: theta itself when IPF reproduces it, else the L2 fit."""
+        parts = self.split(theta)
+        if all(np.all(t >= 0) for t in parts):
+            p = ipf(self.shape, self.cliques, parts)
+            if np.max(np.abs(self.theta_of(p) - theta)) <= 1e-9:
+                return self.theta_of(p)
+        return self.theta_of(fit_marginals(self.shape, self.cliques, parts))
