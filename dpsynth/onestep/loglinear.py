@@ -9,9 +9,12 @@ the log-linear coefficients on the interior of the marginal polytope). Then
 * G(theta, omega) turns theta into the table by iterative proportional fitting (the
   maximum-entropy table with those marginals is the log-linear model's) and samples by
   inverse CDF over the cells in C order with the uniforms omega;
-* Proj is the least-squares fit of the marginals over the model's tables (L-BFGS on
-  the log-linear coefficients): the nearest realisable marginals. The same fit, with
-  weights 1 / noise variance, is the DP estimator from noisy marginals.
+* Proj: each marginal is projected onto the probability simplex, then IPF; inside
+  the marginal polytope this is the identity. ``exact_projection`` instead takes the
+  least-squares fit of the marginals over the model's tables (L-BFGS on the log-linear
+  coefficients) when IPF does not reproduce theta: exact, but far slower.
+* The DP estimator from noisy marginals is IPF on the noisy marginals projected onto the simplex (the
+  least-squares fit :func:`fit_marginals` is the exact alternative).
 
 A table too large to hold would need a decomposable model on a junction tree
 (``dpsynth/inference/`` when it lands); until then the method refuses it or splits the
@@ -29,7 +32,7 @@ import numpy as np
 from scipy import optimize
 
 __all__ = [
-    "TableTooLarge", "check_table_size", "two_way_cliques", "marginals_of", "ipf", "fit_marginals",
+    "TableTooLarge", "check_table_size", "to_simplex", "two_way_cliques", "marginals_of", "ipf", "fit_marginals",
     "LogLinear",
 ]
 
@@ -65,6 +68,21 @@ def _expand(arr: np.ndarray, clique: tuple[int, ...], d: int) -> np.ndarray:
     for a, s in zip(clique, arr.shape):
         shape[a] = s
     return arr.reshape(shape)
+
+
+def to_simplex(target: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto the probability simplex: max(t - tau, 0) summing to 1.
+
+    Unlike clipping negatives to 0, it does not add mass to the many near-empty cells
+    of a noisy sparse marginal.
+    """
+    t = np.asarray(target, dtype=np.float64)
+    v = np.sort(t.ravel())[::-1]
+    css = np.cumsum(v) - 1.0
+    ks = np.arange(1, v.size + 1)
+    r = int(np.flatnonzero(v - css / ks > 0)[-1])
+    tau = css[r] / (r + 1)
+    return np.maximum(t - tau, 0.0)
 
 
 def ipf(shape: Sequence[int], cliques: Sequence[tuple[int, ...]], targets: Sequence[np.ndarray],
@@ -130,6 +148,7 @@ class LogLinear:
 
     shape: tuple[int, ...]
     max_cells: int = 2_000_000
+    exact_projection: bool = False
     cliques: tuple[tuple[int, ...], ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -167,8 +186,7 @@ class LogLinear:
     def project(self, theta: np.ndarray) -> np.ndarray:
         """Nearest realisable marginals: theta itself when IPF reproduces it, else the L2 fit."""
         parts = self.split(theta)
-        if all(np.all(t >= 0) for t in parts):
-            p = ipf(self.shape, self.cliques, parts)
-            if np.max(np.abs(self.theta_of(p) - theta)) <= 1e-9:
-                return self.theta_of(p)
-        return self.theta_of(fit_marginals(self.shape, self.cliques, parts))
+        p = ipf(self.shape, self.cliques, [to_simplex(t) for t in parts])
+        if self.exact_projection and np.max(np.abs(self.theta_of(p) - theta)) > 1e-9:
+            p = fit_marginals(self.shape, self.cliques, parts)
+        return self.theta_of(p)

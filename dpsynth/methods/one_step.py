@@ -1,0 +1,286 @@
+"""Method ``one-step``: DP parametric models, synthesised by one-step sampling (Awan and Cai).
+
+* Categorical columns (and numeric columns whose family is ``loglinear``, by their bins)
+  follow an all-two-way log-linear model. Its DP estimate: every 1- and 2-way marginal
+  with discrete Gaussian noise, then the model fitted to them by IPF on the noisy
+  marginals projected onto the simplex (:mod:`dpsynth.onestep.loglinear`). When the full table of these columns exceeds
+  ``max_cells`` the plan refuses, or with ``partition=true`` splits the columns (schema
+  order) into blocks under the limit that are modelled independently.
+* Each other numeric column follows its family (``numeric_family`` or ``families=col:fam``):
+  ``normal`` (noisy sums, Gaussian), ``beta`` on the schema bounds (the supplement's
+  Laplace estimator, pure epsilon) or ``burr`` (Burr XII with a scale from the lower
+  bound, grouped MLE of a noisy histogram), independent of the rest; a nullable column
+  adds a noisy 2-cell count of present and missing values.
+* One record count (discrete Gaussian) sizes the output and the estimators.
+
+The budget is split into equal units: one per measured marginal, per numeric column, per
+missing-value count and one for the record count; beta units are pure epsilon, the others
+share the zCDP rest. ``synthesize`` draws a seed, and outputs G(theta*, omega) with
+theta* = Proj(2 theta_hat - T(G(theta_hat, omega))) per block and column (``steps > 1``
+iterates; ``one_step=false`` gives the parametric bootstrap for comparison).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from ..encoding import EncodedTable, code_dtype
+from ..onestep.dp import BinnedBurr, dp_beta, dp_normal, grouped_burr_mle, noisy_histogram
+from ..onestep.engine import iterate, one_step
+from ..onestep.families import Beta, Normal
+from ..onestep.loglinear import LogLinear, TableTooLarge, check_table_size, ipf, to_simplex, two_way_cliques
+from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
+from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.noise import discrete_gaussian
+from ..schema import Column, Schema
+from .base import Measurement, ParamError, params_to_dict
+
+__all__ = ["OneStepParams", "OneStepMethod", "column_blocks"]
+
+Family = Literal["normal", "beta", "burr", "loglinear"]
+_FAMILIES = ("normal", "beta", "burr", "loglinear")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneStepParams:
+    """``families``: ``col:family`` overrides of ``numeric_family`` for numeric columns."""
+
+    numeric_family: Family = "normal"
+    families: tuple[str, ...] = ()
+    max_cells: int = 500_000
+    partition: bool = False
+    one_step: bool = True
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        if self.numeric_family not in _FAMILIES:
+            raise ParamError(f"parameter 'numeric_family' must be one of {list(_FAMILIES)}")
+        for item in self.families:
+            col, _, fam = str(item).partition(":")
+            if not col or fam not in _FAMILIES:
+                raise ParamError(f"parameter 'families': {item!r} must read column:family, family in {list(_FAMILIES)}")
+        if not 2 <= self.max_cells <= 50_000_000:
+            raise ParamError(f"parameter 'max_cells' must lie in [2, 50000000], got {self.max_cells}")
+        if not 1 <= self.steps <= 100:
+            raise ParamError(f"parameter 'steps' must lie in [1, 100], got {self.steps}")
+
+    def family_of(self, col: Column) -> str:
+        if col.type == "categorical":
+            return "loglinear"
+        chosen = dict(str(i).partition(":")[::2] for i in self.families)
+        return chosen.get(col.name, self.numeric_family)
+
+
+def column_blocks(schema: Schema, params: OneStepParams) -> list[list[str]]:
+    """Blocks of log-linear columns (schema order), each table within ``max_cells``."""
+    names = [c.name for c in schema.columns if params.family_of(c) == "loglinear"]
+    if not names:
+        return []
+    cards = {c.name: c.cardinality for c in schema.columns}
+    try:
+        if not params.partition:
+            check_table_size([cards[n] for n in names], params.max_cells, names)
+            return [names]
+        blocks: list[list[str]] = [[]]
+        size = 1
+        for n in names:
+            check_table_size([cards[n]], params.max_cells, [n])
+            if size * cards[n] > params.max_cells:
+                blocks.append([])
+                size = 1
+            blocks[-1].append(n)
+            size *= cards[n]
+        return blocks
+    except TableTooLarge as exc:
+        raise ParamError(str(exc)) from None
+
+
+def _key(attrs: tuple[str, ...]) -> str:
+    return "|".join(attrs)
+
+
+def _units(schema: Schema, params: OneStepParams) -> list[tuple[str, str, dict[str, Any]]]:
+    """(stage, kind, detail) of every estimator, in measuring order."""
+    out: list[tuple[str, str, dict[str, Any]]] = [("measure/records", "gaussian", {"sensitivity_l2": 1.0})]
+    for block in column_blocks(schema, params):
+        for clique in two_way_cliques(len(block)):
+            attrs = tuple(block[i] for i in clique)
+            out.append((f"measure/loglinear/{_key(attrs)}", "gaussian", {"sensitivity_l2": 1.0}))
+    for col in schema.columns:
+        fam = params.family_of(col)
+        if fam == "loglinear":
+            continue
+        if col.nullable:
+            out.append((f"measure/missing/{col.name}", "gaussian", {"sensitivity_l2": 1.0}))
+        if fam == "beta":
+            out.append((f"measure/beta/{col.name}", "laplace", {"sensitivity_l1": "|log t - log(1-t)|"}))
+        elif fam == "normal":
+            out.append((f"measure/normal/{col.name}", "gaussian", {"sensitivity_l2": math.sqrt(5) / 2}))
+        else:
+            out.append((f"measure/burr/{col.name}", "gaussian", {"sensitivity_l2": 1.0}))
+    return out
+
+
+def _values_in_bins(col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Regular codes to values drawn uniformly in their bin (the decoder's convention)."""
+    e = np.asarray(col.edges, dtype=np.float64)
+    c = codes.astype(np.int64)
+    return e[c] + rng.random(c.size) * (e[c + 1] - e[c])
+
+
+def _to_codes(col: Column, x: np.ndarray) -> np.ndarray:
+    e = np.asarray(col.edges, dtype=np.float64)
+    return np.searchsorted(e[1:-1], np.clip(x, e[0], e[-1]), side="right")
+
+
+class OneStepMethod:
+    name: ClassVar[str] = "one-step"
+    params_type: ClassVar[type] = OneStepParams
+
+    def __init__(self, params: OneStepParams | None = None):
+        self.params = params or OneStepParams()
+
+    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        unknown = sorted({str(i).partition(":")[0] for i in self.params.families} - set(schema.names))
+        if unknown:
+            raise ParamError(f"parameter 'families' names columns not in the schema: {unknown}")
+        for col in schema.columns:
+            if col.type == "categorical" and any(str(i).partition(":")[0] == col.name for i in self.params.families):
+                raise ParamError(f"parameter 'families': column {col.name!r} is categorical")
+        units = _units(schema, self.params)
+        pure = [u for u in units if u[1] == "laplace"]
+        eps_each = budget.epsilon / len(units)
+        rest = budget.rho if not pure else rho_from_epsilon(budget.epsilon - eps_each * len(pure), budget.delta)
+        rho_each = rest / (len(units) - len(pure))
+        return tuple(
+            Charge(stage=s, epsilon=eps_each, rho=0.0, mechanism="laplace", detail=d) if kind == "laplace"
+            else Charge(stage=s, rho=rho_each, mechanism="gaussian", detail=d)
+            for s, kind, d in units
+        )
+
+    # --- measure: the DP boundary ------------------------------------------------
+    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        schema = codes.schema
+        charges: list[Charge] = []
+        ch = ledger.spend("measure/records")
+        charges.append(ch)
+        rec_sigma = gaussian_sigma(1.0, ch.rho)
+        records = float(codes.n + int(discrete_gaussian(rec_sigma, 1, rng)[0]))
+        n_hat = max(records, 1.0)
+        marginals: dict[tuple[str, ...], np.ndarray] = {}
+        sigmas: dict[str, float] = {}
+        blocks = column_blocks(schema, self.params)
+        for block in blocks:
+            idx = [schema.index(n) for n in block]
+            for clique in two_way_cliques(len(block)):
+                attrs = tuple(block[i] for i in clique)
+                ch = ledger.spend(f"measure/loglinear/{_key(attrs)}")
+                charges.append(ch)
+                shape = tuple(schema.column(a).cardinality for a in attrs)
+                flat = np.ravel_multi_index(tuple(codes.codes[:, idx[i]].astype(np.int64) for i in clique), shape)
+                hist, sigma = noisy_histogram(flat, math.prod(shape), ch.rho, rng)
+                marginals[attrs] = hist.reshape(shape)
+                sigmas[_key(attrs)] = sigma
+        rows, missing = [], []
+        for j, col in enumerate(schema.columns):
+            fam = self.params.family_of(col)
+            if fam == "loglinear":
+                continue
+            c = codes.codes[:, j].astype(np.int64)
+            regular = c < col.n_regular
+            share = 1.0
+            if col.nullable:
+                ch = ledger.spend(f"measure/missing/{col.name}")
+                charges.append(ch)
+                hist, sigma = noisy_histogram((~regular).astype(np.int64), 2, ch.rho, rng)
+                missing.append({"column": col.name, "present": hist[0], "missing": hist[1], "noise_sd": sigma})
+                share = float(np.clip(hist[0] / max(hist.sum(), 1.0), 0.0, 1.0))
+            n_col = max(n_hat * share, 1.0)
+            x = _values_in_bins(col, c[regular], rng)
+            lo, hi = col.bounds
+            ch = ledger.spend(f"measure/{fam}/{col.name}")
+            charges.append(ch)
+            if fam == "normal":
+                est = dp_normal(x, lo, hi, ch.rho, n_col, rng)
+                rows += [(col.name, fam, "mu", est.mu, est.sigma, "gaussian"),
+                         (col.name, fam, "sd", est.sd, est.sigma, "gaussian")]
+            elif fam == "beta":
+                est = dp_beta((x - lo) / (hi - lo), ch.epsilon, n_col, rng, lower=1.0)
+                rows += [(col.name, fam, "a", est.a, est.scale, "laplace"),
+                         (col.name, fam, "b", est.b, est.scale, "laplace")]
+            else:
+                hist, sigma = noisy_histogram(c[regular], col.n_regular, ch.rho, rng)
+                theta = grouped_burr_mle(hist, np.asarray(col.edges))
+                rows += [(col.name, fam, p, float(v), sigma, "gaussian") for p, v in zip(("c", "k", "scale"), theta)]
+        tables = {}
+        if rows:
+            tables["parameters"] = pd.DataFrame(rows, columns=["column", "family", "parameter", "estimate",
+                                                               "noise_scale", "mechanism"])
+        if missing:
+            tables["missing"] = pd.DataFrame(missing)
+        return Measurement(
+            method=self.name, params=params_to_dict(self.params), charges=tuple(charges), marginals=marginals,
+            tables=tables,
+            meta={"sigma": sigmas, "records": records, "records_sigma": rec_sigma, "blocks": blocks,
+                  "neighbours": "add or remove one record",
+                  "noise_scale_note": "parameters: noise_scale is the sd of the Gaussian on each noisy sum "
+                                      "(normal), the Laplace scale on each centred sum (beta), or the sd "
+                                      "per histogram cell (burr)"},
+        )
+
+    # --- synthesize: post-processing only ----------------------------------------
+    def _run(self, model: Any, theta: np.ndarray, omega: np.ndarray) -> Any:
+        if not self.params.one_step:
+            return model.sample(theta, omega)
+        if self.params.steps > 1:
+            return iterate(model, theta, omega, max_steps=self.params.steps).sample
+        return one_step(model, theta, omega).sample
+
+    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        n = max(1, int(round(float(m.meta["records"])))) if rows is None else int(rows)
+        out = np.zeros((n, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
+        records = max(float(m.meta["records"]), 1.0)
+        for block in m.meta["blocks"]:
+            shape = tuple(schema.column(a).cardinality for a in block)
+            model = LogLinear(shape=shape, max_cells=max(self.params.max_cells, math.prod(shape)))
+            targets = [np.asarray(m.marginals[tuple(block[i] for i in c)]) / records for c in model.cliques]
+            p_hat = ipf(shape, model.cliques, [to_simplex(t) for t in targets], max_sweeps=200, tol=1e-9)
+            cells = self._run(model, model.theta_of(p_hat), model.seed(n, rng))
+            for a, col_codes in zip(block, np.unravel_index(cells, shape)):
+                out[:, schema.index(a)] = col_codes
+        params = m.tables.get("parameters")
+        miss = m.tables.get("missing")
+        for j, col in enumerate(schema.columns):
+            fam = self.params.family_of(col)
+            if fam == "loglinear":
+                continue
+            est = params[params["column"] == col.name].set_index("parameter")["estimate"]
+            present = np.ones(n, dtype=bool)
+            if col.nullable and miss is not None:
+                row = miss[miss["column"] == col.name].iloc[0]
+                pm = float(np.clip(max(row["missing"], 0.0) / max(row["present"] + row["missing"], 1.0), 0.0, 1.0))
+                present = rng.random(n) >= pm
+            k = int(present.sum())
+            col_codes = np.full(n, col.missing_code if col.nullable else 0, dtype=np.int64)
+            if k:
+                col_codes[present] = _to_codes(col, self._family_values(col, fam, est, k, rng))
+            out[:, j] = col_codes
+        return EncodedTable(schema=schema, codes=out)
+
+    def _family_values(self, col: Column, fam: str, est: pd.Series, k: int, rng: np.random.Generator) -> np.ndarray:
+        lo, hi = col.bounds
+        if fam == "normal":
+            model: Any = Normal()
+            theta = np.array([est["mu"], est["sd"]])
+            return self._run(model, theta, model.seed(k, rng))
+        if fam == "beta":
+            model = Beta(lower=1.0)
+            u = self._run(model, np.array([est["a"], est["b"]]), model.seed(k, rng))
+            return lo + (hi - lo) * u
+        model = BinnedBurr(edges=tuple(col.edges))
+        return self._run(model, np.array([est["c"], est["k"], est["scale"]]), model.seed(k, rng))
