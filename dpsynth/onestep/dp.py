@@ -29,7 +29,7 @@ from ..privacy.noise import default_granularity, discrete_gaussian, gaussian_on_
 from .families import beta_mle_from_stats, burr_cdf, burr_quantile
 
 __all__ = [
-    "beta_threshold", "DpBeta", "dp_beta", "beta_noise_scale", "DpNormal", "dp_normal", "normal_noise_sigma",
+    "beta_threshold", "DpBeta", "dp_beta", "noisy_beta_stats", "beta_noise_scale", "DpNormal", "dp_normal", "normal_noise_sigma",
     "NORMAL_L2_SENSITIVITY", "BinnedBurr", "grouped_burr_mle", "noisy_histogram",
 ]
 
@@ -69,14 +69,19 @@ class DpBeta:
     n: float
 
 
-def dp_beta(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator, lower: float = 1.0) -> DpBeta:
-    """The supplement's epsilon-DP beta estimator on values ``x`` in [0, 1] (see module doc)."""
+def noisy_beta_stats(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator) -> tuple[float, float, float, float]:
+    """(noisy mean log x, noisy mean log(1 - x), t, Laplace scale): the DP part of :func:`dp_beta`."""
     t, scale, g = beta_noise_scale(n, epsilon)
     xc = np.clip(np.asarray(x, dtype=np.float64), t, 1.0 - t)
     centre = 0.5 * (math.log(t) + math.log1p(-t))
     sums = np.array([np.sum(np.log(xc) - centre), np.sum(np.log1p(-xc) - centre)])
     noisy = laplace_on_grid(sums, scale, rng, granularity=g)
-    t1, t2 = (float(v) / n + centre for v in noisy)
+    return float(noisy[0]) / n + centre, float(noisy[1]) / n + centre, t, scale
+
+
+def dp_beta(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator, lower: float = 1.0) -> DpBeta:
+    """The supplement's epsilon-DP beta estimator on values ``x`` in [0, 1] (see module doc)."""
+    t1, t2, t, scale = noisy_beta_stats(x, epsilon, n, rng)
     # noisy means can leave the range of a distribution on (0, 1); keep them inside
     t1, t2 = min(t1, -1e-9), min(t2, -1e-9)
     a, b = beta_mle_from_stats(t1, t2, lower)

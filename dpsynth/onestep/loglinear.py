@@ -149,7 +149,10 @@ class LogLinear:
     shape: tuple[int, ...]
     max_cells: int = 2_000_000
     exact_projection: bool = False
+    ipf_sweeps: int = 100
     cliques: tuple[tuple[int, ...], ...] = field(init=False)
+    # tables already computed for a theta (theta_of, project): G need not refit them
+    _tables: dict[bytes, np.ndarray] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_table_size(self.shape, self.max_cells)
@@ -162,10 +165,18 @@ class LogLinear:
         return [p.reshape(tuple(self.shape[a] for a in c)) for p, c in zip(parts, self.cliques)]
 
     def theta_of(self, p: np.ndarray) -> np.ndarray:
-        return np.concatenate([m.ravel() for m in marginals_of(p, self.cliques)])
+        """Marginals of a table of the model (remembered, so that G(theta) reuses the table)."""
+        theta = np.concatenate([m.ravel() for m in marginals_of(p, self.cliques)])
+        self._tables.clear()
+        self._tables[theta.tobytes()] = p
+        return theta
 
     def table(self, theta: np.ndarray) -> np.ndarray:
-        return ipf(self.shape, self.cliques, self.split(theta))
+        theta = np.asarray(theta, dtype=np.float64)
+        known = self._tables.get(theta.tobytes())
+        if known is not None:
+            return known
+        return ipf(self.shape, self.cliques, self.split(theta), max_sweeps=self.ipf_sweeps, tol=1e-10)
 
     # the engine's interface
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -181,12 +192,13 @@ class LogLinear:
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
         counts = np.bincount(np.asarray(data, dtype=np.int64), minlength=math.prod(self.shape))
-        return self.theta_of(counts.reshape(self.shape) / max(1, counts.sum()))
+        freq = counts.reshape(self.shape) / max(1, counts.sum())
+        return np.concatenate([m.ravel() for m in marginals_of(freq, self.cliques)])  # not a model table: no cache
 
     def project(self, theta: np.ndarray) -> np.ndarray:
-        """Nearest realisable marginals: theta itself when IPF reproduces it, else the L2 fit."""
+        """Realisable marginals near theta: simplex projection + IPF, or the exact L2 fit (see module doc)."""
         parts = self.split(theta)
-        p = ipf(self.shape, self.cliques, [to_simplex(t) for t in parts])
+        p = ipf(self.shape, self.cliques, [to_simplex(t) for t in parts], max_sweeps=self.ipf_sweeps, tol=1e-10)
         if self.exact_projection and np.max(np.abs(self.theta_of(p) - theta)) > 1e-9:
             p = fit_marginals(self.shape, self.cliques, parts)
         return self.theta_of(p)
