@@ -192,6 +192,19 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_test_two_proportions(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .onestep.tulap import two_proportions_test
+
+    rng = np.random.default_rng(args.seed)
+    r = two_proportions_test(args.x, args.n, args.y, args.m, args.epsilon, rng, replicates=args.replicates)
+    print(json.dumps({"hypothesis": "H0: theta_X = theta_Y vs H1: theta_Y > theta_X", "theta_hat": r.theta_hat,
+                      "p_value_one_step": r.p_one_step, "p_value_bootstrap": r.p_bootstrap,
+                      "replicates": r.replicates}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data releases.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -246,6 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--epsilon", type=float, required=True)
     b.add_argument("--k", type=int, default=None, help="rows to release: also say whether (epsilon, k) holds")
     b.set_defaults(func=_cmd_bounds)
+
+    t = sub.add_parser("test", help="hypothesis tests on released DP statistics (post-processing, no budget)")
+    tsub = t.add_subparsers(dest="test_command", required=True)
+    tp = tsub.add_parser("two-proportions", help="Tulap-noised counts of two groups: one-step and bootstrap p-values")
+    tp.add_argument("--x", type=float, required=True, help="released noisy count of successes, group X")
+    tp.add_argument("--n", type=int, required=True, help="size of group X (public)")
+    tp.add_argument("--y", type=float, required=True, help="released noisy count of successes, group Y")
+    tp.add_argument("--m", type=int, required=True, help="size of group Y (public)")
+    tp.add_argument("--epsilon", type=float, required=True, help="epsilon of the Tulap release (b = exp(-epsilon))")
+    tp.add_argument("--replicates", type=int, default=2000)
+    tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
+    tp.set_defaults(func=_cmd_test_two_proportions)
 
     m = sub.add_parser("methods", help="list methods and their parameters")
     m.set_defaults(func=_cmd_methods)

@@ -164,11 +164,13 @@ class LogLinear:
         parts = np.split(np.asarray(theta, dtype=np.float64), np.cumsum(sizes)[:-1])
         return [p.reshape(tuple(self.shape[a] for a in c)) for p, c in zip(parts, self.cliques)]
 
-    def theta_of(self, p: np.ndarray) -> np.ndarray:
-        """Marginals of a table of the model (remembered, so that G(theta) reuses the table)."""
+    def theta_of(self, p: np.ndarray, *, in_model: bool = False) -> np.ndarray:
+        """Marginals of a table; ``in_model`` says p is the model's own table (as IPF returns
+        it), which is then remembered so that G(theta) reuses it instead of refitting."""
         theta = np.concatenate([m.ravel() for m in marginals_of(p, self.cliques)])
-        self._tables.clear()
-        self._tables[theta.tobytes()] = p
+        if in_model:
+            self._tables.clear()
+            self._tables[theta.tobytes()] = p
         return theta
 
     def table(self, theta: np.ndarray) -> np.ndarray:
@@ -192,8 +194,7 @@ class LogLinear:
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
         counts = np.bincount(np.asarray(data, dtype=np.int64), minlength=math.prod(self.shape))
-        freq = counts.reshape(self.shape) / max(1, counts.sum())
-        return np.concatenate([m.ravel() for m in marginals_of(freq, self.cliques)])  # not a model table: no cache
+        return self.theta_of(counts.reshape(self.shape) / max(1, counts.sum()))
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         """Realisable marginals near theta: simplex projection + IPF, or the exact L2 fit (see module doc)."""
@@ -201,4 +202,4 @@ class LogLinear:
         p = ipf(self.shape, self.cliques, [to_simplex(t) for t in parts], max_sweeps=self.ipf_sweeps, tol=1e-10)
         if self.exact_projection and np.max(np.abs(self.theta_of(p) - theta)) > 1e-9:
             p = fit_marginals(self.shape, self.cliques, parts)
-        return self.theta_of(p)
+        return self.theta_of(p, in_model=True)
