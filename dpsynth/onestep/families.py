@@ -12,11 +12,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special, stats  # noqa: F401
 
 __all__ = ["Normal", "BurrXII", "Beta", "burr_cdf", "burr_quantile", "beta_mle_from_stats"]
 
 _TINY = 1e-9
+_BETA_MAX = 1e6  # upper bound of a and b (noisy statistics can push the MLE to infinity)
 
 
 def _uniforms(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -108,23 +109,38 @@ def beta_mle_from_stats(t1: float, t2: float, lower: float = _TINY) -> np.ndarra
     """argmax over a, b >= lower of (a - 1) t1 + (b - 1) t2 - log B(a, b).
 
     ``t1``, ``t2`` are mean log x and mean log(1 - x) (possibly noisy). The objective is
-    concave; L-BFGS-B with the box constraint finds its maximum.
+    strictly concave: projected Newton steps with backtracking; a coordinate held at
+    its bound while the gradient pushes it out is optimised over the other alone.
     """
-    def f(p: np.ndarray) -> tuple[float, np.ndarray]:
-        a, b = p
-        dab = special.digamma(a + b)
-        val = -((a - 1.0) * t1 + (b - 1.0) * t2 - special.betaln(a, b))
-        grad = -np.array([t1 - special.digamma(a) + dab, t2 - special.digamma(b) + dab])
-        return val, grad
+    def f(x: np.ndarray) -> float:
+        return float((x[0] - 1.0) * t1 + (x[1] - 1.0) * t2 - special.betaln(x[0], x[1]))
 
-    # method-of-moments start from the geometric means
     g1, g2 = math.exp(min(t1, -1e-12)), math.exp(min(t2, -1e-12))
-    start = np.array([max(lower, 0.5 + g1 / (2 * (1 - g1 - g2) + 1e-12)),
-                      max(lower, 0.5 + g2 / (2 * (1 - g1 - g2) + 1e-12))])
-    start = np.clip(np.nan_to_num(start, nan=1.0, posinf=1e3), lower, 1e6)
-    res = optimize.minimize(f, start, jac=True, method="L-BFGS-B", bounds=[(lower, 1e7)] * 2,
-                            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 500})
-    return np.asarray(res.x, dtype=np.float64)
+    denom = max(1.0 - g1 - g2, 1e-6)
+    x = np.clip(np.array([0.5 + g1 / (2.0 * denom), 0.5 + g2 / (2.0 * denom)]), max(lower, 1e-3), 1e6)
+    fx = f(x)
+    for _ in range(200):
+        dab, tab = special.digamma(x.sum()), special.polygamma(1, x.sum())
+        g = np.array([t1 - special.digamma(x[0]) + dab, t2 - special.digamma(x[1]) + dab])
+        h = np.array([[tab - special.polygamma(1, x[0]), tab], [tab, tab - special.polygamma(1, x[1])]])
+        free = ~(((x <= lower) & (g < 0)) | ((x >= _BETA_MAX) & (g > 0)))
+        d = np.zeros(2)
+        if free.all() and np.linalg.det(h) > 1e-300:
+            d = -np.linalg.solve(h, g)
+        else:
+            d[free] = -g[free] / np.minimum(np.diag(h)[free], -1e-300)
+        step = 1.0
+        while True:
+            xn = np.clip(x + step * d, lower, _BETA_MAX)
+            fn = f(xn)
+            if fn >= fx - 1e-15 or step < 1e-12:
+                break
+            step *= 0.5
+        done = np.all(np.abs(xn - x) <= 1e-12 * (1.0 + np.abs(x)))
+        x, fx = xn, fn
+        if done:
+            break
+    return x
 
 
 @dataclass(frozen=True, kw_only=True)
