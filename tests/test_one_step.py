@@ -259,3 +259,15 @@ def test_two_proportions_detects_a_large_difference():
     assert r.p_one_step > 0.9
     with pytest.raises(ValueError):
         two_proportions_test(1.0, 0, 1.0, 10, 1.0, rng)
+
+
+def test_cli_two_proportions(capsys):
+    import json
+
+    from dpsynth.cli import main
+
+    assert main(["test", "two-proportions", "--x", "30", "--n", "200", "--y", "120", "--m", "200",
+                 "--epsilon", "1", "--replicates", "300", "--seed", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["p_value_one_step"] < 0.01 and out["replicates"] == 300
+    assert main(["test", "two-proportions", "--x", "3", "--n", "0", "--y", "1", "--m", "5", "--epsilon", "1"]) == 2
