@@ -231,7 +231,7 @@ def test_loglinear_marginal_noise_has_the_planned_scale():
     for _ in range(200):
         m = method.measure(codes, Ledger(budget, method.plan(schema, budget)), rng)
         noise.append((m.marginals[("a", "b")] - truth).ravel())
-    sigma = m.meta["sigma"]["a|b"]
+    sigma = m.stddev(("a", "b"))
     assert sigma == pytest.approx(gaussian_sigma(1.0, budget.rho / 4))
     x = np.concatenate(noise) + rng.random(20000) - 0.5  # continuity: discrete Gaussian + U(-1/2, 1/2)
     for f, want in ((1.0, True), (0.7, False), (1.3, False)):

@@ -13,6 +13,10 @@
   adds a noisy 2-cell count of present and missing values.
 * One record count (discrete Gaussian) sizes the output and the estimators.
 
+The measurement holds the noisy marginals (``measured``, with their stddev), the record
+count (``records``) and the DP parameter estimates with their noise scales
+(``tables["parameters"]``, ``tables["missing"]``).
+
 The budget is split into equal units: one per measured marginal, per numeric column, per
 missing-value count and one for the record count; beta units are pure epsilon, the others
 share the zCDP rest. ``synthesize`` draws a seed, and outputs G(theta*, omega) with
@@ -38,7 +42,7 @@ from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_gaussian
 from ..schema import Column, Schema
-from .base import Measurement, ParamError, params_to_dict
+from .base import Measurement, NoisyCount, NoisyMarginal, ParamError, params_to_dict
 
 __all__ = ["OneStepParams", "OneStepMethod", "column_blocks"]
 
@@ -172,8 +176,7 @@ class OneStepMethod:
         rec_sigma = gaussian_sigma(1.0, ch.rho)
         records = float(codes.n + int(discrete_gaussian(rec_sigma, 1, rng)[0]))
         n_hat = max(records, 1.0)
-        marginals: dict[tuple[str, ...], np.ndarray] = {}
-        sigmas: dict[str, float] = {}
+        measured: list[NoisyMarginal] = []
         blocks = column_blocks(schema, self.params)
         for block in blocks:
             idx = [schema.index(n) for n in block]
@@ -184,8 +187,8 @@ class OneStepMethod:
                 shape = tuple(schema.column(a).cardinality for a in attrs)
                 flat = np.ravel_multi_index(tuple(codes.codes[:, idx[i]].astype(np.int64) for i in clique), shape)
                 hist, sigma = noisy_histogram(flat, math.prod(shape), ch.rho, rng)
-                marginals[attrs] = hist.reshape(shape)
-                sigmas[_key(attrs)] = sigma
+                measured.append(NoisyMarginal(attrs=attrs, counts=hist.reshape(shape), stddev=sigma,
+                                              mechanism="gaussian"))
         rows, missing = [], []
         for j, col in enumerate(schema.columns):
             fam = self.params.family_of(col)
@@ -224,13 +227,13 @@ class OneStepMethod:
         if missing:
             tables["missing"] = pd.DataFrame(missing)
         return Measurement(
-            method=self.name, params=params_to_dict(self.params), charges=tuple(charges), marginals=marginals,
+            method=self.name, params=params_to_dict(self.params), charges=tuple(charges),
+            measured=tuple(measured), records=NoisyCount(value=records, stddev=rec_sigma, mechanism="gaussian"),
             tables=tables,
-            meta={"sigma": sigmas, "records": records, "records_sigma": rec_sigma, "blocks": blocks,
-                  "neighbours": "add or remove one record",
+            meta={"blocks": blocks,
                   "noise_scale_note": "parameters: noise_scale is the sd of the Gaussian on each noisy sum "
                                       "(normal), the Laplace scale on each centred sum (beta), or the sd "
-                                      "per histogram cell (burr)"},
+                                      "per histogram cell (burr); missing: noise_sd per count"},
         )
 
     # --- synthesize: post-processing only ----------------------------------------
@@ -242,10 +245,10 @@ class OneStepMethod:
         return one_step(model, theta, omega).sample
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
-        n = max(1, int(round(float(m.meta["records"])))) if rows is None else int(rows)
+        records = max(float(m.records.value), 1.0) if m.records is not None else float(m.estimated_records() or 1)
+        n = max(1, int(round(records))) if rows is None else int(rows)
         out = np.zeros((n, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
-        records = max(float(m.meta["records"]), 1.0)
-        for block in m.meta["blocks"]:
+        for block in column_blocks(schema, self.params):
             shape = tuple(schema.column(a).cardinality for a in block)
             model = LogLinear(shape=shape, max_cells=max(self.params.max_cells, math.prod(shape)))
             targets = [np.asarray(m.marginals[tuple(block[i] for i in c)]) / records for c in model.cliques]
