@@ -1,6 +1,7 @@
 """The one-step paper's simulations (Awan and Cai), plus a row of method ``one-step`` on NIST.
 
-Run: ``python -m benchmarks.one_step [--quick] [--only burr,loglinear,beta,tulap,nist]``.
+Run: ``python -m benchmarks.one_step [--quick] [--only burr,loglinear,beta,tulap,nist]``
+(``DPSYNTH_SHARED_DATA=/work/shared/data`` when the shared data is not beside the checkout).
 Prints one table per experiment, writes ``benchmarks/results/one_step.json`` and PNG
 figures where the paper has figures (``one_step_loglinear.png``, ``one_step_beta.png``,
 ``one_step_tulap.png``). Replicate counts are bounded by a time budget per cell; every
@@ -15,12 +16,14 @@ proportion comes with its Monte Carlo standard error.
    the DP estimator, the bootstrap and one-step samples built from the DP estimate.
 4. Tulap two-proportion test, n = m = 200, theta_X = 0.3, epsilon 1: p-values under the
    null (KS against uniform) and power against theta_Y, one-step vs bootstrap.
-5. national2019, epsilon 1: one-step beside sds and marginals (TVD by k, k-marginal, time).
+5. national2019, epsilon 1: one-step (numeric columns normal, or binned into the log-linear
+   blocks) beside sds and marginals (TVD by k, k-marginal, time).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from typing import Any, Callable
@@ -176,19 +179,28 @@ def tulap_sim(quick: bool) -> dict[str, Any]:
 # --- 5. national2019 --------------------------------------------------------------------
 
 def nist(quick: bool) -> dict[str, Any]:
-    from benchmarks.sds_vs_pacsynth import evaluate, load_datasets, release_delta
+    import os
+    from pathlib import Path
+
+    import benchmarks.sds_vs_pacsynth as peer
     from dpsynth.methods import get_method
     from dpsynth.privacy import Budget, Ledger
 
-    data = load_datasets(["nist"]).get("nist")
+    if os.environ.get("DPSYNTH_SHARED_DATA"):  # a worktree's parents hold no shared/ folder
+        peer.SHARED_DATA = Path(os.environ["DPSYNTH_SHARED_DATA"])
+    evaluate, release_delta = peer.evaluate, peer.release_delta
+    data = peer.load_datasets(["nist"]).get("nist")
     if data is None:
         return {"skipped": "national2019 absent"}
     from dpsynth.encoding import EncodedTable
     enc = EncodedTable(schema=data["schema"], codes=data["codes"])
     budget = Budget(epsilon=1.0, delta=release_delta(enc.n))
     rows, out = [], {}
-    for name, params in (("one-step", {"partition": "true"}), ("sds", {}), ("marginals", {})):
-        method = get_method(name, params)
+    runs = (("one-step", "one-step", {"partition": "true"}),
+            ("one-step (numeric by bins)", "one-step", {"partition": "true", "numeric_family": "loglinear"}),
+            ("sds", "sds", {}), ("marginals", "marginals", {}))
+    for name, method_name, params in runs:
+        method = get_method(method_name, params)
         t0 = time.perf_counter()
         m = method.measure(enc, Ledger(budget, method.plan(enc.schema, budget)), np.random.default_rng(1))
         t1 = time.perf_counter()
@@ -257,7 +269,13 @@ def main() -> None:
         results[name] = EXPERIMENTS[name](args.quick)
         results[name + "_seconds"] = time.perf_counter() - t0
         print(f"   ({name}: {results[name + '_seconds']:.0f} s)")
-    write_json("one_step" + ("_quick" if args.quick else ""), {"quick": args.quick, **results})
+    name = "one_step" + ("_quick" if args.quick else "")
+    previous = RESULTS / f"{name}.json"
+    if previous.is_file():  # a partial run (--only) updates the other experiments' numbers in place
+        old = json.loads(previous.read_text())
+        old.pop("machine", None)
+        results = {**old, **results}
+    write_json(name, {**results, "quick": args.quick})
 
 
 if __name__ == "__main__":
