@@ -42,7 +42,7 @@ from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_gaussian
 from ..schema import Column, Schema
-from .base import Measurement, NoisyCount, NoisyMarginal, ParamError, params_to_dict
+from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, ParamError, params_to_dict
 
 __all__ = ["OneStepParams", "OneStepMethod", "column_blocks"]
 
@@ -142,12 +142,9 @@ def _to_codes(col: Column, x: np.ndarray) -> np.ndarray:
     return np.searchsorted(e[1:-1], np.clip(x, e[0], e[-1]), side="right")
 
 
-class OneStepMethod:
+class OneStepMethod(MethodBase):
     name: ClassVar[str] = "one-step"
     params_type: ClassVar[type] = OneStepParams
-
-    def __init__(self, params: OneStepParams | None = None):
-        self.params = params or OneStepParams()
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         unknown = sorted({str(i).partition(":")[0] for i in self.params.families} - set(schema.names))
