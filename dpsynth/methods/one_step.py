@@ -248,8 +248,10 @@ class OneStepMethod(MethodBase):
         for block in column_blocks(schema, self.params):
             shape = tuple(schema.column(a).cardinality for a in block)
             model = LogLinear(shape=shape, max_cells=max(self.params.max_cells, math.prod(shape)))
-            targets = [np.asarray(m.marginals[tuple(block[i] for i in c)]) / records for c in model.cliques]
-            p_hat = ipf(shape, model.cliques, [to_simplex(t) for t in targets], max_sweeps=model.ipf_sweeps, tol=1e-10)
+            # 2-way marginals first, 1-way last: each IPF sweep ends on the most precise marginals
+            order = sorted(model.cliques, key=len, reverse=True)
+            targets = [to_simplex(np.asarray(m.marginals[tuple(block[i] for i in c)]) / records) for c in order]
+            p_hat = ipf(shape, order, targets, max_sweeps=model.ipf_sweeps, tol=1e-10)
             cells = self._run(model, model.theta_of(p_hat, in_model=True), model.seed(n, rng))
             for a, col_codes in zip(block, np.unravel_index(cells, shape)):
                 out[:, schema.index(a)] = col_codes
