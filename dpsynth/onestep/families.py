@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats  # noqa: F401
+from scipy import optimize, special
 
 __all__ = ["Normal", "BurrXII", "Beta", "burr_cdf", "burr_quantile", "beta_mle_from_stats"]
 
@@ -165,7 +165,3 @@ class Beta:
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return np.maximum(theta, self.lower)
-
-
-def beta_logpdf(x: np.ndarray, a: float, b: float) -> np.ndarray:  # used by tests of the sampler
-    return stats.beta.logpdf(x, a, b)
