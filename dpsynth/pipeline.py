@@ -442,8 +442,8 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
         detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
         raise ValidationFailed(
             f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
-            f"{BudgetSpent.NOTE} "
-            f"(details in the private workspace: {folder / 'validation.json'})"
+            f"{BudgetSpent.NOTE} (details: validation.json in the private workspace's release folder, "
+            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names)"
         )
     return summary
 
