@@ -54,7 +54,7 @@ from .methods.base import Method, convert_param
 from .precheck import check_options, check_rows, noise_warnings
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import read_seed_file, seed_commitment, seed_tag, stage_rng
-from .registry import PERIODS, DatasetState, charge, check_dataset_name
+from .registry import DatasetState, charge, check_dataset_name, check_period
 from .schema import Schema, load_schema
 from .workspace import LockBusy, exclusive_lock
 from .workspace_key import opaque_key, workspace_secret
@@ -145,13 +145,7 @@ class ReleaseConfig:
             _check_name(self.name)
         if self.dataset is not None:
             check_dataset_name(self.dataset)
-        if (self.period is None) != (self.period_epsilon is None):
-            raise ValueError("period and period_epsilon go together")
-        if self.period is not None:
-            if self.period not in PERIODS:
-                raise ValueError(f"period must be one of {list(PERIODS)}, got {self.period!r}")
-            if not (isinstance(self.period_epsilon, (int, float)) and 0 < self.period_epsilon < float("inf")):
-                raise ValueError(f"period_epsilon must be a finite number > 0, got {self.period_epsilon!r}")
+        check_period(self.period, self.period_epsilon)
 
 
 def _check_name(name: str) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "charge",
     "state",
     "check_dataset_name",
+    "check_period",
     "period_start",
 ]
 
@@ -97,14 +98,18 @@ class Cap:
             raise ValueError(f"cap epsilon must be a finite number > 0, got {self.epsilon!r}")
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise ValueError(f"cap delta must lie in (0, 1), got {self.delta!r}")
-        if (self.period is None) != (self.period_epsilon is None):
-            raise ValueError("--period and --period-epsilon go together")
-        if self.period is not None:
-            if self.period not in PERIODS:
-                raise ValueError(f"period must be one of {list(PERIODS)}, got {self.period!r}")
-            pe = self.period_epsilon
-            if not (isinstance(pe, (int, float)) and math.isfinite(pe) and pe > 0):
-                raise ValueError(f"period epsilon must be a finite number > 0, got {pe!r}")
+        check_period(self.period, self.period_epsilon)
+
+
+def check_period(period: str | None, epsilon: float | None) -> None:
+    """A per-period budget: both or neither, a known period, a finite epsilon > 0."""
+    if (period is None) != (epsilon is None):
+        raise ValueError("period and period epsilon go together")
+    if period is not None:
+        if period not in PERIODS:
+            raise ValueError(f"period must be one of {list(PERIODS)}, got {period!r}")
+        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"period epsilon must be a finite number > 0, got {epsilon!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
