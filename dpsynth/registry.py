@@ -229,16 +229,19 @@ def _composed(costs: Iterable[ReleaseCost], delta: float) -> float:
     return total_epsilon(parts, delta) if parts else 0.0
 
 
+def _period_spent(releases: Iterable[ReleaseCost], period: Period, when: datetime, delta: float) -> float:
+    """Composed epsilon of the releases charged in the calendar period containing ``when``."""
+    start = _now_text(period_start(period, when))[1]  # same fixed-width text: compares in time order
+    return _composed((r for r in releases if r.charged_at >= start), delta)
+
+
 def _state(conn: sqlite3.Connection, dataset: str, delta: float, when: datetime,
            extra: ReleaseCost | None = None, limit: tuple[Period, float] | None = None) -> DatasetState:
     cap = _cap(conn, dataset)
     releases = _releases(conn, dataset) + ((extra,) if extra else ())
     at = cap.delta if cap is not None else delta
     period = cap.period if cap is not None and cap.period else (limit[0] if limit else None)
-    period_spent = None
-    if period is not None:
-        start = _now_text(period_start(period, when))[1]
-        period_spent = _composed((r for r in releases if r.charged_at >= start), at)
+    period_spent = _period_spent(releases, period, when, at) if period is not None else None
     return DatasetState(dataset=dataset, cap=cap, releases=releases, delta=at,
                         spent_epsilon=_composed(releases, at), period_spent_epsilon=period_spent)
 
@@ -284,7 +287,7 @@ def charge(
                 conn.execute("COMMIT")
                 return _state(conn, dataset, delta, when, limit=limit)
             after = _state(conn, dataset, delta, when, extra=cost, limit=limit)
-            _refuse_over_cap(after, limit, cost)
+            _refuse_over_cap(after, limit, cost, when)
             conn.execute(
                 "INSERT INTO releases (dataset, release_key, name, rho, pure_epsilon, epsilon, delta, charged_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -298,7 +301,8 @@ def charge(
     return DatasetState(**{**after.__dict__, "charged_now": True})
 
 
-def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, cost: ReleaseCost) -> None:
+def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, cost: ReleaseCost,
+                     when: datetime) -> None:
     cap = after.cap
     what = f"release {cost.name!r} (epsilon {cost.epsilon:.4g})"
     if cap is not None and after.spent_epsilon > cap.epsilon * (1 + _TOL):
@@ -314,14 +318,9 @@ def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, co
     if limit is not None:
         periods.append(limit)
     for period, eps in periods:
-        spent = _composed((r for r in after.releases
-                           if r.charged_at >= _now_text(period_start(period, _parse(cost.charged_at)))[1]), after.delta)
+        spent = _period_spent(after.releases, period, when, after.delta)
         if spent > eps * (1 + _TOL):
             raise RegistryRefused(
                 f"dataset {after.dataset!r}: {what} would bring this {period}'s spend to epsilon {spent:.4g} "
                 f"over the {period} budget {eps:g}; nothing was measured"
             )
-
-
-def _parse(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
