@@ -275,7 +275,8 @@ def _spent(privacy: Mapping[str, Any], m: Measurement) -> str:
 
 def _lifetime_line(ds: Mapping[str, Any]) -> str:
     """The dataset's cumulative spend over all its releases (from the registry, via the manifest)."""
-    spent = f"&epsilon; = {_num(ds.get('spent_epsilon_including_this'))} spent by {_num(ds.get('releases_including_this'))} release(s) of dataset <code>{_e(ds.get('name'))}</code>"
+    spent = (f"&epsilon; = {_num(ds.get('spent_epsilon_including_this'))} spent by "
+             f"{_num(ds.get('releases_including_this'))} release(s) of dataset <code>{_e(ds.get('name'))}</code>")
     if ds.get("cap_epsilon") is None:
         return spent + ", <strong>no lifetime cap declared</strong>"
     return spent + f", cap &epsilon; = {_num(ds['cap_epsilon'])} (&delta; = {_num(ds.get('cap_delta'))})"
