@@ -15,6 +15,7 @@ from typing import Iterator
 
 __all__ = ["exclusive_lock", "LockBusy"]
 
+
 class LockBusy(RuntimeError):
     """Another live process holds the lock."""
 
