@@ -83,6 +83,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         internal_report=args.internal_report,
         gate=_parse_gate(args.gate),
         sign_key=Path(args.sign_key) if args.sign_key else None,
+        dataset=args.dataset,
     )
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
@@ -92,6 +93,11 @@ def _cmd_release(args: argparse.Namespace) -> int:
     work = sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
     print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
+    dataset = manifest.get("privacy", {}).get("dataset") or {}
+    if dataset and dataset.get("cap_epsilon") is None:
+        print(f"dpsynth: warning: dataset {dataset['name']!r} has no lifetime privacy cap "
+              f"(its releases have spent epsilon {dataset['spent_epsilon_including_this']:.4g}); "
+              f"set one with `dpsynth budget set {dataset['name']} --epsilon E --delta D`", file=sys.stderr)
     print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
 
@@ -102,6 +108,43 @@ def _privacy_line(manifest: dict) -> str:
     if privacy.get("differentially_private"):
         return f"privacy: {headline}"
     return f"privacy: {headline}. The ledger records what was charged; it is NOT a DP guarantee."
+
+
+def _cmd_budget_set(args: argparse.Namespace) -> int:
+    from .pipeline import default_workspace
+    from .registry import Cap, set_cap, state
+
+    cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    set_cap(workspace, args.dataset, cap)
+    _print_budget(state(workspace, args.dataset))
+    return 0
+
+
+def _cmd_budget_show(args: argparse.Namespace) -> int:
+    from .pipeline import DEFAULT_DELTA, default_workspace
+    from .registry import state
+
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    _print_budget(state(workspace, args.dataset, delta=DEFAULT_DELTA))
+    return 0
+
+
+def _print_budget(st) -> None:
+    """Cap, spend and every release's cost (names and numbers only, never data or keys)."""
+    if st.cap is None:
+        print(f"dataset {st.dataset}: no lifetime cap declared")
+    else:
+        print(f"dataset {st.dataset}: cap epsilon {st.cap.epsilon:g}, delta {st.cap.delta:g}")
+        if st.cap.period:
+            print(f"period budget: epsilon {st.cap.period_epsilon:g} per {st.cap.period} "
+                  f"(spent this {st.cap.period}: {st.period_spent_epsilon:.6g})")
+    print(f"spent: epsilon {st.spent_epsilon:.6g} at delta {st.delta:g} over {len(st.releases)} release(s)")
+    if st.remaining_epsilon is not None:
+        print(f"remaining: epsilon {st.remaining_epsilon:.6g}")
+    for r in st.releases:
+        print(f"  {r.charged_at}  {r.name}  epsilon {r.epsilon:.6g} (delta {r.delta:g}; rho {r.rho:.6g}, "
+              f"pure epsilon {r.pure_epsilon:.6g})")
 
 
 def _release_local(config) -> str:
@@ -229,7 +272,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also score the release against the raw data, written only to the private workspace")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
                    help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
+    r.add_argument("--dataset", default=None,
+                   help="dataset identity in the lifetime privacy registry (default: the schema's name)")
     r.set_defaults(func=_cmd_release)
+
+    bg = sub.add_parser("budget", help="a dataset's lifetime privacy budget (registry in the workspace)")
+    bsub = bg.add_subparsers(dest="budget_command", required=True)
+    bs = bsub.add_parser("set", help="declare or replace a dataset's cap")
+    bs.add_argument("dataset")
+    bs.add_argument("--epsilon", type=float, required=True, help="lifetime epsilon over all releases")
+    bs.add_argument("--delta", type=float, required=True, help="lifetime delta")
+    bs.add_argument("--period", choices=("day", "week", "month"), default=None, help="also cap each calendar period (UTC)")
+    bs.add_argument("--period-epsilon", type=float, default=None, help="epsilon allowed per period")
+    bs.add_argument("--workspace", default=None)
+    bs.set_defaults(func=_cmd_budget_set)
+    bw = bsub.add_parser("show", help="cap, spend, remaining and every release's cost")
+    bw.add_argument("dataset")
+    bw.add_argument("--workspace", default=None)
+    bw.set_defaults(func=_cmd_budget_show)
 
     s = sub.add_parser("schema", help="schema helpers")
     ssub = s.add_subparsers(dest="schema_command", required=True)

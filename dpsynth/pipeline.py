@@ -14,17 +14,23 @@ Workspace layout (private: it holds codes of raw rows; never publish it)::
         synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
         validation.json
       names/<release name>.json                           name -> release key
+      names/<release name>.lock                           held (flock) for a whole run
+      registry.sqlite                                     lifetime budget per dataset
+      secret.key                                          keys the release key
 
 A measurement folder is written to a temporary name and renamed once complete, so a
 crash never leaves a half measurement, and a completed one is never redrawn: a
 re-run of the same release reuses it and the ledger is charged once (DESIGN.md,
 decision 5). A release name can carry only one measurement: re-using it with
-different inputs is refused before anything is measured.
+different inputs is refused before anything is measured, and a run holds its name
+exclusively from claim to publish (decision 11). Before measuring, the release is
+charged to its dataset in the lifetime registry (decision 10, :mod:`dpsynth.registry`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -32,6 +38,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -46,9 +53,11 @@ from .measurement import Measurement, PrivacyStatement
 from .methods.base import Method, convert_param
 from .precheck import check_options, check_rows, noise_warnings
 from .privacy.budget import Budget, Charge, Ledger
-from .privacy.rng import read_seed_file, seed_commitment, stage_rng
+from .privacy.rng import read_seed_file, seed_commitment, seed_tag, stage_rng
+from .registry import DatasetState, charge, check_dataset_name, check_period
 from .schema import Schema, load_schema
-from .workspace_key import opaque_key
+from .workspace import LockBusy, exclusive_lock
+from .workspace_key import opaque_key, workspace_secret
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -58,6 +67,8 @@ __all__ = [
     "BudgetSpent",
     "ValidationFailed",
     "prepare",
+    "claim_name",
+    "charge_dataset",
     "encode_stage",
     "measure_stage",
     "synthesize_stage",
@@ -123,12 +134,18 @@ class ReleaseConfig:
     internal_report: bool = False
     gate: Mapping[str, float] = field(default_factory=dict)
     sign_key: Path | None = None
+    dataset: str | None = None  # registry identity (default: the schema's name)
+    period: str | None = None  # a per-period budget declared by the caller (deployments)
+    period_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
             raise ValueError(f"rows must be a whole number >= 1, got {self.rows!r}")
         if self.name is not None:
             _check_name(self.name)
+        if self.dataset is not None:
+            check_dataset_name(self.dataset)
+        check_period(self.period, self.period_epsilon)
 
 
 def _check_name(name: str) -> None:
@@ -152,9 +169,12 @@ class ReleasePlan:
     seed: bytes | None = field(repr=False)
     data_sha256: str = field(repr=False)
 
-    @property
-    def key(self) -> str:
-        """Release key: hash of everything the measurement depends on (private: it hashes the input)."""
+    @cached_property
+    def material(self) -> bytes:
+        """Digest of everything the release depends on (private: it covers the input's hash).
+
+        Stage generators and the seed commitment are bound to it (DESIGN.md, decision 9).
+        """
         text = json.dumps(
             {
                 "name": self.name,
@@ -165,11 +185,30 @@ class ReleasePlan:
                 "options": dict(self.options),
                 "epsilon": self.budget.epsilon,
                 "delta": self.budget.delta,
-                "seed": seed_commitment(self.seed),
             },
             sort_keys=True,
         )
-        return hashlib.sha256(text.encode()).hexdigest()[:24]
+        return hashlib.sha256(b"dpsynth/release/v2\x00" + text.encode()).digest()
+
+    @cached_property
+    def key(self) -> str:
+        """Release key: names the workspace folder, cache entries and the registry row.
+
+        A keyed hash (under the workspace's secret) of the release material and the seed's
+        identity, so nothing outside the workspace can test a guessed input against it.
+        Private all the same: never published or logged.
+        """
+        secret = workspace_secret(self.config.workspace)
+        msg = b"dpsynth/release-key/v2\x00" + self.material + seed_tag(self.seed).encode()
+        return hmac.new(secret, msg, hashlib.sha256).hexdigest()[:32]
+
+    @property
+    def dataset(self) -> str:
+        """The registry's dataset identity: declared, or the schema's name (never the rows)."""
+        return self.config.dataset or self.schema.name
+
+    def rng(self, stage: str) -> np.random.Generator:
+        return stage_rng(self.seed, self.material, stage)
 
     def opaque(self, label: str) -> str:
         """A name for this release safe to hand to Prefect: keyed by the workspace secret,
@@ -242,15 +281,35 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         seed=seed,
         data_sha256=file_sha256(config.data),
     )
-    _claim_name(plan)
     return plan
 
 
-def _claim_name(plan: ReleasePlan) -> None:
-    """One release name, one measurement: refuse a name already measured differently."""
+@contextmanager
+def claim_name(plan: ReleasePlan) -> Iterator[None]:
+    """Holds the release name exclusively for the block (claim, measure, publish).
+
+    An OS lock (``flock`` on ``names/<name>.lock``) that a second run of the same name
+    finds taken at once; the OS releases it when the holder dies, so a crashed run's name
+    is free again and its complete measurement is kept. Under the lock, a name already
+    bound to another complete measurement is refused (DESIGN.md, decision 11).
+    """
     names = plan.config.workspace / "names"
-    names.mkdir(parents=True, exist_ok=True)
-    record = names / f"{plan.name}.json"
+    try:
+        with exclusive_lock(names / f"{plan.name}.lock"):
+            target = Path(plan.config.out) / plan.name
+            if target.exists():  # published while this run was preparing
+                raise ReleaseError(f"release {target} already exists: releases are never overwritten")
+            _bind_name(plan, names / f"{plan.name}.json")
+            yield
+    except LockBusy:
+        raise ReleaseError(
+            f"release name {plan.name!r} is being built by another run right now; nothing was measured "
+            "(wait for it to finish, or choose another --name)"
+        ) from None
+
+
+def _bind_name(plan: ReleasePlan, record: Path) -> None:
+    """One release name, one measurement: refuse a name already measured differently."""
     if record.exists():
         key = json.loads(record.read_text())["key"]
         if key != plan.key and (plan.config.workspace / "releases" / key / "measurement" / COMPLETE).exists():
@@ -259,6 +318,17 @@ def _claim_name(plan: ReleasePlan) -> None:
                 "a second measurement would spend the budget again: choose a new --name"
             )
     _write_atomic(record, json.dumps({"key": plan.key}) + "\n")
+
+
+def charge_dataset(plan: ReleasePlan) -> DatasetState:
+    """Charges the release to its dataset's lifetime registry before it measures.
+
+    Raises :class:`dpsynth.registry.RegistryRefused` past the dataset's cap; a retry of
+    the same release (same key) is not charged again.
+    """
+    limit = (plan.config.period, float(plan.config.period_epsilon)) if plan.config.period else None
+    return charge(plan.config.workspace, plan.dataset, plan.key, plan.name, plan.charges,
+                  float(plan.budget.delta), limit=limit)  # type: ignore[arg-type]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -294,7 +364,7 @@ def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
         return folder
     codes = EncodedTable.from_parquet(codes_path, plan.schema)
     ledger = Ledger(plan.budget, plan.charges)
-    m = plan.method().measure(codes, ledger, stage_rng(plan.seed, "measure"))
+    m = plan.method().measure(codes, ledger, plan.rng("measure"))
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
@@ -310,13 +380,13 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
     if (folder / COMPLETE).exists():
         return folder
     m = Measurement.load(measurement_dir)
-    rng = stage_rng(plan.seed, "synthesize")
+    rng = plan.rng("synthesize")
     synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
     if plan.options.get("correct_marginals"):
-        synth = correct_to_measurement(synth, m, stage_rng(plan.seed, "correct"))
+        synth = correct_to_measurement(synth, m, plan.rng("correct"))
     with _complete_folder(folder) as tmp:
         synth.to_parquet(tmp / "synthetic-codes.parquet")
-        table = decode(synth, stage_rng(plan.seed, "decode"))
+        table = decode(synth, plan.rng("decode"))
         table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
         write_csv(table, plan.schema, tmp / "synthetic.csv")
     return folder
@@ -366,8 +436,8 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
         detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
         raise ValidationFailed(
             f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
-            f"{BudgetSpent.NOTE} "
-            f"(details in the private workspace: {folder / 'validation.json'})"
+            f"{BudgetSpent.NOTE} (details: validation.json in the private workspace's release folder, "
+            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names)"
         )
     return summary
 
@@ -404,7 +474,9 @@ def publish_stage(
     synthetic_dir: Path,
     validation: Mapping[str, Any],
     timings: Mapping[str, float],
+    dataset: Mapping[str, Any] | None = None,
 ) -> Path:
+    """Writes the release folder; ``dataset`` is the registry's summary for the manifest."""
     ledger = json.loads((measurement_dir / "ledger.json").read_text())
     m_meta = json.loads((measurement_dir / "measurement.json").read_text())
     files = {
@@ -439,11 +511,12 @@ def publish_stage(
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta),
             **({"notes": list(plan.warnings)} if plan.warnings else {}),
+            **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
         "postprocessing": dict(plan.options),
         "rows": rows,
         "rows_requested": plan.config.rows,
-        "seed_commitment": seed_commitment(plan.seed),
+        "seed_commitment": seed_commitment(plan.seed, plan.material),
         "validation": {k: validation[k] for k in ("success", "statistics", "thresholds") if k in validation},
         "timings": dict(timings),
     }
@@ -483,6 +556,9 @@ def _complete_folder(folder: Path) -> Iterator[Path]:
         for p in tmp.iterdir():
             fsync_path(p)
         fsync_path(tmp)
+        if (folder / COMPLETE).exists():  # never replace (nor delete) a complete folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         if folder.exists():  # an incomplete leftover (no COMPLETE marker)
             shutil.rmtree(folder)
         os.rename(tmp, folder)
@@ -510,15 +586,17 @@ def run_release(config: ReleaseConfig, progress: Callable[[str], None] | None = 
     plan = timed("prepare", prepare, config)
     for warning in plan.warnings:
         say(f"warning: {warning}")
-    codes = timed("encode", encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
-    with spent_on_failure("measure"):
-        mdir = timed("measure", measure_stage, plan, codes)
-    with spent_on_failure("synthesize"):
-        sdir = timed("synthesize", synthesize_stage, plan, mdir)
-    with spent_on_failure("validate"):
-        summary = timed("validate", validate_stage, plan, sdir, mdir)
-    if config.internal_report:
-        with spent_on_failure("internal report"):
-            timed("internal_report", internal_report_stage, plan, codes, sdir)
-    with spent_on_failure("publish"):
-        return publish_stage(plan, mdir, sdir, summary, timings)
+    with claim_name(plan):
+        codes = timed("encode", encode_stage, Path(config.data), plan.schema, config.workspace, plan.data_sha256)
+        dataset = charge_dataset(plan)
+        with spent_on_failure("measure"):
+            mdir = timed("measure", measure_stage, plan, codes)
+        with spent_on_failure("synthesize"):
+            sdir = timed("synthesize", synthesize_stage, plan, mdir)
+        with spent_on_failure("validate"):
+            summary = timed("validate", validate_stage, plan, sdir, mdir)
+        if config.internal_report:
+            with spent_on_failure("internal report"):
+                timed("internal_report", internal_report_stage, plan, codes, sdir)
+        with spent_on_failure("publish"):
+            return publish_stage(plan, mdir, sdir, summary, timings, dataset.to_manifest())

@@ -256,6 +256,8 @@ def _summary_section(manifest: Mapping[str, Any], schema: Schema, codes: Encoded
         items.append(("Guarantee", _e(" ".join(x for x in (privacy.get("headline"), privacy.get("statement")) if x))))
     for note in privacy.get("notes", []):
         items.append(("Note", _e(note)))
+    if privacy.get("dataset"):
+        items.append(("Lifetime budget", _lifetime_line(privacy["dataset"])))
     if manifest.get("seed_commitment"):
         items.append(("Seed commitment", f"<code>{_e(manifest['seed_commitment'])}</code>"))
     return "<h2>Release</h2>" + _kv_table(items)
@@ -269,6 +271,15 @@ def _spent(privacy: Mapping[str, Any], m: Measurement) -> str:
     pure = sum(c.epsilon for c in m.charges)
     text = f"&epsilon; = {_num(eps)} (zCDP part &rho; = {_num(privacy.get('rho_spent', m.rho))}"
     return text + (f", pure &epsilon; part {_num(pure)})" if pure else ")")
+
+
+def _lifetime_line(ds: Mapping[str, Any]) -> str:
+    """The dataset's cumulative spend over all its releases (from the registry, via the manifest)."""
+    spent = (f"&epsilon; = {_num(ds.get('spent_epsilon_including_this'))} spent by "
+             f"{_num(ds.get('releases_including_this'))} release(s) of dataset <code>{_e(ds.get('name'))}</code>")
+    if ds.get("cap_epsilon") is None:
+        return spent + ", <strong>no lifetime cap declared</strong>"
+    return spent + f", cap &epsilon; = {_num(ds['cap_epsilon'])} (&delta; = {_num(ds.get('cap_delta'))})"
 
 
 def _ledger_section(manifest: Mapping[str, Any], m: Measurement) -> str:

@@ -2,8 +2,10 @@
 
 Only orchestration lives here. The public checks (schema, method parameters, budget
 plan, seed, release name) run first, in the flow itself, so a bad request fails
-before any task reads a row. Tasks exchange paths to Parquet artifacts in the
-private workspace; their results are persisted there too.
+before any task reads a row. The flow then holds the release name's lock (tasks run
+in the flow's process) from claim to publish, and charges the release to its
+dataset's lifetime registry before measuring. Tasks exchange paths to Parquet
+artifacts in the private workspace; their results are persisted there too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from typing import Any
 from prefect import flow
 from prefect.filesystems import LocalFileSystem
 
-from dpsynth.pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, prepare, spent_on_failure
+from dpsynth.pipeline import (
+    DEFAULT_DELTA,
+    ReleaseConfig,
+    ReleasePlan,
+    charge_dataset,
+    claim_name,
+    default_workspace,
+    prepare,
+    spent_on_failure,
+)
 from tasks.encode import encode_task
 from tasks.internal_report import internal_report_task
 from tasks.measure import measure_task
@@ -69,6 +80,9 @@ def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
         "internal_report": config.internal_report,
         "gate": dict(config.gate),
         "sign_key": str(config.sign_key) if config.sign_key else None,
+        "dataset": config.dataset,
+        "period": config.period,
+        "period_epsilon": config.period_epsilon,
     }
 
 
@@ -93,8 +107,16 @@ def release_flow(
     internal_report: bool = False,
     gate: dict[str, float] | None = None,
     sign_key: str | None = None,
+    dataset: str | None = None,
+    period: str | None = None,
+    period_epsilon: float | None = None,
 ) -> dict[str, Any]:
-    """Runs one release and returns its folder and timings (no data)."""
+    """Runs one release and returns its folder and timings (no data).
+
+    ``dataset`` names the registry's dataset (default: the schema's name); ``period`` and
+    ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
+    beside the dataset's own caps.
+    """
     t_flow = time.perf_counter()
     config = ReleaseConfig(
         data=Path(data),
@@ -111,16 +133,27 @@ def release_flow(
         internal_report=internal_report,
         gate=dict(gate or {}),
         sign_key=Path(sign_key) if sign_key else None,
+        dataset=dataset,
+        period=period,
+        period_epsilon=period_epsilon,
     )
     t0 = time.perf_counter()
     plan = prepare(config)
     timings: dict[str, float] = {"prepare": round(time.perf_counter() - t0, 6)}
+    with claim_name(plan):
+        return _run_stages(plan, timings, t_flow)
+
+
+def _run_stages(plan: ReleasePlan, timings: dict[str, float], t_flow: float) -> dict[str, Any]:
+    """The tasks of one claimed release, in order (the caller holds the name's lock)."""
+    config = plan.config
     cached: list[str] = []
     # Task results (paths and seconds) are persisted in the private workspace.
     storage = _workspace_storage(config.workspace)
     encoded, hit = _run(encode_task, storage, plan)
     timings["encode"] = 0.0 if hit else encoded["seconds"]
     cached += ["encode"] if hit else []
+    dataset = charge_dataset(plan)  # in the flow's process, before measuring
     # From the measure stage on, a failure means the budget was spent (exit 1, said so).
     with spent_on_failure("measure"):
         measured, hit = _run(measure_task, storage, plan, encoded)
@@ -141,5 +174,5 @@ def release_flow(
     work = sum(timings.values())
     timings["orchestration"] = round(max(0.0, elapsed - work), 6)
     with spent_on_failure("publish"):
-        folder = publish_task(plan, measured, synthesized, validated, timings)
+        folder = publish_task(plan, measured, synthesized, validated, timings, dataset.to_manifest())
     return {"release": folder, "timings": timings, "cached": cached, "warnings": list(plan.warnings)}

@@ -16,9 +16,11 @@ def publish_task(
     synthesized: dict[str, Any],
     validated: dict[str, Any],
     timings: Mapping[str, float],
+    dataset: Mapping[str, Any] | None = None,
 ) -> str:
     """Writes the release folder atomically; refuses to overwrite."""
     folder = publish_stage(
-        plan, Path(measured["measurement"]), Path(synthesized["synthetic"]), validated["summary"], timings
+        plan, Path(measured["measurement"]), Path(synthesized["synthetic"]), validated["summary"], timings,
+        dataset,
     )
     return str(folder)

@@ -552,3 +552,451 @@ def test_prefect_database_holds_no_hash_of_the_raw_input(prefect_harness, tmp_pa
     digest = file_sha256(DEMO)
     for needle in (digest[:12], digest[-12:], plan_key[:12]):
         assert needle.encode() not in blob and needle.upper().encode() not in blob
+
+
+# =====================================================================================
+# Section privacy-a: seed reuse (defect 1), racing runs of one name (defect 2), the
+# lifetime registry per dataset (defect 7).
+# =====================================================================================
+
+import hashlib  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+
+from scipy.stats import chi2  # noqa: E402
+
+from dpsynth.privacy.accounting import rho_from_epsilon  # noqa: E402
+from dpsynth.privacy.budget import Charge, total_epsilon  # noqa: E402
+
+ALPHA = 1e-6
+
+# =============================================================================================
+# Seed reuse: the difference of two releases made with one seed must look like fresh noise.
+# =============================================================================================
+
+_WIDE_COLUMNS, _WIDE_CATEGORIES, _WIDE_ROWS = 4, 200, 100_000
+
+
+def _wide_table(tmp_path: Path) -> tuple[Path, Path, Path, np.ndarray, np.ndarray]:
+    """A table with many 1-way cells (power for the scale test) and the same table minus row 0."""
+    rng = np.random.default_rng(20261123)
+    codes = rng.integers(0, _WIDE_CATEGORIES, size=(_WIDE_ROWS, _WIDE_COLUMNS))
+    names = [f"c{j}" for j in range(_WIDE_COLUMNS)]
+    values = [f"v{i}" for i in range(_WIDE_CATEGORIES)]
+    schema = tmp_path / "wide.yaml"
+    schema.write_text("name: wide\ncolumns:\n" + "".join(
+        f"  - {{name: {n}, type: categorical, values: [{', '.join(values)}]}}\n" for n in names))
+    frame = pd.DataFrame({n: [values[c] for c in codes[:, j]] for j, n in enumerate(names)})
+    full, minus = tmp_path / "day1.csv", tmp_path / "day2.csv"
+    frame.to_csv(full, index=False)
+    frame.iloc[1:].to_csv(minus, index=False)  # the next night: one person left
+    return schema, full, minus, codes, codes[1:]
+
+
+def _measure(tmp_path: Path, data: Path, schema: Path, method: str, params: dict, seed: Path, name: str) -> Path:
+    """prepare, encode and measure (the stages that draw the published measurement's noise)."""
+    cfg = pipeline.ReleaseConfig(data=data, schema=schema, method=method, epsilon=1.0, out=tmp_path / "out",
+                                 workspace=tmp_path / "ws", seed_file=seed, name=name, params=params)
+    plan = pipeline.prepare(cfg)
+    codes = pipeline.encode_stage(Path(data), plan.schema, cfg.workspace, plan.data_sha256)
+    return pipeline.measure_stage(plan, codes)
+
+
+def _one_way(folder: Path) -> dict[str, object]:
+    """Published 1-way noisy marginals per column (the measurement contract)."""
+    from dpsynth.measurement import Measurement
+
+    m = Measurement.load(folder)
+    return {x.attrs[0]: x for x in m.measured if len(x.attrs) == 1 and x.mechanism != "none"}
+
+
+def _difference_statistic(a: Path, b: Path, true_a: np.ndarray, true_b: np.ndarray,
+                          scale: float = 1.0) -> tuple[float, int]:
+    """Sum over cells of ((a - b) - (true_a - true_b))^2 / (sd_a^2 + sd_b^2) / scale^2.
+
+    Independent noise: approximately chi-square with one degree per cell (a difference of
+    two discrete Gaussians of sd >= 1 has variance sd_a^2 + sd_b^2 and near-Gaussian
+    tails). Only plain noisy cells far above the stated threshold are used (never a derived
+    cell), chosen on the true counts, so suppression does not bias the statistic.
+    """
+    ma, mb = _one_way(a), _one_way(b)
+    stat, cells = 0.0, 0
+    for j in range(true_a.shape[1]):
+        key = f"c{j}"
+        na, nb = ma[key], mb[key]
+        ta = np.bincount(true_a[:, j], minlength=_WIDE_CATEGORIES)
+        tb = np.bincount(true_b[:, j], minlength=_WIDE_CATEGORIES)
+        assert na.stddev >= 1.0 and nb.stddev >= 1.0  # the chi-square approximation needs sd >= 1
+        floor = max(na.threshold or 0.0, nb.threshold or 0.0, 0.0) + 12.0 * max(na.stddev, nb.stddev)
+        use = np.minimum(ta, tb) > floor
+        use[list(set(na.derived) | set(nb.derived))] = False
+        d = (na.counts.ravel() - nb.counts.ravel()) - (ta - tb)
+        stat += float(np.sum(d[use] ** 2) / ((na.stddev**2 + nb.stddev**2) * scale**2))
+        cells += int(use.sum())
+    return stat, cells
+
+
+def _accepts(stat: float, cells: int) -> bool:
+    lo, hi = chi2.ppf(ALPHA / 2, cells), chi2.isf(ALPHA / 2, cells)
+    return bool(lo <= stat <= hi)
+
+
+# The same hostile case for every method that publishes noisy counts.
+_SEED_REUSE_METHODS = {"marginals": {}, "sds": {"reporting_length": "1"}}
+
+
+def _old_stage_rng(seed, release, stage):
+    """The generator before the fix: seed and stage name only (ignores the release)."""
+    digest = hashlib.sha256(b"dpsynth/stage-rng/v1\x00" + seed + b"\x00" + stage.encode()).digest()
+    return np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "big")))
+
+
+@pytest.mark.parametrize("method", sorted(_SEED_REUSE_METHODS))
+def test_seed_reuse_difference_attack_recovers_nothing(tmp_path, seed_file, method, monkeypatch):
+    """Two nightly releases, one seed file, inputs one row apart: their difference is noise at
+    the stated scale (chi-square at alpha 1e-6); the same test rejects the scale x0.7 and x1.3,
+    and rejects generators bound to the seed alone (the defect: difference 0 but for the row)."""
+    schema, day1, day2, codes1, codes2 = _wide_table(tmp_path)
+    params = _SEED_REUSE_METHODS[method]
+    a = _measure(tmp_path, day1, schema, method, params, seed_file, "nightly-1")
+    b = _measure(tmp_path, day2, schema, method, params, seed_file, "nightly-2")
+    stat, cells = _difference_statistic(a, b, codes1, codes2)
+    assert cells >= 600, cells  # enough cells for power
+    assert _accepts(stat, cells), (stat, cells)
+    for wrong in (0.7, 1.3):  # the test has power against a wrong noise scale
+        assert not _accepts(_difference_statistic(a, b, codes1, codes2, scale=wrong)[0], cells), wrong
+
+    # The defect: generators derived from (seed, stage) only. The difference then cancels.
+    monkeypatch.setattr(pipeline, "stage_rng", _old_stage_rng)
+    old_a = _measure(tmp_path / "old", day1, schema, method, params, seed_file, "nightly-1")
+    old_b = _measure(tmp_path / "old", day2, schema, method, params, seed_file, "nightly-2")
+    old_stat, old_cells = _difference_statistic(old_a, old_b, codes1, codes2)
+    assert old_stat == 0.0 and not _accepts(old_stat, old_cells)
+
+
+def test_seed_reuse_commitments_are_per_release(tmp_path, seed_file):
+    """Same seed, different inputs: unrelated commitments; same inputs: the same one (reproducible)."""
+    from dpsynth.privacy.rng import seed_commitment
+
+    schema, day1, day2, _, _ = _wide_table(tmp_path)
+    plans = []
+    for i, data in enumerate((day1, day2, day1)):
+        cfg = pipeline.ReleaseConfig(data=data, schema=schema, method="marginals", epsilon=1.0,
+                                     out=tmp_path / "out", workspace=tmp_path / f"ws{i}", seed_file=seed_file,
+                                     name="nightly")
+        plans.append(pipeline.prepare(cfg))
+    c = [seed_commitment(p.seed, p.material) for p in plans]
+    assert c[0] != c[1] and c[0] == c[2]
+    assert all(x.startswith("hmac-sha256:") for x in c)
+    # never a function of the input alone: without the seed there is no commitment at all
+    assert seed_commitment(None, plans[0].material) is None
+    raw = hashlib.sha256(day1.read_bytes()).hexdigest()
+    assert all(raw[:16] not in x for x in c)
+
+
+# =============================================================================================
+# Name claims: one release name, one run at a time, one measurement.
+# =============================================================================================
+
+
+def _demo_config(tmp_path: Path, **kw) -> pipeline.ReleaseConfig:
+    base = dict(data=ROOT / "data" / "demo.csv", schema=ROOT / "schemas" / "demo.yaml", method="marginals",
+                epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
+    base.update(kw)
+    return pipeline.ReleaseConfig(**base)
+
+
+def _complete_measurements(workspace: Path) -> list[Path]:
+    return sorted((workspace / "releases").glob("*/measurement/COMPLETE"))
+
+
+@pytest.mark.parametrize("second_epsilon", [1.0, 2.0])
+def test_name_claim_second_run_during_the_first_is_refused_at_once(tmp_path, monkeypatch, second_epsilon):
+    """While one run of a name is measuring, a second run of that name (same or another
+    epsilon) is refused before it measures; only the first run's measurement exists.
+    (The first run stops after measuring, to keep this test fast; the slow process test
+    below publishes.)"""
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt("first run stops after measuring")
+
+    monkeypatch.setattr(pipeline, "synthesize_stage", stop)
+
+    original = MarginalsMethod.measure
+    inside, release_first = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow_measure(self, *a, **k):
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "first":
+            inside.set()
+            assert release_first.wait(60)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(MarginalsMethod, "measure", slow_measure)
+    result: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            result["first"] = pipeline.run_release(_demo_config(tmp_path, name="nightly"))
+        except BaseException as exc:  # pragma: no cover - reported below
+            result["first"] = exc
+
+    t = threading.Thread(target=first, name="first")
+    t.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(pipeline.ReleaseError, match="being built by another run"):
+            pipeline.run_release(_demo_config(tmp_path, name="nightly", epsilon=second_epsilon))
+    finally:
+        release_first.set()
+        t.join(120)
+    assert isinstance(result["first"], KeyboardInterrupt), result["first"]
+    assert calls == ["first"]  # the second run measured nothing
+    assert len(_complete_measurements(tmp_path / "ws")) == 1
+
+
+def test_name_claim_never_deletes_a_complete_measurement(tmp_path):
+    """A folder with its COMPLETE marker is never replaced (the loser of a race used to
+    delete the winner's measurement, taking it for a leftover)."""
+    folder = tmp_path / "releases" / "k" / "measurement"
+    folder.mkdir(parents=True)
+    (folder / "measurement.parquet").write_bytes(b"winner")
+    (folder / "COMPLETE").write_text("")
+    with pipeline._complete_folder(folder) as tmp:
+        (tmp / "measurement.parquet").write_bytes(b"loser")
+    assert (folder / "measurement.parquet").read_bytes() == b"winner"
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+_CRASH_AFTER_MEASURE = """
+import os, signal, sys
+from pathlib import Path
+from dpsynth import pipeline
+def die(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)  # a hard crash while holding the name
+pipeline.synthesize_stage = die
+pipeline.run_release(pipeline.ReleaseConfig(
+    data=Path(sys.argv[1]), schema=Path(sys.argv[2]), method="marginals", epsilon=1.0,
+    out=Path(sys.argv[3]), workspace=Path(sys.argv[4]), name="nightly"))
+"""
+
+
+@pytest.mark.slow
+def test_name_claim_crashed_holder_is_recovered_without_losing_its_measurement(tmp_path, monkeypatch):
+    """kill -9 after measuring, while holding the name: the OS frees the lock; the rerun
+    takes the name, reuses the complete measurement (no new noise, no second charge)."""
+    from dpsynth import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    cfg = _demo_config(tmp_path, name="nightly")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _CRASH_AFTER_MEASURE, str(cfg.data), str(cfg.schema),
+                           str(cfg.out), str(cfg.workspace)], env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert (cfg.workspace / "names" / "nightly.lock").exists()
+    [complete] = _complete_measurements(cfg.workspace)
+    before = (complete.parent / "measurement.parquet").read_bytes()
+
+    calls: list[int] = []
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1))
+    folder = pipeline.run_release(cfg)
+    assert calls == []
+    assert (folder / "measurement.parquet").read_bytes() == before
+    assert len(registry.state(cfg.workspace, "demo").releases) == 1
+
+
+def _cli_process(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "dpsynth.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _release_args(tmp_path: Path, name: str, epsilon: float) -> list[str]:
+    return ["release", "--data", str(ROOT / "data" / "demo.csv"), "--schema", str(ROOT / "schemas" / "demo.yaml"),
+            "--method", "marginals", "--epsilon", str(epsilon), "--out", str(tmp_path / "out"),
+            "--workspace", str(tmp_path / "ws"), "--name", name, "--engine", "local"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilons", [(1.0, 1.0), (1.0, 2.0)])
+def test_name_claim_two_processes_at_once(tmp_path, epsilons):
+    """Two real `dpsynth release` processes of one name started together: one release, one
+    measurement, one clear one-line refusal (exit 2)."""
+    procs = [_cli_process(_release_args(tmp_path, "nightly", eps), tmp_path) for eps in epsilons]
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], [(p.returncode, o[1][-2000:]) for p, o in zip(procs, outs)]
+    loser = [o for p, o in zip(procs, outs) if p.returncode == 2][0]
+    lines = loser[1].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsynth: error: ") and "nightly" in lines[0], lines
+    assert "measure: started" not in loser[0]  # nothing measured
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["nightly"]
+    assert len(_complete_measurements(tmp_path / "ws")) == 1
+
+
+# =============================================================================================
+# Lifetime registry: releases of one dataset add up; the cap refuses before measuring.
+# =============================================================================================
+
+
+def _release_charges(epsilon: float, delta: float = 1e-6) -> tuple[Charge, ...]:
+    return (Charge(stage="measure/all", rho=rho_from_epsilon(epsilon, delta)),)
+
+
+def test_registry_composes_releases_and_refuses_past_the_cap(tmp_path):
+    """rho adds, pure epsilon adds, total = pure + CKS(rho, delta_cap); the crossing release is refused."""
+    from dpsynth import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "census", registry.Cap(epsilon=1.6, delta=1e-6))
+    one = _release_charges(1.0)
+    pure = (Charge(stage="measure/pure", epsilon=0.25, mechanism="laplace"),)
+    registry.charge(ws, "census", "k1", "night-1", one, 1e-6)
+    st = registry.charge(ws, "census", "k2", "night-2", pure, 1e-6)
+    assert st.spent_epsilon == pytest.approx(1.25, rel=1e-6)  # pure adds to the converted rho
+    # a third release: 0.25 + CKS(2 rho_1) = 1.70 > 1.6 (adding epsilons would say 2.25)
+    over = 0.25 + total_epsilon([Charge(stage="x", rho=2 * one[0].rho)], 1e-6)
+    assert 1.6 < over < 2.25
+    with pytest.raises(registry.RegistryRefused, match="over the cap"):
+        registry.charge(ws, "census", "k3", "night-3", one, 1e-6)
+    assert [r.name for r in registry.state(ws, "census").releases] == ["night-1", "night-2"]
+    # another dataset has its own account
+    assert registry.charge(ws, "other", "k3", "night-3", one, 1e-6).charged_now
+
+
+def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
+    """A crashed release rerun with the same key reuses its measurement and its charge."""
+    from dpsynth import registry
+
+    cfg = _demo_config(tmp_path, name="nightly")
+    registry.set_cap(cfg.workspace, "demo", registry.Cap(epsilon=1.2, delta=1e-6))
+
+    def crash(*a, **k):
+        raise RuntimeError("injected crash")
+
+    monkeypatch.setattr(pipeline, "synthesize_stage", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.run_release(cfg)
+    monkeypatch.undo()
+    # a retry (epsilon 1 against a cap of 1.2: a second charge, 1.45, would be refused)
+    folder = pipeline.run_release(cfg)
+    st = registry.state(cfg.workspace, "demo")
+    assert len(st.releases) == 1 and st.spent_epsilon == pytest.approx(1.0, rel=1e-6)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    ds = manifest["privacy"]["dataset"]
+    assert ds["name"] == "demo" and ds["cap_epsilon"] == 1.2 and ds["releases_including_this"] == 1
+    assert ds["spent_epsilon_including_this"] == pytest.approx(1.0, rel=1e-6)
+    # the release key stays in the private workspace
+    plan = pipeline.prepare(pipeline.ReleaseConfig(**{**cfg.__dict__, "out": tmp_path / "elsewhere"}))
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert plan.key.encode() not in path.read_bytes(), path
+    assert "Lifetime budget" in (folder / "report.html").read_text()
+
+
+def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, capsys):
+    """Past the dataset's cap: exit 2, one line, nothing measured, nothing published, no charge."""
+    from dpsynth import cli, registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "people", registry.Cap(epsilon=1.4, delta=1e-6))  # two releases of 1: 1.45
+    registry.charge(ws, "people", "earlier", "earlier", _release_charges(1.0), 1e-6)
+    calls: list[int] = []
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1))
+    code = cli.main(_release_args(tmp_path, "today", 1.0) + ["--dataset", "people"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "over the cap" in err[0] and "nothing was measured" in err[0], err
+    assert calls == [] and not _complete_measurements(ws)
+    assert not (tmp_path / "out" / "today").exists()
+    assert [r.name for r in registry.state(ws, "people").releases] == ["earlier"]
+
+
+def test_registry_without_cap_records_and_warns(tmp_path, capsys):
+    from dpsynth import cli, registry
+
+    code = cli.main(_release_args(tmp_path, "first", 1.0))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    warn = [line for line in out.err.splitlines() if "no lifetime privacy cap" in line]
+    assert len(warn) == 1 and "'demo'" in warn[0]
+    assert len(registry.state(tmp_path / "ws", "demo").releases) == 1
+    assert cli.main(["budget", "show", "demo", "--workspace", str(tmp_path / "ws")]) == 0
+    shown = capsys.readouterr().out
+    assert "no lifetime cap" in shown and "first" in shown
+    assert cli.main(["budget", "set", "demo", "--epsilon", "3", "--delta", "1e-6", "--workspace",
+                     str(tmp_path / "ws")]) == 0
+    shown = capsys.readouterr().out
+    assert "cap epsilon 3" in shown and "remaining: epsilon 2" in shown
+
+
+def test_registry_period_budget(tmp_path):
+    """A per-period epsilon (the dataset's, or a deployment's) refuses a second release the same
+    day and allows it the next day; the lifetime cap still counts both."""
+    from datetime import datetime, timezone
+
+    from dpsynth import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "d", registry.Cap(epsilon=10.0, delta=1e-6, period="day", period_epsilon=1.2))
+    day = datetime(2026, 11, 23, 2, 0, tzinfo=timezone.utc)
+    registry.charge(ws, "d", "a", "night-1", _release_charges(1.0), 1e-6, now=day)
+    with pytest.raises(registry.RegistryRefused, match="this day"):
+        registry.charge(ws, "d", "b", "night-1b", _release_charges(1.0), 1e-6, now=day.replace(hour=23))
+    nxt = registry.charge(ws, "d", "b", "night-2", _release_charges(1.0), 1e-6, now=day.replace(day=24))
+    assert nxt.period_spent_epsilon == pytest.approx(1.0, rel=1e-6) and len(nxt.releases) == 2
+    # a deployment's own period limit applies to a dataset without any cap
+    registry.charge(ws, "e", "a", "n1", _release_charges(1.0), 1e-6, limit=("week", 1.4), now=day)
+    with pytest.raises(registry.RegistryRefused, match="this week"):
+        registry.charge(ws, "e", "b", "n2", _release_charges(1.0), 1e-6, limit=("week", 1.4), now=day)
+
+
+def test_registry_two_releases_racing_for_the_last_budget(tmp_path):
+    """Threads on separate connections, released together: exactly one takes the last budget."""
+    from dpsynth import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "d", registry.Cap(epsilon=1.08, delta=1e-6))
+    # 1 then 0.3 composes to 1.055, 1 + 0.3 + 0.3 to 1.107: room for exactly one more 0.3
+    registry.charge(ws, "d", "first", "first", _release_charges(1.0), 1e-6)
+    for round_ in range(5):
+        barrier = threading.Barrier(2)
+        results: list[object] = []
+
+        def run(i: int) -> None:
+            barrier.wait()
+            try:
+                results.append(registry.charge(ws, "d", f"r{round_}-{i}", f"r{round_}-{i}",
+                                               _release_charges(0.3), 1e-6))
+            except registry.RegistryRefused as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        wins = [r for r in results if not isinstance(r, Exception)]
+        assert len(results) == 2 and len(wins) == (1 if round_ == 0 else 0), results
+    assert len(registry.state(ws, "d").releases) == 2
+
+
+@pytest.mark.slow
+def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
+    """Two real `dpsynth release` processes (different names) for room that fits one: one
+    publishes, the other exits 2 with one line and measured nothing."""
+    from dpsynth import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.2, delta=1e-6))
+    procs = [_cli_process(_release_args(tmp_path, f"night-{i}", 1.0), tmp_path) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert sorted(p.returncode for p in procs) == [0, 2], [o[1][-2000:] for o in outs]
+    loser = [o for p, o in zip(procs, outs) if p.returncode == 2][0]
+    lines = loser[1].strip().splitlines()
+    assert len(lines) == 1 and "over the cap" in lines[0], lines
+    assert "measure: started" not in loser[0]
+    assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
+    assert len(registry.state(ws, "demo").releases) == 1

@@ -94,3 +94,22 @@ def test_deployments_point_at_the_flow_with_valid_parameters():
         assert set(dep.get("parameters", {})) <= accepted, dep["name"]
         for cron in dep.get("schedules", []):
             assert len(cron["cron"].split()) == 5
+
+
+def test_flow_holds_the_name_and_charges_the_dataset(prefect_harness, tmp_path, demo_paths):
+    """The flow takes the name's lock and charges the registry (a deployment's period budget)."""
+    from dpsynth import pipeline, registry
+
+    first = _run(tmp_path, demo_paths, name="night-1", dataset="demo-table", period="day", period_epsilon=1.2)
+    manifest = json.loads((tmp_path / "out" / "night-1" / "manifest.json").read_text())
+    assert manifest["privacy"]["dataset"]["name"] == "demo-table" and first["release"]
+    with pytest.raises(registry.RegistryRefused, match="this day"):
+        _run(tmp_path, demo_paths, name="night-2", dataset="demo-table", period="day", period_epsilon=1.2)
+    assert len(list((tmp_path / "ws" / "releases").glob("*/measurement/COMPLETE"))) == 1
+    data, schema = demo_paths
+    cfg = pipeline.ReleaseConfig(data=data, schema=schema, method="marginals", epsilon=1.0,
+                                 out=tmp_path / "out", workspace=tmp_path / "ws", name="night-3")
+    with pipeline.claim_name(pipeline.prepare(cfg)):  # another run holds night-3
+        with pytest.raises(pipeline.ReleaseError, match="being built by another run"):
+            _run(tmp_path, demo_paths, name="night-3")
+    assert [r.name for r in registry.state(tmp_path / "ws", "demo-table").releases] == ["night-1"]

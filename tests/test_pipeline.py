@@ -47,7 +47,7 @@ def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     assert m["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
     assert len(m["privacy"]["ledger"]) == 10 and all(s["spent"] for s in m["privacy"]["ledger"])
     assert set(m["timings"]) >= {"prepare", "encode", "measure", "synthesize", "validate", "publish"}
-    assert m["seed_commitment"].startswith("sha256:")
+    assert m["seed_commitment"].startswith("hmac-sha256:")
     for rel, digest in m["files"].items():
         assert bundle.sha256_file(folder / rel) == digest
     assert {"numpy", "pandas", "pyarrow", "python"} <= set(m["versions"])

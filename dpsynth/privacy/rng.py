@@ -1,22 +1,34 @@
-"""Random generators for releases.
+"""Random generators for releases, bound to the release they serve.
 
-Without a secret seed every generator draws from the OS entropy pool. With one,
-each stage gets its own generator derived from (seed, stage name), so that a
-release is reproducible byte for byte and stages do not share streams. The seed
-is private: knowing it removes the noise. Only a commitment (a hash) of it may
-be published.
+Without a secret seed every generator draws from the OS entropy pool. With one, each
+stage's generator is derived by HMAC-SHA256 under the seed from the *release
+material* (a digest of everything the release depends on: input content, schema,
+method, parameters, post-processing options, budget, name) and the stage name
+(DESIGN.md, decision 9). The same inputs and seed give the same bytes (reproducible
+builds); any other input gives independent noise, so one seed file can serve every
+nightly release without the difference of two releases cancelling their noise.
+
+The seed is private: knowing it removes the noise. The manifest carries only a
+per-release commitment, an HMAC under the seed of the release material: without the
+seed it reveals nothing about the input and two releases' commitments cannot be linked;
+an auditor given the seed and the release's inputs can recompute it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MIN_SEED_BYTES", "read_seed_file", "stage_rng", "seed_commitment"]
+__all__ = ["MIN_SEED_BYTES", "read_seed_file", "stage_rng", "seed_commitment", "seed_tag"]
 
 MIN_SEED_BYTES = 16
+
+_RNG_LABEL = b"dpsynth/stage-rng/v2\x00"
+_COMMIT_LABEL = b"dpsynth/seed-commitment/v2\x00"
+_TAG_LABEL = b"dpsynth/seed-tag/v1\x00"
 
 
 def read_seed_file(path: str | Path) -> bytes:
@@ -34,16 +46,41 @@ def read_seed_file(path: str | Path) -> bytes:
     return seed
 
 
-def stage_rng(seed: bytes | None, stage: str) -> np.random.Generator:
-    """Generator for one stage: OS entropy, or derived from the secret seed."""
+def _mac(seed: bytes, label: bytes, *parts: bytes) -> bytes:
+    mac = hmac.new(seed, label, hashlib.sha256)
+    for part in parts:  # length-prefixed: no two part lists give the same message
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return mac.digest()
+
+
+def stage_rng(seed: bytes | None, release: bytes, stage: str) -> np.random.Generator:
+    """Generator for one stage of one release: OS entropy, or HMAC(seed; release, stage).
+
+    ``release`` is the release material's digest; it must change whenever the input,
+    schema, method, parameters, budget or name change.
+    """
     if seed is None:
         return np.random.default_rng()
-    digest = hashlib.sha256(b"dpsynth/stage-rng/v1\x00" + seed + b"\x00" + stage.encode()).digest()
+    if not release:
+        raise ValueError("a seeded generator needs the release material it is bound to")
+    digest = _mac(seed, _RNG_LABEL, release, stage.encode())
     return np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "big")))
 
 
-def seed_commitment(seed: bytes | None) -> str | None:
-    """Hash of the seed, safe to publish because the seed has >= 128 bits of entropy."""
+def seed_commitment(seed: bytes | None, release: bytes) -> str | None:
+    """Per-release commitment to the seed: HMAC(seed; release material), safe to publish.
+
+    It is a function of the secret seed and the release together, never of the input
+    alone; two releases made with one seed carry unrelated commitments.
+    """
     if seed is None:
         return None
-    return "sha256:" + hashlib.sha256(b"dpsynth/seed-commitment/v1\x00" + seed).hexdigest()
+    return "hmac-sha256:" + _mac(seed, _COMMIT_LABEL, release).hex()
+
+
+def seed_tag(seed: bytes | None) -> str:
+    """Private identity of a seed for cache keys in the workspace (never published)."""
+    if seed is None:
+        return "os-entropy"
+    return _mac(seed, _TAG_LABEL).hex()[:32]
