@@ -57,31 +57,38 @@ def acg_proposal(B: np.ndarray) -> AcgProposal:
     return AcgProposal(B=B, omega=omega, log_m=log_m, b=b)
 
 
-def _rejection(prop: AcgProposal, rng: np.random.Generator, batch: int = 64) -> tuple[np.ndarray, int]:
-    """One accepted point in eigen-coordinates and the number of proposals it took."""
+def _rejection(prop: AcgProposal, rng: np.random.Generator, m: int = 1) -> tuple[np.ndarray, int]:
+    """m accepted points in eigen-coordinates and the number of proposals they took."""
     q = prop.B.size
     scale = 1.0 / np.sqrt(prop.omega)
-    tries = 0
-    while True:
+    out, got, tries = np.empty((m, q)), 0, 0
+    while got < m:
+        batch = max(64, int(1.5 * (m - got) / 0.3))
         z = rng.standard_normal((batch, q)) * scale
         x = z / np.linalg.norm(z, axis=1, keepdims=True)
         log_ratio = -(x * x) @ prop.B - prop.log_m + (q / 2.0) * np.log((x * x) @ prop.omega)
-        ok = np.log(rng.random(batch)) < log_ratio
-        if ok.any():
-            first = int(np.argmax(ok))
-            return x[first], tries + first + 1
-        tries += batch
+        ok = np.flatnonzero(np.log(rng.random(batch)) < log_ratio)
+        take = ok[: m - got]
+        out[got : got + take.size] = x[take]
+        got += take.size
+        tries += int(take[-1]) + 1 if got == m else batch
+    return out, tries
 
 
-def pvec(A: np.ndarray, rng: np.random.Generator, *, return_tries: bool = False):
-    """A unit vector v with density proportional to exp(v^T A v) (A symmetric)."""
+def pvec(A: np.ndarray, rng: np.random.Generator, *, size: int | None = None, return_tries: bool = False):
+    """Unit vector(s) with density proportional to exp(v^T A v) (A symmetric).
+
+    One vector, or a (size, p) array of independent ones; with ``return_tries`` also
+    the number of proposals the rejection sampler used.
+    """
     A = np.asarray(A, dtype=np.float64)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or not np.allclose(A, A.T, atol=1e-9 * (1 + np.abs(A).max())):
         raise ValueError("A must be a symmetric square matrix")
     lam, U = np.linalg.eigh((A + A.T) / 2.0)
     prop = acg_proposal(np.maximum(lam.max() - lam, 0.0))
-    x, tries = _rejection(prop, rng)
-    v = U @ x
+    x, tries = _rejection(prop, rng, 1 if size is None else int(size))
+    v = x @ U.T
+    v = v[0] if size is None else v
     return (v, tries) if return_tries else v
 
 
