@@ -15,7 +15,7 @@ from scipy import stats
 
 from dpsynth.encoding import encode, read_table
 from dpsynth.methods import ParamError, get_method
-from dpsynth.methods.microaggregation_common import BLOCKS, blocks_from_frame
+from dpsynth.methods.microaggregation_common import BLOCKS, blocks_from_frame, embeddings
 from dpsynth.microaggregation import (
     Embedding,
     alpha_net,
@@ -216,10 +216,10 @@ def test_anonymous_method_needs_the_opt_in(demo):
         get_method("microaggregation").plan(demo.schema, Budget(epsilon=1.0, delta=1e-6))
 
 
-@pytest.mark.parametrize("group_size", [20, 37])
-def test_anonymous_blocks_average_at_least_group_size_rows_and_keep_the_mean(demo, group_size):
-    _, m = _anonymous(demo, group_size=group_size)
-    emb = Embedding(schema=demo.schema)
+@pytest.mark.parametrize("group_size, numeric", [(20, "hybrid"), (37, "hybrid"), (20, "scaled")])
+def test_anonymous_blocks_average_at_least_group_size_rows_and_keep_the_mean(demo, group_size, numeric):
+    _, m = _anonymous(demo, group_size=group_size, numeric=numeric)
+    emb = embeddings(demo.schema, numeric)[1]
     sizes, means = blocks_from_frame(emb, m.tables[BLOCKS])
     assert sizes.min() >= group_size and sizes.sum() == demo.n and sizes.size == demo.n // group_size
     X = emb.embed(demo)

@@ -26,7 +26,6 @@ import numpy as np
 from ..encoding import EncodedTable
 from ..measurement import NoisyCount, PrivacyStatement
 from ..microaggregation import (
-    Embedding,
     alpha_net,
     anonymous_net,
     block_means,
@@ -38,7 +37,9 @@ from ..microaggregation import (
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
 from .base import Measurement, ParamError, params_to_dict
-from .microaggregation_common import BLOCKS, block_distribution, blocks_frame, implied_measured, synthesize_blocks
+from .microaggregation_common import (
+    BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
+)
 
 __all__ = ["MicroaggregationParams", "MicroaggregationMethod", "anonymous_statement"]
 
@@ -63,7 +64,7 @@ class MicroaggregationParams:
     group_size: int = 20
     t: int | None = None
     alpha: float | None = None
-    numeric: Literal["scaled", "bins"] = "scaled"
+    numeric: Literal["hybrid", "scaled", "bins"] = "hybrid"
     pairs: bool = True
     max_net_points: float = 2e6
 
@@ -76,8 +77,7 @@ class MicroaggregationParams:
             raise ParamError(f"parameter 't' must be a whole number >= 1, got {self.t!r}")
         if self.alpha is not None and not (0 < self.alpha <= 4):
             raise ParamError(f"parameter 'alpha' must lie in (0, 4], got {self.alpha!r}")
-        if self.numeric not in ("scaled", "bins"):
-            raise ParamError(f"parameter 'numeric' must be 'scaled' or 'bins', got {self.numeric!r}")
+        check_numeric(self.numeric)
         if not self.max_net_points >= 100:
             raise ParamError(f"parameter 'max_net_points' must be >= 100, got {self.max_net_points!r}")
 
@@ -107,19 +107,20 @@ class MicroaggregationMethod:
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         p = self.params
         charge = ledger.spend(STAGE)
-        emb = Embedding(schema=codes.schema, numeric=p.numeric)
-        X = emb.embed(codes)
-        n = X.shape[0]
+        geo, emb = embeddings(codes.schema, p.numeric)
+        G = geo.embed(codes)
+        n = G.shape[0]
         if n < p.group_size:
             raise ValueError(f"the input has fewer rows than parameter 'group_size' = {p.group_size}")
         k = n // p.group_size
         t, alpha = anonymous_net(k, p.t, p.alpha)
-        t = min(t, emb.dim)
-        V = top_eigvecs(X, t)
-        Yp = X @ V
+        t = min(t, geo.dim)
+        V = top_eigvecs(G, t)
+        Yp = G @ V
+        del G
         cells = nearest_point(Yp, alpha_net(t, alpha, p.max_net_points))
         blocks = divide_and_merge(cells, Yp[:, 0], k)
-        means, sizes = block_means(X, blocks, k)
+        means, sizes = block_means(emb.embed(codes), blocks, k)
         df = blocks_frame(emb, sizes, means)
         w, Y = block_distribution(emb, df, n)
         return Measurement(
@@ -135,4 +136,4 @@ class MicroaggregationMethod:
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         total = float(m.records.value) if m.records is not None else float(m.tables[BLOCKS]["weight"].sum())
         n = int(round(total)) if rows is None else rows
-        return synthesize_blocks(schema, str(m.params.get("numeric", "scaled")), m.tables[BLOCKS], total, n, rng)
+        return synthesize_blocks(schema, str(m.params.get("numeric", "hybrid")), m.tables[BLOCKS], total, n, rng)

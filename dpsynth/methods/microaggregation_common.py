@@ -19,10 +19,11 @@ import pandas as pd
 
 from ..encoding import EncodedTable
 from ..measurement import NoisyMarginal
-from ..microaggregation import Embedding, bootstrap, project_weights
+from ..microaggregation import Embedding, bootstrap, project_weights, split_numeric_mode
 from ..schema import Schema
+from .base import ParamError
 
-__all__ = ["coordinate_names", "blocks_frame", "blocks_from_frame", "implied_measured", "block_distribution",
+__all__ = ["coordinate_names", "blocks_frame", "blocks_from_frame", "implied_measured", "block_distribution", "embeddings", "check_numeric",
            "synthesize_blocks"]
 
 BLOCKS = "blocks"
@@ -72,9 +73,22 @@ def block_distribution(emb: Embedding, df: pd.DataFrame, total: float) -> tuple[
     return project_weights(counts / max(float(total), 1.0)), emb.project_k(means)
 
 
+def embeddings(schema: Schema, numeric: str) -> tuple[Embedding, Embedding]:
+    """The (geometry, values) embeddings for a method's ``numeric`` parameter."""
+    geo, val = split_numeric_mode(numeric)
+    return Embedding(schema=schema, numeric=geo), Embedding(schema=schema, numeric=val)
+
+
+def check_numeric(numeric: str) -> None:
+    try:
+        split_numeric_mode(numeric)
+    except ValueError as exc:
+        raise ParamError(str(exc)) from None
+
+
 def synthesize_blocks(
     schema: Schema, numeric: str, df: pd.DataFrame, total: float, rows: int, rng: np.random.Generator
 ) -> EncodedTable:
-    emb = Embedding(schema=schema, numeric=numeric)  # type: ignore[arg-type]
+    emb = Embedding(schema=schema, numeric=split_numeric_mode(numeric)[1])
     w, Y = block_distribution(emb, df, total)
     return emb.round_records(Y[bootstrap(w, rows, rng)], rng)

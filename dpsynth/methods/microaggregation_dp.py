@@ -51,7 +51,9 @@ from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_laplace
 from ..schema import Schema
 from .base import Measurement, ParamError, params_to_dict
-from .microaggregation_common import BLOCKS, block_distribution, blocks_frame, implied_measured, synthesize_blocks
+from .microaggregation_common import (
+    BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
+)
 
 __all__ = ["MicroaggregationDPParams", "MicroaggregationDPMethod"]
 
@@ -62,26 +64,29 @@ _CELL_BUDGET = 4e7  # floats in the s x p table of noisy means
 
 @dataclass(frozen=True, kw_only=True)
 class MicroaggregationDPParams:
-    """split: relative budget shares of (projection, weights, means) (the paper: thirds).
+    """split: relative budget shares of (projection, weights, means); default by preset:
+    the paper's thirds (1, 1, 1), tuned (1, 1, 12). b_factor: multiplies the rule for b
+    (default 1 for "paper", 8 for "tuned").
     records_share: fraction of epsilon for the noisy record count. preset: "paper"
     (Section 5.8's formulas) or "tuned" (net sized to n eps, see
     :mod:`dpsynth.microaggregation.defaults`). t, alpha, b override the preset.
     kappa: the paper's exponent (Remark 5.16: 1/3). numeric: "scaled" or "bins".
     pairs: also state implied 2-way marginals. max_net_points: memory limit on the net."""
 
-    split: tuple[float, ...] = (1.0, 1.0, 1.0)
+    split: tuple[float, ...] | None = None
+    b_factor: float | None = None
     records_share: float = 0.02
     preset: Literal["paper", "tuned"] = "tuned"
     t: int | None = None
     alpha: float | None = None
     b: float | None = None
     kappa: float = 1 / 3
-    numeric: Literal["scaled", "bins"] = "scaled"
+    numeric: Literal["hybrid", "scaled", "bins"] = "hybrid"
     pairs: bool = True
     max_net_points: float = 2e6
 
     def __post_init__(self) -> None:
-        if len(self.split) != 3 or not all(math.isfinite(x) and x > 0 for x in self.split):
+        if self.split is not None and (len(self.split) != 3 or not all(math.isfinite(x) and x > 0 for x in self.split)):
             raise ParamError(f"parameter 'split' must be three positive shares (projection, weights, means), got {self.split!r}")
         if not 0 < self.records_share < 0.5:
             raise ParamError(f"parameter 'records_share' must lie in (0, 0.5), got {self.records_share!r}")
@@ -93,18 +98,19 @@ class MicroaggregationDPParams:
             raise ParamError(f"parameter 'alpha' must lie in (0, 4], got {self.alpha!r}")
         if self.b is not None and not (math.isfinite(self.b) and self.b >= 1):
             raise ParamError(f"parameter 'b' must be a number >= 1, got {self.b!r}")
+        if self.b_factor is not None and not (math.isfinite(self.b_factor) and self.b_factor > 0):
+            raise ParamError(f"parameter 'b_factor' must be a number > 0, got {self.b_factor!r}")
         if not 0 < self.kappa < 1:
             raise ParamError(f"parameter 'kappa' must lie in (0, 1), got {self.kappa!r}")
-        if self.numeric not in ("scaled", "bins"):
-            raise ParamError(f"parameter 'numeric' must be 'scaled' or 'bins', got {self.numeric!r}")
+        check_numeric(self.numeric)
         if not self.max_net_points >= 100:
             raise ParamError(f"parameter 'max_net_points' must be >= 100, got {self.max_net_points!r}")
 
     def epsilons(self, epsilon: float) -> tuple[float, float, float, float]:
         e_n = epsilon * self.records_share
         rest = epsilon - e_n
-        tot = sum(self.split)
-        return (e_n,) + tuple(rest * s / tot for s in self.split)  # type: ignore[return-value]
+        split = self.split or ((1.0, 1.0, 1.0) if self.preset == "paper" else (1.0, 1.0, 12.0))
+        return (e_n,) + tuple(rest * s / sum(split) for s in split)  # type: ignore[return-value]
 
 
 class MicroaggregationDPMethod:
@@ -115,11 +121,12 @@ class MicroaggregationDPMethod:
         self.params = params or MicroaggregationDPParams()
 
     def _net_limit(self, emb: Embedding) -> float:
+        """Net points that fit: at most max_net_points, and s x p noisy means in the cell budget."""
         return min(self.params.max_net_points, _CELL_BUDGET / emb.dim)
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         p = self.params
-        emb = Embedding(schema=schema, numeric=p.numeric)
+        _, emb = embeddings(schema, p.numeric)
         if p.t is not None and p.alpha is not None:
             try:
                 check_net_size(p.t, p.alpha, self._net_limit(emb))
@@ -132,7 +139,9 @@ class MicroaggregationDPMethod:
     def _design(self, n_pub: float, emb: Embedding, eps_y: float):
         p = self.params
         fn = paper_design if p.preset == "paper" else tuned_design
-        kw = {"kappa": p.kappa} if p.preset == "paper" else {}
+        kw: dict = {"kappa": p.kappa} if p.preset == "paper" else {}
+        if p.b_factor is not None:
+            kw["b_factor"] = p.b_factor
         d = fn(n_pub, emb.dim, emb.l1_radius, eps_y, t=p.t, alpha=p.alpha, b=p.b, **kw)
         if p.t is None:  # a default t never exceeds what fits in memory
             t_cap = max(1, largest_feasible_t(d.alpha, self._net_limit(emb)))
@@ -142,17 +151,17 @@ class MicroaggregationDPMethod:
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         p = self.params
-        emb = Embedding(schema=codes.schema, numeric=p.numeric)
-        X = emb.embed(codes)
+        geo, emb = embeddings(codes.schema, p.numeric)
+        G = geo.embed(codes)  # the partition's geometry (||x|| <= 1)
         c_n, c_p, c_w, c_y = (ledger.spend(s) for s in STAGES)
         n_scale = 1.0 / c_n.epsilon
-        n_pub = float(max(1, X.shape[0] + int(discrete_laplace(n_scale, 1, rng)[0])))
+        n_pub = float(max(1, G.shape[0] + int(discrete_laplace(n_scale, 1, rng)[0])))
         d = self._design(n_pub, emb, c_y.epsilon)
-        V = private_projection((c_p.epsilon / d.t) * (X.T @ X), d.t, rng)
+        V = private_projection((c_p.epsilon / d.t) * (G.T @ G), d.t, rng)
         net = alpha_net(d.t, d.alpha, self._net_limit(emb))
-        cells = nearest_point(X @ V, net)
-        counts, damped = damped_sums(X, cells, net.shape[0], d.b)
-        del X
+        cells = nearest_point(G @ V, net)
+        del G
+        counts, damped = damped_sums(emb.embed(codes), cells, net.shape[0], d.b)
         noisy_c, c_scale = noisy_counts(counts, c_w.epsilon, rng)
         nm = noisy_means(damped, mean_sensitivity_l1(emb.l1_radius, d.b), c_y.epsilon, rng)
         df = blocks_frame(emb, noisy_c, nm.values)
@@ -176,4 +185,4 @@ class MicroaggregationDPMethod:
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         total = float(m.records.value) if m.records is not None else 1.0
         n = int(round(total)) if rows is None else rows
-        return synthesize_blocks(schema, str(m.params.get("numeric", "scaled")), m.tables[BLOCKS], total, n, rng)
+        return synthesize_blocks(schema, str(m.params.get("numeric", "hybrid")), m.tables[BLOCKS], total, n, rng)

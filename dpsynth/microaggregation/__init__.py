@@ -17,7 +17,7 @@ from .aggregate import (
     top_eigvecs,
 )
 from .defaults import Design, anonymous_net, paper_design, tuned_design
-from .embedding import Embedding, project_simplex_rows
+from .embedding import Embedding, project_simplex_rows, split_numeric_mode
 from .net import NetTooLarge, alpha_net, check_net_size, covering_radius, estimate_net_size, nearest_point
 from .pvec import private_projection, pvec, pvec_acceptance_rate
 
@@ -26,5 +26,5 @@ __all__ = [
     "bootstrap", "check_net_size", "covering_radius", "damped_sums", "divide_and_merge",
     "estimate_net_size", "mean_sensitivity_l1", "nearest_point", "noisy_counts", "noisy_means",
     "paper_design", "private_projection", "project_simplex_rows", "project_weights", "pvec",
-    "pvec_acceptance_rate", "top_eigvecs", "tuned_design",
+    "pvec_acceptance_rate", "split_numeric_mode", "top_eigvecs", "tuned_design",
 ]

@@ -29,9 +29,23 @@ import numpy as np
 from ..encoding import EncodedTable, code_dtype
 from ..schema import Column, Schema
 
-__all__ = ["Embedding", "project_simplex_rows"]
+__all__ = ["Embedding", "project_simplex_rows", "split_numeric_mode"]
 
 NumericMode = Literal["scaled", "bins"]
+
+
+def split_numeric_mode(mode: str) -> tuple[NumericMode, NumericMode]:
+    """(geometry, values) embeddings of a method's ``numeric`` parameter.
+
+    "hybrid" partitions records by the scaled embedding (neighbouring values of a number
+    are close) and averages them in the one-hot bins embedding (a block keeps the spread
+    of its values); "scaled" and "bins" use one embedding for both.
+    """
+    if mode == "hybrid":
+        return "scaled", "bins"
+    if mode in ("scaled", "bins"):
+        return mode, mode  # type: ignore[return-value]
+    raise ValueError(f"parameter 'numeric' must be 'hybrid', 'scaled' or 'bins', got {mode!r}")
 
 
 def project_simplex_rows(Y: np.ndarray) -> np.ndarray:
