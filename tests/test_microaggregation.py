@@ -144,6 +144,9 @@ def test_net_too_large_is_refused_before_rows_are_read():
         method = get_method(name, {"t": "6", "alpha": "0.02", **extra})
         with pytest.raises(ParamError, match="smallest feasible alpha for t=6 is"):
             method.plan(schema, Budget(epsilon=1.0, delta=1e-6))
+    # a given t with the preset's alpha (paper: 1/sqrt(t)) is checked too
+    with pytest.raises(ParamError, match="largest feasible t for alpha=0.25 is"):
+        get_method("microaggregation-dp", {"t": "16", "preset": "paper"}).plan(schema, Budget(epsilon=1.0, delta=1e-6))
 
 
 # --- partition, means, projections -------------------------------------------

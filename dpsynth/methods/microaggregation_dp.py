@@ -127,9 +127,11 @@ class MicroaggregationDPMethod:
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         p = self.params
         _, emb = embeddings(schema, p.numeric)
-        if p.t is not None and p.alpha is not None:
+        if p.t is not None:  # a default t is capped to what fits; a given one is checked here
+            # the preset's alpha for a given t: 1/sqrt(t) (paper), at least 0.5 (tuned)
+            alpha = p.alpha if p.alpha is not None else (1 / math.sqrt(p.t) if p.preset == "paper" else 0.5)
             try:
-                check_net_size(p.t, p.alpha, self._net_limit(emb))
+                check_net_size(p.t, alpha, self._net_limit(emb))
             except ValueError as exc:
                 raise ParamError(f"{exc} (the table of noisy means has {emb.dim} coordinates per cell)") from None
         mech = ("laplace", "exponential", "laplace", "laplace")
