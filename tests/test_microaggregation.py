@@ -20,6 +20,7 @@ from dpsynth.microaggregation import (
     Embedding,
     alpha_net,
     block_means,
+    group_sums,
     divide_and_merge,
     nearest_point,
     project_simplex_rows,
@@ -161,7 +162,7 @@ def test_divide_and_merge_blocks_hold_at_least_n_over_k_rows(n, k):
     assert sizes.size == k and sizes.min() >= n // k and sizes.sum() == n
     assert np.count_nonzero(sizes != n // k) <= 1  # only one block is larger
     X = rng.random((n, 3))
-    means, _ = block_means(X, blocks, k)
+    means, _ = block_means(group_sums(X, blocks, k), blocks, k)
     for j in (0, k - 1):
         assert np.allclose(means[j], X[blocks == j].mean(axis=0))
 
@@ -198,10 +199,13 @@ def test_embedding_lies_in_k_and_rounds_to_valid_records(demo, numeric):
     assert np.all(np.linalg.norm(X, axis=1) <= 1 + 1e-12)
     assert np.allclose(np.abs(X).sum(axis=1), emb.l1_radius)
     assert np.allclose(emb.project_k(X), X)  # records are in K
+    assert np.allclose(emb.embed_sparse(demo).toarray(), X)
+    groups = np.arange(demo.n) % 7
+    assert np.allclose(emb.group_sums(demo, groups, 7), group_sums(X, groups, 7))
     rng = np.random.default_rng(0)
-    rec = emb.round_records(emb.project_k(X[:500] + rng.normal(0, 0.3, (500, emb.dim))), rng)
+    rec = emb.round_records(emb.project_k(X[:500] + rng.normal(0, 0.3, (500, emb.dim))), np.arange(500), rng)
     assert np.all(rec.codes < np.asarray(demo.schema.cardinalities))
-    back = emb.round_records(X[:200], rng)  # a vertex of K rounds to itself ...
+    back = emb.round_records(X, np.arange(200), rng)  # a vertex of K rounds to itself ...
     same = back.codes == demo.codes[:200]
     for j, b in enumerate(emb.blocks):  # ... except scaled numbers, which keep their bin
         assert same[:, j].all(), b.column.name

@@ -108,7 +108,7 @@ class MicroaggregationMethod:
         p = self.params
         charge = ledger.spend(STAGE)
         geo, emb = embeddings(codes.schema, p.numeric)
-        G = geo.embed(codes)
+        G = geo.embed_sparse(codes)
         n = G.shape[0]
         if n < p.group_size:
             raise ValueError(f"the input has fewer rows than parameter 'group_size' = {p.group_size}")
@@ -116,11 +116,11 @@ class MicroaggregationMethod:
         t, alpha = anonymous_net(k, p.t, p.alpha)
         t = min(t, geo.dim)
         V = top_eigvecs(G, t)
-        Yp = G @ V
+        Yp = np.asarray(G @ V)
         del G
         cells = nearest_point(Yp, alpha_net(t, alpha, p.max_net_points))
         blocks = divide_and_merge(cells, Yp[:, 0], k)
-        means, sizes = block_means(emb.embed(codes), blocks, k)
+        means, sizes = block_means(emb.group_sums(codes, blocks, k), blocks, k)
         df = blocks_frame(emb, sizes, means)
         w, Y = block_distribution(emb, df, n)
         return Measurement(

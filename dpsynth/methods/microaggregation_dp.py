@@ -37,7 +37,7 @@ from ..microaggregation import (
     Embedding,
     alpha_net,
     check_net_size,
-    damped_sums,
+    damped_means,
     mean_sensitivity_l1,
     nearest_point,
     noisy_counts,
@@ -154,16 +154,16 @@ class MicroaggregationDPMethod:
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         p = self.params
         geo, emb = embeddings(codes.schema, p.numeric)
-        G = geo.embed(codes)  # the partition's geometry (||x|| <= 1)
+        G = geo.embed_sparse(codes)  # the partition's geometry (||x|| <= 1)
         c_n, c_p, c_w, c_y = (ledger.spend(s) for s in STAGES)
         n_scale = 1.0 / c_n.epsilon
         n_pub = float(max(1, G.shape[0] + int(discrete_laplace(n_scale, 1, rng)[0])))
         d = self._design(n_pub, emb, c_y.epsilon)
-        V = private_projection((c_p.epsilon / d.t) * (G.T @ G), d.t, rng)
+        V = private_projection((c_p.epsilon / d.t) * (G.T @ G).toarray(), d.t, rng)
         net = alpha_net(d.t, d.alpha, self._net_limit(emb))
-        cells = nearest_point(G @ V, net)
+        cells = nearest_point(np.asarray(G @ V), net)
         del G
-        counts, damped = damped_sums(emb.embed(codes), cells, net.shape[0], d.b)
+        counts, damped = damped_means(emb.group_sums(codes, cells, net.shape[0]), cells, d.b)
         noisy_c, c_scale = noisy_counts(counts, c_w.epsilon, rng)
         nm = noisy_means(damped, mean_sensitivity_l1(emb.l1_radius, d.b), c_y.epsilon, rng)
         df = blocks_frame(emb, noisy_c, nm.values)

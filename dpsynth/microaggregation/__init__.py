@@ -8,8 +8,9 @@ from .aggregate import (
     NoisyMeans,
     block_means,
     bootstrap,
-    damped_sums,
+    damped_means,
     divide_and_merge,
+    group_sums,
     mean_sensitivity_l1,
     noisy_counts,
     noisy_means,
@@ -23,7 +24,7 @@ from .pvec import private_projection, pvec, pvec_acceptance_rate
 
 __all__ = [
     "Design", "Embedding", "NetTooLarge", "NoisyMeans", "alpha_net", "anonymous_net", "block_means",
-    "bootstrap", "check_net_size", "covering_radius", "damped_sums", "divide_and_merge",
+    "bootstrap", "check_net_size", "covering_radius", "damped_means", "divide_and_merge", "group_sums",
     "estimate_net_size", "mean_sensitivity_l1", "nearest_point", "noisy_counts", "noisy_means",
     "paper_design", "private_projection", "project_simplex_rows", "project_weights", "pvec",
     "pvec_acceptance_rate", "split_numeric_mode", "top_eigvecs", "tuned_design",

@@ -4,7 +4,7 @@
   (the last block takes the n mod k extra rows): cut every cell into full chunks,
   pool the residuals at the end, cut the pool (Section 3.6 / Theorem 4.1);
 * ``block_means``: conditional expectation on a partition (exact microaggregation);
-* ``damped_sums``: counts and sums per net cell, divided by max(|F_j|, b) (Section 5.4);
+* ``damped_means``: counts per net cell and sums, divided by max(|F_j|, b) (Section 5.4);
 * ``noisy_counts`` / ``noisy_means``: the Laplace mechanism on both (Theorem 5.12,
   neighbours by adding or removing one record), counts with discrete Laplace noise,
   means with Laplace noise on a grid;
@@ -25,7 +25,8 @@ from ..privacy.noise import discrete_laplace, grid_sensitivity, laplace_on_grid
 __all__ = [
     "divide_and_merge",
     "block_means",
-    "damped_sums",
+    "damped_means",
+    "group_sums",
     "mean_sensitivity_l1",
     "NoisyMeans",
     "noisy_counts",
@@ -39,6 +40,7 @@ __all__ = [
 def top_eigvecs(X: np.ndarray, t: int) -> np.ndarray:
     """The t leading eigenvectors of S = X^T X / n (exact PCA, not private)."""
     S = X.T @ X / max(1, X.shape[0])
+    S = S.toarray() if sp.issparse(S) else S
     lam, U = np.linalg.eigh(S)
     return U[:, np.argsort(lam)[::-1][:t]]
 
@@ -66,19 +68,24 @@ def _indicator(groups: np.ndarray, s: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(n), (groups, np.arange(n))), shape=(s, n))
 
 
-def block_means(X: np.ndarray, blocks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of X on every block and the block sizes (all blocks must be non-empty)."""
+def block_means(sums: np.ndarray, blocks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Means of the blocks from their sums (k x p) and the block sizes (all blocks non-empty)."""
     sizes = np.bincount(blocks, minlength=k)
     if np.any(sizes == 0):
         raise ValueError("every block must hold at least one row")
-    return np.asarray(_indicator(blocks, k) @ X) / sizes[:, None], sizes
+    return sums / sizes[:, None], sizes
 
 
-def damped_sums(X: np.ndarray, cells: np.ndarray, s: int, b: float) -> tuple[np.ndarray, np.ndarray]:
+def damped_means(sums: np.ndarray, cells: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
     """Cell counts |F_j| and damped means sum_{F_j} x_i / max(|F_j|, b) (Section 5.4)."""
-    counts = np.bincount(cells, minlength=s)
-    sums = np.asarray(_indicator(cells, s) @ X)
+    counts = np.bincount(cells, minlength=sums.shape[0])
     return counts, sums / np.maximum(counts, b)[:, None]
+
+
+def group_sums(X: np.ndarray, groups: np.ndarray, s: int) -> np.ndarray:
+    """Row sums of a dense X per group (s x p)."""
+    n = groups.size
+    return np.asarray(sp.csr_matrix((np.ones(n), (groups, np.arange(n))), shape=(s, n)) @ X)
 
 
 def mean_sensitivity_l1(l1_radius: float, b: float) -> float:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..encoding import EncodedTable, code_dtype
 from ..schema import Column, Schema
@@ -129,6 +130,49 @@ class Embedding:
         X *= self.scale
         return X
 
+    def group_sums(self, enc: EncodedTable, groups: np.ndarray, s: int) -> np.ndarray:
+        """sum of the embedded records of each group (s x dim), without the dense n x dim matrix."""
+        out = np.zeros((s, self.dim))
+        groups = np.asarray(groups, dtype=np.int64)
+        for j, b in enumerate(self.blocks):
+            codes = enc.codes[:, j].astype(np.int64)
+            if not b.scaled:
+                out[:, b.start : b.start + b.width] = np.bincount(
+                    groups * b.width + codes, minlength=s * b.width).reshape(s, b.width)
+                continue
+            nreg = b.column.n_regular
+            regular = codes < nreg
+            sv = np.where(regular, _scaled_midpoints(b.column)[np.where(regular, codes, 0)], 0.0)
+            out[:, b.start] = np.bincount(groups, weights=np.where(regular, 1.0 - sv, 0.0), minlength=s)
+            out[:, b.start + 1] = np.bincount(groups, weights=sv, minlength=s)
+            if b.width > 2:
+                spec = np.where(regular, 0, codes - nreg)
+                out[:, b.start + 2 : b.start + b.width] = np.bincount(
+                    groups[~regular] * (b.width - 2) + spec[~regular], minlength=s * (b.width - 2)
+                ).reshape(s, b.width - 2)
+        return out * self.scale
+
+    def embed_sparse(self, enc: EncodedTable) -> sp.csr_matrix:
+        """The embedding as a sparse matrix (C to 2C non-zeros a row): cheap X^T X and X V."""
+        rows, cols, vals = [], [], []
+        idx = np.arange(enc.n)
+        for j, b in enumerate(self.blocks):
+            codes = enc.codes[:, j].astype(np.int64)
+            if not b.scaled:
+                rows.append(idx), cols.append(b.start + codes), vals.append(np.ones(enc.n))
+                continue
+            nreg = b.column.n_regular
+            regular = codes < nreg
+            sv = _scaled_midpoints(b.column)[np.where(regular, codes, 0)]
+            rows += [idx[regular], idx[regular], idx[~regular]]
+            cols += [np.full(regular.sum(), b.start), np.full(regular.sum(), b.start + 1),
+                     b.start + 2 + codes[~regular] - nreg]
+            vals += [1.0 - sv[regular], sv[regular], np.ones((~regular).sum())]
+        X = sp.csr_matrix((np.concatenate(vals) * self.scale, (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(enc.n, self.dim))
+        X.sum_duplicates()
+        return X
+
     def project_k(self, Y: np.ndarray) -> np.ndarray:
         """Euclidean projection of each row onto K (one simplex projection per block)."""
         Y = np.asarray(Y, dtype=np.float64) / self.scale
@@ -157,15 +201,16 @@ class Embedding:
         uniform = np.full_like(out, 1.0 / out.shape[1])
         return np.where(tot > 0, out / np.where(tot > 0, tot, 1.0), uniform)
 
-    def round_records(self, Y: np.ndarray, rng: np.random.Generator) -> EncodedTable:
-        """Randomized rounding: each row of K to one valid record, columns independently."""
-        m = Y.shape[0]
+    def round_records(self, Y: np.ndarray, pick: np.ndarray, rng: np.random.Generator) -> EncodedTable:
+        """Randomized rounding of the rows ``Y[pick]`` of K to valid records, columns independently."""
+        pick = np.asarray(pick, dtype=np.int64)
+        m = pick.size
         codes = np.empty((m, len(self.schema.columns)), dtype=code_dtype(self.schema.cardinalities))
         for j in range(len(self.blocks)):
-            P = self.code_probabilities(Y, j)
-            cdf = np.cumsum(P, axis=1)
-            u = rng.random(m)[:, None] * cdf[:, -1:]
-            codes[:, j] = np.minimum((u >= cdf).sum(axis=1), P.shape[1] - 1)
+            cdf = np.cumsum(self.code_probabilities(Y, j), axis=1)
+            cdf /= cdf[:, -1:]
+            u = rng.random(m)
+            codes[:, j] = np.minimum((u[:, None] >= cdf[pick]).sum(axis=1), cdf.shape[1] - 1)
         return EncodedTable(schema=self.schema, codes=codes)
 
     def implied_marginals(
