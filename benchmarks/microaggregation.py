@@ -201,6 +201,7 @@ VARIANTS = [
     ("tuned net, b x1, split 1:1:1", {"split": "1,1,1", "b_factor": "1"}),
     ("tuned (net, b x8, split 1:1:12)", {}),
     ("tuned + numeric=bins", {"numeric": "bins"}),
+    ("tuned + numeric=scaled", {"numeric": "scaled"}),
 ]
 
 

@@ -15,8 +15,9 @@ adult and national2019 are the held-out check, see docs/microaggregation.md): b 
 ``b_factor`` = 8 times the rule above (damping every cell is cheaper than the paper's
 worst case suggests: it shrinks small cells towards the uniform record instead of
 letting noise through), and the net has alpha = 0.5 and the largest t <= 5 whose net has
-at most n / (8 K) points, K = sqrt(2p) R / eps_y (the number of cells that can still
-hold about b records each); below 13 points it falls back to (t, alpha) = (2, 0.8) or
+at most n / (64 K) points, K = sqrt(2p) R / eps_y (the number of cells that can still
+hold about b records each: s <= n / b with b = 8 sqrt(K n / s); the first benchmark run
+used n / (8 K), which did not match this rule and over-refined the net); below 13 points it falls back to (t, alpha) = (2, 0.8) or
 (1, 1).
 
 For the anonymous method (Theorem 4.1) the net is chosen for k' = floor(sqrt(k)) cells:
@@ -63,8 +64,10 @@ def paper_design(n: float, p: int, l1_radius: float, eps_y: float, *, kappa: flo
 def tuned_design(n: float, p: int, l1_radius: float, eps_y: float, *, t: int | None = None,
                  alpha: float | None = None, b: float | None = None, b_factor: float = 8.0,
                  t_cap: int = 5) -> Design:
+    # Cells that can still hold b = b_factor * sqrt(K n / s) records each: s <= n / b, i.e.
+    # s <= n / (b_factor^2 K).
     K = math.sqrt(2.0 * p) * l1_radius / eps_y
-    s_max = max(n, 1.0) / (8.0 * K)
+    s_max = max(n, 1.0) / (b_factor**2 * K)
     if t is None and alpha is None:
         if estimate_net_size(2, 0.5) > s_max:
             t, alpha = (2, 0.8) if estimate_net_size(2, 0.8) <= s_max else (1, 1.0)
