@@ -36,7 +36,7 @@ from ..microaggregation import (
 )
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
-from .base import Measurement, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, params_to_dict
 from .microaggregation_common import (
     BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
 )
@@ -82,8 +82,9 @@ class MicroaggregationParams:
             raise ParamError(f"parameter 'max_net_points' must be >= 100, got {self.max_net_points!r}")
 
 
-class MicroaggregationMethod:
+class MicroaggregationMethod(MethodBase):
     name: ClassVar[str] = "microaggregation"
+    provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationParams
 
     def __init__(self, params: MicroaggregationParams | None = None):

@@ -69,8 +69,14 @@ def implied_measured(
     pair_cost = float(np.count_nonzero(w)) * (cards.sum() ** 2 - (cards**2).sum()) / 2
     pairs = pairs and pair_cost <= PAIR_COST_LIMIT
     keep = w > 0  # blocks without weight add nothing
+    exact = mechanism == "none" and not any(b.scaled for b in emb.blocks)
     for attrs, counts in emb.implied_marginals(Y[keep], w[keep], total, pairs=pairs).items():
-        out.append(NoisyMarginal(attrs=attrs, counts=counts, stddev=stddev[len(attrs) - 1], mechanism=mechanism))
+        if exact and len(attrs) == 1:  # exact block means of one-hot columns: the data's own counts
+            out.append(NoisyMarginal(attrs=attrs, counts=np.round(counts), stddev=0.0, mechanism="none"))
+            continue
+        # everything else is computed from the published blocks: derived, not a plain noisy count
+        out.append(NoisyMarginal(attrs=attrs, counts=counts, stddev=stddev[len(attrs) - 1], mechanism=mechanism,
+                                 derived=tuple(range(counts.size))))
     return tuple(out)
 
 

@@ -50,7 +50,7 @@ from ..microaggregation.net import largest_feasible_t
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_laplace
 from ..schema import Schema
-from .base import Measurement, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, params_to_dict
 from .microaggregation_common import (
     BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
 )
@@ -113,8 +113,9 @@ class MicroaggregationDPParams:
         return (e_n,) + tuple(rest * s / sum(split) for s in split)  # type: ignore[return-value]
 
 
-class MicroaggregationDPMethod:
+class MicroaggregationDPMethod(MethodBase):
     name: ClassVar[str] = "microaggregation-dp"
+    provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationDPParams
 
     def __init__(self, params: MicroaggregationDPParams | None = None):
