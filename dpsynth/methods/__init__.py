@@ -6,6 +6,8 @@ from typing import Any, Mapping
 
 from .base import Measurement, Method, ParamError, parse_params, params_to_dict
 from .marginals import MarginalsMethod
+from .microaggregation import MicroaggregationMethod
+from .microaggregation_dp import MicroaggregationDPMethod
 from .one_step import OneStepMethod
 from .private_sampling import PrivateSamplingMethod
 from .sds import SdsMethod
@@ -15,6 +17,7 @@ __all__ = ["METHODS", "Measurement", "Method", "ParamError", "get_method", "para
 # name -> class with ``params_type`` and ``__init__(params)``
 METHODS: dict[str, Any] = {MarginalsMethod.name: MarginalsMethod, SdsMethod.name: SdsMethod,
                            PrivateSamplingMethod.name: PrivateSamplingMethod, OneStepMethod.name: OneStepMethod}
+METHODS |= {m.name: m for m in (MicroaggregationMethod, MicroaggregationDPMethod)}
 
 
 def get_method(name: str, params: Mapping[str, Any] | None = None) -> Method:
