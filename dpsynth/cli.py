@@ -172,16 +172,15 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
-    import yaml
-
     from .infer import WARNING, draft_schema
 
     print(WARNING, file=sys.stderr)
-    draft = draft_schema(args.data, name=args.name, max_categories=args.max_categories)
-    text = "# DRAFT read from private data: review before use.\n" + yaml.safe_dump(draft, sort_keys=False, allow_unicode=True)
+    draft = draft_schema(args.data, name=args.name, max_categories=args.max_categories, bins=args.bins,
+                         min_count=args.min_count)
+    text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
-        print(f"wrote {args.out}", file=sys.stderr)
+        print(f"wrote {args.out}: review it, then remove the line 'draft: true'", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -297,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("data")
     si.add_argument("--name", default=None)
     si.add_argument("--out", default=None)
-    si.add_argument("--max-categories", type=int, default=50)
+    si.add_argument("--max-categories", type=int, default=50, help="list at most this many values per column")
+    si.add_argument("--min-count", type=int, default=20,
+                    help="do not list a value seen in fewer rows (it falls into 'other'); default 20")
+    si.add_argument("--bins", type=int, default=10, help="about this many bins per numeric column; default 10")
     si.set_defaults(func=_cmd_schema_infer)
     sc = ssub.add_parser("check", help="validate a schema file")
     sc.add_argument("schema")

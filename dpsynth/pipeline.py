@@ -250,6 +250,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     schema, and its hash).
     """
     schema = load_schema(config.schema)
+    schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
     method_params, options = split_params(config.method, config.params, config.rows)
     method = get_method(config.method, method_params)
     check_options(type(method), options)

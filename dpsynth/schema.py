@@ -21,6 +21,11 @@ Per column:
 * ``other`` (categorical only): ``true`` adds a bucket for values outside ``values``
   (``other_label`` names it in the output, default ``"other"``). Without it unseen
   values go to missing if nullable, else to ``fill``.
+* ``drafted_from_data``: what ``dpsynth schema infer`` derived from the rows for this
+  column (``bounds``, ``values``, ``other``): a flag for the reviewer, kept if left.
+
+A draft carries ``draft: true`` at the top level until a person has reviewed it;
+a release refuses such a schema (:meth:`Schema.require_reviewed`).
 
 Codes of a column: ``0 .. len(values)-1`` (or one per bin), then ``other`` if enabled,
 then ``missing`` if nullable. Codes are a pure function of (value, schema), so the
@@ -39,11 +44,13 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import yaml
 
-__all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict"]
+__all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict", "DRAFTED_FROM_DATA"]
 
 ColumnType = Literal["categorical", "numeric"]
 _MAX_BINS = 100_000
 _MAX_CATEGORIES = 1_000_000
+# What a drafted column may say it derived from the rows.
+DRAFTED_FROM_DATA = ("bounds", "values", "other")
 
 
 class SchemaError(ValueError):
@@ -79,6 +86,7 @@ class Column:
     other_label: str = "other"
     fill: str | float | None = None
     description: str = ""
+    drafted_from_data: tuple[str, ...] = ()
 
     # --- domain -------------------------------------------------------------
     @property
@@ -149,6 +157,8 @@ class Column:
             d["fill"] = self.fill
         if self.description:
             d["description"] = self.description
+        if self.drafted_from_data:
+            d["drafted_from_data"] = list(self.drafted_from_data)
         return d
 
 
@@ -157,6 +167,7 @@ class Schema:
     name: str
     columns: tuple[Column, ...]
     description: str = ""
+    draft: bool = False
     _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -184,8 +195,33 @@ class Schema:
         self.column(name)
         return self._index[name]
 
+    @classmethod
+    def from_dataframe(
+        cls, df: Any, name: str = "data", *, max_categories: int = 50, bins: int = 10, min_count: int = 20
+    ) -> "Schema":
+        """A DRAFT schema read from a DataFrame (private data), by the rules of
+        ``dpsynth schema infer`` (:mod:`dpsynth.infer`). It carries ``draft=True``: a
+        release refuses it until the data-derived bounds and categories are replaced
+        with public ones (e.g. write ``to_yaml()``, edit it, delete ``draft: true``)."""
+        from .infer import draft_from_dataframe
+
+        draft = draft_from_dataframe(df, name, max_categories=max_categories, bins=bins, min_count=min_count)
+        return schema_from_dict(draft.schema, source=f"draft of {name!r}")
+
+    def require_reviewed(self) -> None:
+        """Refuses an unreviewed draft (``draft: true``) before anything is read."""
+        if self.draft:
+            flagged = [c.name for c in self.columns if c.drafted_from_data]
+            which = f" (columns derived from the rows: {', '.join(flagged)})" if flagged else ""
+            raise SchemaError(
+                f"schema {self.name!r} is an unreviewed draft made by reading the private data{which}: "
+                "replace every data-derived bound and category with public knowledge, "
+                "then delete the line 'draft: true' and run the release again"
+            )
+
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name}
+        d: dict[str, Any] = {"draft": True} if self.draft else {}
+        d["name"] = self.name
         if self.description:
             d["description"] = self.description
         d["columns"] = [c.to_dict() for c in self.columns]
@@ -207,7 +243,7 @@ _NAME_FORBIDDEN = frozenset("|")
 
 _COLUMN_KEYS = {
     "name", "type", "values", "bounds", "bins", "edges", "integer",
-    "missing", "other", "other_label", "fill", "description",
+    "missing", "other", "other_label", "fill", "description", "drafted_from_data",
 }
 
 
@@ -268,6 +304,9 @@ def _parse_column(raw: Any, position: int) -> Column:
         raise SchemaError(f"column {name!r}: other_label must be non-empty text")
     description = str(raw.get("description", "") or "")
     fill = raw.get("fill")
+    drafted = _labels(name, "drafted_from_data", raw.get("drafted_from_data", []))
+    if set(drafted) - set(DRAFTED_FROM_DATA):
+        raise SchemaError(f"column {name!r}: drafted_from_data may list only {list(DRAFTED_FROM_DATA)}")
 
     if ctype == "categorical":
         for key in ("bounds", "bins", "edges", "integer"):
@@ -294,7 +333,7 @@ def _parse_column(raw: Any, position: int) -> Column:
                 raise SchemaError(f"column {name!r}: fill {fill!r} is not one of the values")
         return Column(
             name=name, type="categorical", values=values, missing=missing, other=other,
-            other_label=other_label, fill=fill, description=description,
+            other_label=other_label, fill=fill, description=description, drafted_from_data=drafted,
         )
 
     # numeric
@@ -337,7 +376,7 @@ def _parse_column(raw: Any, position: int) -> Column:
             raise SchemaError(f"column {name!r}: fill {fill} lies outside the bounds")
     return Column(
         name=name, type="numeric", edges=edges, integer=integer, missing=missing,
-        fill=fill, description=description,
+        fill=fill, description=description, drafted_from_data=drafted,
     )
 
 
@@ -358,9 +397,12 @@ def _check_integer_bins(name: str, edges: tuple[float, ...]) -> None:
 def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
     if not isinstance(raw, Mapping):
         raise SchemaError(f"{source}: must be a mapping with 'name' and 'columns'")
-    unknown = sorted(set(raw) - {"name", "columns", "description"})
+    unknown = sorted(set(raw) - {"name", "columns", "description", "draft"})
     if unknown:
         raise SchemaError(f"{source}: unknown top-level keys {unknown}")
+    draft = raw.get("draft", False)
+    if not isinstance(draft, bool):
+        raise SchemaError(f"{source}: draft must be true or false (delete the line once reviewed)")
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SchemaError(f"{source}: needs a non-empty text 'name'")
@@ -372,7 +414,7 @@ def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SchemaError(f"{source}: columns {dupes} are declared more than once")
-    return Schema(name=name, columns=columns, description=str(raw.get("description", "") or ""))
+    return Schema(name=name, columns=columns, description=str(raw.get("description", "") or ""), draft=draft)
 
 
 def load_schema(path: str | Path) -> Schema:
