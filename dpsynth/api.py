@@ -105,6 +105,7 @@ def load_release(path: str | os.PathLike[str]) -> Release:
 
 
 def _read_release(folder: Path) -> Release:
+    folder = folder.absolute()
     manifest = json.loads((folder / MANIFEST).read_text())
     privacy = manifest["privacy"]
     ledger = Ledger(Budget(epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"])),

@@ -1,0 +1,125 @@
+"""Schema drafting (`dpsynth schema infer`, Schema.from_dataframe) and the unreviewed-draft refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpsynth import pipeline
+from dpsynth.cli import main
+from dpsynth.infer import PLACEHOLDER, draft_from_dataframe, draft_schema, nice_bounds
+from dpsynth.schema import Schema, SchemaError, load_schema, schema_from_dict
+
+
+@pytest.mark.parametrize(
+    "lo, hi, bins, integer, expected",
+    [
+        (17, 90, 10, True, (10, 100, 9)),        # age: step 10, top strictly above the max
+        (0, 99999, 10, True, (0, 100000, 10)),   # capital-gain
+        (0.013, 0.87, 10, False, (0.0, 0.9, 9)),
+        (-3.2, 41.0, 10, False, (-5.0, 45.0, 10)),
+        (1234.5, 1234.5, 10, False, (1200.0, 1400.0, 1)),  # constant: one step around it
+        (3, 3, 10, True, (3, 4, 1)),
+    ],
+)
+def test_bounds_rounded_outward_to_round_steps(lo, hi, bins, integer, expected):
+    low, high, n = nice_bounds(lo, hi, bins, integer)
+    assert (low, high, n) == pytest.approx(expected)
+    assert low <= lo and high >= hi and (high > hi if integer else True)
+    step = (high - low) / n
+    mantissa = step / 10 ** np.floor(np.log10(step))
+    assert round(mantissa, 9) in (1.0, 2.0, 5.0)
+
+
+def _frame(rng: np.random.Generator, n: int = 400) -> pd.DataFrame:
+    return pd.DataFrame({
+        "age": rng.integers(17, 91, n),                                   # wide integers
+        "kids": rng.integers(0, 4, n),                                    # few integers (codes)
+        "score": rng.uniform(0.013, 0.87, n),
+        "city": ["a"] * (n - 60) + ["b"] * 57 + ["rare1", "rare2", "zz-unique"],
+        "zip": ["01234"] * (n // 2) + ["02345"] * (n - n // 2),
+    })
+
+
+def test_draft_keeps_integers_numeric_and_rounds_bounds():
+    df = _frame(np.random.default_rng(1))
+    d = draft_from_dataframe(df, "t").schema
+    cols = {c["name"]: c for c in d["columns"]}
+    assert cols["age"]["type"] == "numeric" and cols["age"]["integer"] is True
+    assert cols["age"]["bounds"] == [10, 100] and cols["age"]["bins"] == 9
+    assert all(type(b) is int for b in cols["age"]["bounds"])
+    assert cols["kids"] == {"name": "kids", "type": "numeric", "bounds": [0, 4], "bins": 4, "integer": True,
+                            "drafted_from_data": ["bounds"]}
+    lo, hi = cols["score"]["bounds"]
+    assert lo < df["score"].min() and hi > df["score"].max() and [lo, hi] == [0, 0.9]
+    assert cols["zip"]["type"] == "categorical"  # leading zeros: labels, not numbers
+    assert d["draft"] is True
+    # the YAML keeps numbers as numbers, and loads as a draft
+    text = draft_from_dataframe(df, "t").to_yaml()
+    age_line = next(line for line in text.splitlines() if "name: age" in line)
+    assert "bounds: [10, 100]" in age_line and "'10'" not in text
+    s = schema_from_dict(yaml.safe_load(text))
+    assert s.draft and s.column("age").integer and s.column("age").edges[0] == 10.0
+
+
+def test_rare_values_are_not_listed_but_fold_into_other():
+    df = _frame(np.random.default_rng(2))
+    d = draft_from_dataframe(df, "t", min_count=20)
+    city = next(c for c in d.schema["columns"] if c["name"] == "city")
+    assert city["values"] == ["a", "b"] and city["other"] is True
+    assert city["drafted_from_data"] == ["values", "other"]
+    text = d.to_yaml()
+    for rare in ("rare1", "rare2", "zz-unique"):
+        assert rare not in text
+    assert "fewer than 20 rows" in text and "fall into 'other'" in text
+    # a lower threshold lists b only when it clears it
+    assert "b" not in next(c for c in draft_from_dataframe(df, "t", min_count=58).schema["columns"]
+                           if c["name"] == "city")["values"]
+    # every value rare: nothing listed, a placeholder that says what to do
+    ids = draft_from_dataframe(pd.DataFrame({"id": [f"p{i}" for i in range(50)]}), "t")
+    assert ids.schema["columns"][0]["values"] == [PLACEHOLDER] and "write the public categories" in ids.to_yaml()
+
+
+def test_every_drafted_column_is_flagged_and_schema_check_accepts_the_draft(tmp_path, demo_paths, capsys):
+    out = tmp_path / "draft.yaml"
+    assert main(["schema", "infer", str(demo_paths[0]), "--out", str(out), "--min-count", "30"]) == 0
+    assert "remove the line 'draft: true'" in capsys.readouterr().err
+    text = out.read_text()
+    assert text.count("drafted_from_data") >= 10 and "draft: true  # remove this line after review" in text
+    s = load_schema(out)
+    assert s.draft and all(c.drafted_from_data for c in s.columns)
+    assert s.column("age").integer and s.column("age").type == "numeric"
+    assert main(["schema", "check", str(out)]) == 0
+
+
+def test_unreviewed_draft_is_refused_before_anything_is_read(tmp_path, demo_paths, capsys):
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(draft_schema(demo_paths[0]).to_yaml())
+    config = dict(schema=draft, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
+    # the data path does not even exist: the draft is refused first
+    with pytest.raises(SchemaError, match="unreviewed draft.*delete the line 'draft: true'"):
+        pipeline.prepare(pipeline.ReleaseConfig(data=tmp_path / "absent.csv", **config))
+    assert not (tmp_path / "ws").exists()
+    code = main(["release", "--data", str(demo_paths[0]), "--schema", str(draft), "--method", "marginals",
+                 "--epsilon", "1", "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"),
+                 "--engine", "local"])
+    assert code == 2 and "unreviewed draft" in capsys.readouterr().err
+    # once the marker line is removed, the same file passes the public checks
+    draft.write_text("".join(line for line in draft.read_text().splitlines(keepends=True)
+                             if not line.startswith("draft:")))
+    plan = pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], **config))
+    assert not plan.schema.draft and plan.schema.column("age").drafted_from_data == ("bounds",)
+
+
+def test_draft_marker_must_be_boolean_and_flags_known():
+    base = {"name": "t", "columns": [{"name": "a", "type": "categorical", "values": ["x"]}]}
+    with pytest.raises(SchemaError, match="draft must be true or false"):
+        schema_from_dict({**base, "draft": "yes"})
+    with pytest.raises(SchemaError, match="drafted_from_data may list only"):
+        schema_from_dict({"name": "t", "columns": [{"name": "a", "type": "categorical", "values": ["x"],
+                                                    "drafted_from_data": ["rows"]}]})
+    plain = schema_from_dict(base)
+    assert not plain.draft and "draft" not in plain.to_dict()
+    assert Schema.from_dataframe(pd.DataFrame({"a": ["x"] * 30}), "t").draft
