@@ -195,14 +195,57 @@ def _cmd_schema_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from .methods import METHODS
 
     for name, cls in sorted(METHODS.items()):
-        params = [f.name for f in dataclasses.fields(cls.params_type)]
-        print(f"{name}: parameters {params or 'none'}")
+        print("\n".join(_describe_method(name, cls)) + "\n")
+    print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: docs/choosing.md")
     return 0
+
+
+def _describe_method(name: str, cls: type) -> list[str]:
+    """Description (first docstring line), guarantee, and each parameter's type, choices and default."""
+    import dataclasses
+    import inspect
+    import typing
+
+    doc = inspect.getdoc(cls) or inspect.getdoc(sys.modules[cls.__module__]) or ""
+    first = doc.splitlines()[0].replace("``", "") if doc else ""
+    lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
+    guarantee = getattr(cls, "guarantee", None)
+    if guarantee is not None:
+        lines.append(f"  guarantee: {guarantee.headline()}" + (f"; {guarantee.detail}" if guarantee.detail else ""))
+    else:
+        lines.append("  guarantee: not declared by the method; each release states it in manifest.json")
+    hints = typing.get_type_hints(cls.params_type)
+    fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
+    if not fields:
+        lines.append("  parameters: none")
+    for f in fields:
+        default = f.default if f.default is not dataclasses.MISSING else "required"
+        shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
+        rng = f.metadata.get("range")
+        lines.append(f"  --param {f.name}=  {rng or _type_text(hints[f.name])}  (default {shown})")
+    params_doc = inspect.getdoc(cls.params_type) or ""
+    if params_doc and not params_doc.startswith(cls.params_type.__name__ + "("):
+        lines += ["  " + line.replace("``", "") if line else "" for line in params_doc.splitlines()]
+    return lines
+
+
+def _type_text(typ: object) -> str:
+    """A parameter's type in words: choices for Literal, 'or none' for Optional."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return f"{_type_text(inner[0])}, or none" if len(inner) == 1 else " | ".join(map(_type_text, inner))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin in (tuple, list):
+        return f"comma-separated list of {_type_text(args[0]) if args else 'text'}"
+    return {bool: "true or false", int: "whole number", float: "number", str: "text"}.get(typ, str(typ))
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
@@ -334,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
     tp.set_defaults(func=_cmd_test_two_proportions)
 
-    m = sub.add_parser("methods", help="list methods and their parameters")
+    m = sub.add_parser("methods", help="list methods: description, privacy guarantee, parameters with defaults")
     m.set_defaults(func=_cmd_methods)
     return ap
 

@@ -80,6 +80,21 @@ def test_methods_lists_baseline(capsys):
     assert "marginals" in capsys.readouterr().out
 
 
+def test_methods_shows_description_guarantee_and_parameters(capsys):
+    from dpsynth.methods import METHODS
+
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    blocks = {b.split(":", 1)[0]: b for b in out.split("\n\n")}
+    assert set(METHODS) <= set(blocks)
+    assert "DP 1-way histograms" in blocks["marginals"] and "parameters: none" in blocks["marginals"]
+    assert "guarantee: Differentially private (neighbouring tables: add or remove one record)" in blocks["sds"]
+    assert "--param reporting_length=  whole number  (default 3)" in blocks["sds"]
+    assert "--param accuracy_mode=  one of prioritize_long, prioritize_short, balanced  (default prioritize_long)" in blocks["sds"]
+    assert "--param fabrication_mode=  one of uncontrolled, progressive, balanced, minimize, or none" in blocks["sds"]
+    assert "NOT DP" in blocks["private-sampling"] and "--param heuristic=  true or false  (default false)" in out
+
+
 def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
     assert _release(tmp_path, demo_paths, "--name", "strict", "--gate", "max_tvd_k1=0.000001") == 1
     err = _our_lines(capsys.readouterr().err)

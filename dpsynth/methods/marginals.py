@@ -19,7 +19,7 @@ from ..encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import gaussian_counts
 from ..schema import Schema
-from .base import Measurement, MethodBase, NoisyMarginal, params_to_dict
+from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
 
 __all__ = ["MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
 
@@ -60,6 +60,7 @@ class MarginalsMethod(MethodBase):
     name: ClassVar[str] = "marginals"
     params_type: ClassVar[type] = MarginalsParams
     provides_marginals: ClassVar[bool] = True
+    guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         """An equal zCDP share of the budget per column's histogram (L2 sensitivity 1)."""

@@ -114,7 +114,7 @@ from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import dp_percentile, percentile_scores  # noqa: F401 (re-exported)
 from ..privacy.noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd
 from ..schema import Schema
-from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, params_to_dict
+from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, NoisyMarginal, PrivacyStatement, params_to_dict
 
 __all__ = [
     "SdsParams",
@@ -1153,6 +1153,7 @@ class SdsMethod(MethodBase):
     name: ClassVar[str] = "sds"
     params_type: ClassVar[type] = SdsParams
     provides_marginals: ClassVar[bool] = True
+    guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()
