@@ -28,6 +28,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .schema import Column, Schema
+from .timecols import draw_times, seconds_of
 
 __all__ = [
     "DataError",
@@ -289,7 +290,9 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
 
 
 def _numeric_values(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
-    """Float values with NaN for every cell that is not a number."""
+    """Float values with NaN for every cell that is not a number (datetime: seconds)."""
+    if col.type == "datetime":
+        return seconds_of(arr, col.missing)
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type):
         return pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     text = pc.utf8_trim_whitespace(_as_text(arr))
@@ -370,6 +373,8 @@ def onehot(
 
 def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
     edges = np.asarray(col.edges, dtype=np.float64)
+    if col.type == "datetime":
+        return draw_times(edges, codes, col.n_regular, col.unit, rng).rename(col.name)
     regular = codes < col.n_regular
     c = np.where(regular, codes, 0).astype(np.int64)
     lo, hi = edges[c], edges[c + 1]
@@ -418,6 +423,8 @@ def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
         null = s.isna().to_numpy()
         if col.type == "numeric" and not col.integer:
             text = np.array([repr(float(v)) for v in s.to_numpy(dtype=np.float64, na_value=0.0)], dtype=object)
+        elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
+            text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
         else:
             text = s.astype(object).to_numpy().copy()
         text[null] = col.missing[0] if col.nullable else ""

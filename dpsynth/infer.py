@@ -8,6 +8,8 @@ therefore:
 * flags each column derived from the rows (``drafted_from_data`` plus a YAML comment);
 * rounds numeric bounds outward to a 1-2-5 step and cuts equal bins on that step, so
   no bound equals an observed extreme and the bin labels are round numbers;
+* drafts dates and times as ``datetime`` columns, bounds rounded outward to a whole
+  year, month, day or hour, one bin per such step;
 * keeps integer columns numeric (``integer: true``), never a list of strings; a column
   of few integers (at most ``max_categories``, often codes) gets one bin per integer;
 * does not list category values seen in fewer than ``min_count`` rows: they fold into
@@ -28,6 +30,7 @@ import pyarrow.compute as pc
 import yaml
 
 from .encoding import read_table
+from .timecols import format_seconds, seconds_of, to_seconds
 
 __all__ = ["Draft", "draft_schema", "draft_from_table", "draft_from_dataframe", "nice_bounds", "WARNING"]
 
@@ -112,12 +115,16 @@ def draft_from_table(
             raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
     columns, notes = [], {}
     for col_name in table.column_names:
-        text = pd.Series(pc.cast(table.column(col_name), pa.string()).to_pylist(), dtype=object)
+        arr = table.column(col_name)
+        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
         null = text.isna() | text.isin(_MISSING_TOKENS)
         values = text[~null]
         nums = pd.to_numeric(values, errors="coerce")
-        if len(values) > 0 and nums.notna().all() and not _has_leading_zeros(values):
+        temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
+        if len(values) > 0 and not temporal and nums.notna().all() and not _has_leading_zeros(values):
             col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
+        elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
+            col, note = _datetime_column(col_name, times)
         else:
             col, note = _categorical_column(col_name, values, max_categories, min_count)
         if null.any():
@@ -149,6 +156,23 @@ def _numeric_column(name: str, x: np.ndarray, bins: int, max_categories: int) ->
         f"{name}: bounds are the observed min and max rounded outward to a multiple of {step}; "
         f"{n} bins of width {step}. Replace them with a public range and public cut points."
     ]
+
+
+# calendar step of the bins for a span of at least this many seconds, as (bins, period)
+_TIME_STEPS = ((3 * 365 * 86400, "year", "Y"), (60 * 86400, "month", "M"), (2 * 86400, "day", "D"), (0, "hour", "h"))
+
+
+def _datetime_column(name: str, seconds: np.ndarray) -> tuple[dict[str, Any], list[str]]:
+    lo, hi = float(seconds.min()), float(seconds.max())
+    bins, period = next((b, p) for span, b, p in _TIME_STEPS if hi - lo >= span)
+    first = pd.Timestamp(int(lo), unit="s").to_period(period)
+    last = pd.Timestamp(int(hi), unit="s").to_period(period) + 1  # strictly after the latest value
+    unit = "day" if np.all(seconds % 86400 == 0) else "second"
+    bounds = [format_seconds(to_seconds(first.start_time)), format_seconds(to_seconds(last.start_time))]
+    col = {"name": name, "type": "datetime", "bounds": bounds, "bins": bins, "unit": unit,
+           "drafted_from_data": ["bounds"]}
+    return col, [f"{name}: bounds are the earliest and latest values rounded outward to a whole {bins}; "
+                 f"one bin per {bins}. Replace them with a public period (e.g. the collection window)."]
 
 
 def _categorical_column(

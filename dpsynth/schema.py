@@ -14,6 +14,9 @@ Per column:
 * ``type``: ``categorical`` (``values``: the public list of categories) or ``numeric``
   (``bounds: [lo, hi]`` with ``bins: B`` equal-width bins, or explicit ``edges``; the
   bounds default to the outer edges). ``integer: true`` makes decoding draw integers.
+  ``datetime``: the same with dates or times (stored as whole seconds, UTC, see
+  :mod:`dpsynth.timecols`); ``bins`` may also be a calendar step (``month``...) and
+  ``unit`` sets the resolution of decoded values.
 * ``missing``: tokens that mean "no value" (an empty cell always does). Declaring it
   makes the column nullable: missing is then a code of its own. A column that does
   not declare it never outputs missing values; a stray empty cell is mapped to
@@ -44,9 +47,11 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import yaml
 
+from .timecols import CALENDAR_BINS, TIME_UNITS, calendar_edges, format_seconds, to_seconds
+
 __all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict", "DRAFTED_FROM_DATA"]
 
-ColumnType = Literal["categorical", "numeric"]
+ColumnType = Literal["categorical", "numeric", "datetime"]
 _MAX_BINS = 100_000
 _MAX_CATEGORIES = 1_000_000
 # What a drafted column may say it derived from the rows.
@@ -87,6 +92,7 @@ class Column:
     fill: str | float | None = None
     description: str = ""
     drafted_from_data: tuple[str, ...] = ()
+    unit: str = "second"  # datetime: resolution of decoded values (timecols.TIME_UNITS)
 
     # --- domain -------------------------------------------------------------
     @property
@@ -112,7 +118,7 @@ class Column:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        if self.type != "numeric":
+        if self.type == "categorical":
             raise AttributeError(f"column {self.name!r} is categorical: it has no bounds")
         return (self.edges[0], self.edges[-1])
 
@@ -129,9 +135,10 @@ class Column:
         if self.type == "categorical":
             out = list(self.values)
         else:
+            fmt = format_seconds if self.type == "datetime" else _fmt_number
             e = self.edges
             out = [
-                f"[{_fmt_number(e[i])}, {_fmt_number(e[i + 1])}{']' if i == len(e) - 2 else ')'}"
+                f"[{fmt(e[i])}, {fmt(e[i + 1])}{']' if i == len(e) - 2 else ')'}"
                 for i in range(len(e) - 1)
             ]
         if self.other:
@@ -144,6 +151,9 @@ class Column:
         d: dict[str, Any] = {"name": self.name, "type": self.type}
         if self.type == "categorical":
             d["values"] = list(self.values)
+        elif self.type == "datetime":
+            d["edges"] = [format_seconds(x) for x in self.edges]
+            d["unit"] = self.unit
         else:
             d["edges"] = [float(x) for x in self.edges]
             if self.integer:
@@ -154,7 +164,7 @@ class Column:
             d["other"] = True
             d["other_label"] = self.other_label
         if self.fill is not None:
-            d["fill"] = self.fill
+            d["fill"] = format_seconds(float(self.fill)) if self.type == "datetime" else self.fill
         if self.description:
             d["description"] = self.description
         if self.drafted_from_data:
@@ -243,7 +253,7 @@ _NAME_FORBIDDEN = frozenset("|")
 
 _COLUMN_KEYS = {
     "name", "type", "values", "bounds", "bins", "edges", "integer",
-    "missing", "other", "other_label", "fill", "description", "drafted_from_data",
+    "missing", "other", "other_label", "fill", "description", "drafted_from_data", "unit",
 }
 
 
@@ -293,8 +303,10 @@ def _parse_column(raw: Any, position: int) -> Column:
     if unknown:
         raise SchemaError(f"column {name!r}: unknown keys {unknown}")
     ctype = raw.get("type")
-    if ctype not in ("categorical", "numeric"):
-        raise SchemaError(f"column {name!r}: type must be 'categorical' or 'numeric', got {ctype!r}")
+    if ctype not in ("categorical", "numeric", "datetime"):
+        raise SchemaError(f"column {name!r}: type must be 'categorical', 'numeric' or 'datetime', got {ctype!r}")
+    if "unit" in raw and ctype != "datetime":
+        raise SchemaError(f"column {name!r}: 'unit' is for datetime columns")
     missing = _labels(name, "missing", raw.get("missing", []))
     other = raw.get("other", False)
     if not isinstance(other, bool):
@@ -335,6 +347,9 @@ def _parse_column(raw: Any, position: int) -> Column:
             name=name, type="categorical", values=values, missing=missing, other=other,
             other_label=other_label, fill=fill, description=description, drafted_from_data=drafted,
         )
+
+    if ctype == "datetime":
+        return _parse_datetime(raw, name, missing=missing, fill=fill, description=description, drafted=drafted)
 
     # numeric
     if "values" in raw or other:
@@ -392,6 +407,62 @@ def _check_integer_bins(name: str, edges: tuple[float, ...]) -> None:
                 f"column {name!r}: integer: true but bin [{_fmt_number(lo)}, {_fmt_number(hi)}{close} "
                 "holds no whole number; widen the bins or drop integer"
             )
+
+
+def _time(col: str, key: str, x: Any) -> float:
+    try:
+        return to_seconds(x)
+    except ValueError as exc:
+        raise SchemaError(f"column {col!r}: {key}: {exc}") from None
+
+
+def _parse_datetime(raw: Mapping[str, Any], name: str, **common: Any) -> Column:
+    """A datetime column: bounds and edges are dates or times; bins a count or a calendar step."""
+    for key in ("values", "other", "other_label", "integer"):
+        if key in raw:
+            raise SchemaError(f"column {name!r}: {key!r} is not for datetime columns")
+    unit = raw.get("unit", "second")
+    if unit not in TIME_UNITS:
+        raise SchemaError(f"column {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}")
+    bounds = raw.get("bounds")
+    if bounds is not None:
+        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+            raise SchemaError(f"column {name!r}: bounds must be [first, last] dates or times")
+        lo, hi = (_time(name, "bounds", b) for b in bounds)
+        if not lo < hi:
+            raise SchemaError(f"column {name!r}: bounds must have first < last, got {list(bounds)}")
+    if "edges" in raw and "bins" in raw:
+        raise SchemaError(f"column {name!r}: give either bins or edges, not both")
+    if "edges" in raw:
+        if not isinstance(raw["edges"], (list, tuple)) or len(raw["edges"]) < 2:
+            raise SchemaError(f"column {name!r}: edges must list at least two dates or times")
+        edges = tuple(_time(name, "edges", e) for e in raw["edges"])
+        if bounds is not None and (edges[0] != lo or edges[-1] != hi):
+            raise SchemaError(f"column {name!r}: edges must start at bounds[0] and end at bounds[1]")
+    elif "bins" in raw:
+        bins = raw["bins"]
+        if bounds is None:
+            raise SchemaError(f"column {name!r}: bins needs bounds: [first, last]")
+        if isinstance(bins, str) and bins in CALENDAR_BINS:
+            edges = calendar_edges(lo, hi, bins)
+        elif not isinstance(bins, bool) and isinstance(bins, int) and 1 <= bins <= _MAX_BINS:
+            edges = tuple(float(x) for x in np.unique(np.round(np.linspace(lo, hi, bins + 1))))
+        else:
+            raise SchemaError(f"column {name!r}: bins must be a whole number from 1 to {_MAX_BINS} "
+                              f"or one of {list(CALENDAR_BINS)}, got {bins!r}")
+    else:
+        raise SchemaError(f"column {name!r}: a datetime column needs bins (with bounds) or edges")
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise SchemaError(f"column {name!r}: edges must be strictly increasing (whole seconds)")
+    if len(edges) - 1 > _MAX_BINS:
+        raise SchemaError(f"column {name!r}: {len(edges) - 1} bins exceed {_MAX_BINS}; choose a longer step")
+    fill = common.pop("fill")
+    if fill is not None:
+        fill = _time(name, "fill", fill)
+        if not edges[0] <= fill <= edges[-1]:
+            raise SchemaError(f"column {name!r}: fill lies outside the bounds")
+    return Column(name=name, type="datetime", edges=edges, unit=unit, fill=fill, missing=common["missing"],
+                  description=common["description"], drafted_from_data=common["drafted"])
 
 
 def schema_from_dict(raw: Any, source: str = "schema") -> Schema:

@@ -10,9 +10,10 @@ decision 8). Two suites run on an ephemeral GE context:
       rows, otherwise within a band around the measurement's DP row estimate;
     * per column: ``exists``; ``type`` (categorical: a string dtype; numeric with
       ``integer: true``: an integer dtype, so every value is whole; other numeric: a
-      float or integer dtype); ``in_domain`` (categories plus the ``other`` label, or
-      the numeric bounds); ``not_null`` for columns whose schema declares no missing
-      token (missing values are allowed exactly where ``Column.nullable``).
+      float or integer dtype; datetime: a ``datetime64`` dtype); ``in_domain``
+      (categories plus the ``other`` label, or the numeric or datetime bounds);
+      ``not_null`` for columns whose schema declares no missing token (missing values
+      are allowed exactly where ``Column.nullable``).
 
 ``dp_marginal_accuracy`` (on a small derived table of statistics)
     * ``codes_match_table``: the table re-encoded with the schema gives back the codes

@@ -10,6 +10,7 @@ on a small derived table of statistics. Nothing here imports Great Expectations.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -47,6 +48,7 @@ _INTEGER_TYPES = [
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
 ]
 _FLOAT_TYPES = ["float16", "float32", "float64", "Float32Dtype", "Float64Dtype"]
+_DATETIME_TYPES = ["datetime64[s]", "datetime64[ms]", "datetime64[us]", "datetime64[ns]"]
 
 
 @dataclass
@@ -151,6 +153,10 @@ def _record_checks(table: pd.DataFrame, schema: Schema) -> list[Check]:
         if dom.values is not None:
             types = _CATEGORICAL_TYPES
             in_domain = ("ExpectColumnValuesToBeInSet", {"column": col.name, "value_set": list(dom.values)})
+        elif dom.time:  # timezone-less datetime64 (UTC), inside the bounds
+            types = _DATETIME_TYPES
+            lo, hi = (datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=b) for b in dom.bounds)
+            in_domain = ("ExpectColumnValuesToBeBetween", {"column": col.name, "min_value": lo, "max_value": hi})
         else:
             types = _INTEGER_TYPES if dom.integer else _FLOAT_TYPES + _INTEGER_TYPES
             lo, hi = dom.bounds
