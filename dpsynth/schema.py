@@ -357,32 +357,7 @@ def _parse_column(raw: Any, position: int) -> Column:
     integer = raw.get("integer", False)
     if not isinstance(integer, bool):
         raise SchemaError(f"column {name!r}: integer must be true or false")
-    bounds = raw.get("bounds")
-    if bounds is not None:
-        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
-            raise SchemaError(f"column {name!r}: bounds must be [low, high]")
-        lo, hi = (_number(name, "bounds", b) for b in bounds)
-        if not lo < hi:
-            raise SchemaError(f"column {name!r}: bounds must have low < high, got {list(bounds)}")
-    if "edges" in raw and "bins" in raw:
-        raise SchemaError(f"column {name!r}: give either bins or edges, not both")
-    if "edges" in raw:
-        if not isinstance(raw["edges"], (list, tuple)) or len(raw["edges"]) < 2:
-            raise SchemaError(f"column {name!r}: edges must list at least two numbers")
-        edges = tuple(_number(name, "edges", e) for e in raw["edges"])
-        if any(b <= a for a, b in zip(edges, edges[1:])):
-            raise SchemaError(f"column {name!r}: edges must be strictly increasing")
-        if bounds is not None and (edges[0] != lo or edges[-1] != hi):
-            raise SchemaError(f"column {name!r}: edges must start at bounds[0] and end at bounds[1]")
-    elif "bins" in raw:
-        bins = raw["bins"]
-        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= _MAX_BINS:
-            raise SchemaError(f"column {name!r}: bins must be a whole number from 1 to {_MAX_BINS}")
-        if bounds is None:
-            raise SchemaError(f"column {name!r}: bins needs bounds: [low, high]")
-        edges = tuple(float(x) for x in np.linspace(lo, hi, bins + 1))
-    else:
-        raise SchemaError(f"column {name!r}: a numeric column needs bins (with bounds) or edges")
+    edges = _edges(raw, name, "numeric")
     if integer:
         _check_integer_bins(name, edges)
     if fill is not None:
@@ -409,6 +384,48 @@ def _check_integer_bins(name: str, edges: tuple[float, ...]) -> None:
             )
 
 
+def _edges(raw: Mapping[str, Any], name: str, ctype: str) -> tuple[float, ...]:
+    """Bin edges of a numeric or datetime column: explicit ``edges``, or ``bounds`` cut into
+    ``bins`` equal spans (datetime: also a calendar step; edges in whole seconds)."""
+    timed = ctype == "datetime"
+    point, what = (_time, "dates or times") if timed else (_number, "numbers")
+    bounds = raw.get("bounds")
+    if bounds is not None:
+        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+            raise SchemaError(f"column {name!r}: bounds must be [low, high]" + (f" ({what})" if timed else ""))
+        lo, hi = (point(name, "bounds", b) for b in bounds)
+        if not lo < hi:
+            raise SchemaError(f"column {name!r}: bounds must have low < high, got {list(bounds)}")
+    if "edges" in raw and "bins" in raw:
+        raise SchemaError(f"column {name!r}: give either bins or edges, not both")
+    if "edges" in raw:
+        if not isinstance(raw["edges"], (list, tuple)) or len(raw["edges"]) < 2:
+            raise SchemaError(f"column {name!r}: edges must list at least two {what}")
+        edges = tuple(point(name, "edges", e) for e in raw["edges"])
+        if bounds is not None and (edges[0] != lo or edges[-1] != hi):
+            raise SchemaError(f"column {name!r}: edges must start at bounds[0] and end at bounds[1]")
+    elif "bins" in raw:
+        bins = raw["bins"]
+        calendar = timed and isinstance(bins, str) and bins in CALENDAR_BINS
+        if not calendar and (isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= _MAX_BINS):
+            steps = f" or one of {list(CALENDAR_BINS)}" if timed else ""
+            raise SchemaError(f"column {name!r}: bins must be a whole number from 1 to {_MAX_BINS}{steps}")
+        if bounds is None:
+            raise SchemaError(f"column {name!r}: bins needs bounds: [low, high]")
+        if calendar:
+            edges = calendar_edges(lo, hi, bins)
+        else:
+            cuts = np.linspace(lo, hi, bins + 1)
+            edges = tuple(float(x) for x in (np.round(cuts) if timed else cuts))
+    else:
+        raise SchemaError(f"column {name!r}: a {ctype} column needs bins (with bounds) or edges")
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise SchemaError(f"column {name!r}: edges must be strictly increasing" + (" (whole seconds)" if timed else ""))
+    if len(edges) - 1 > _MAX_BINS:
+        raise SchemaError(f"column {name!r}: {len(edges) - 1} bins exceed {_MAX_BINS}; choose a longer step")
+    return edges
+
+
 def _time(col: str, key: str, x: Any) -> float:
     try:
         return to_seconds(x)
@@ -424,38 +441,7 @@ def _parse_datetime(raw: Mapping[str, Any], name: str, **common: Any) -> Column:
     unit = raw.get("unit", "second")
     if unit not in TIME_UNITS:
         raise SchemaError(f"column {name!r}: unit must be one of {list(TIME_UNITS)}, got {unit!r}")
-    bounds = raw.get("bounds")
-    if bounds is not None:
-        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
-            raise SchemaError(f"column {name!r}: bounds must be [first, last] dates or times")
-        lo, hi = (_time(name, "bounds", b) for b in bounds)
-        if not lo < hi:
-            raise SchemaError(f"column {name!r}: bounds must have first < last, got {list(bounds)}")
-    if "edges" in raw and "bins" in raw:
-        raise SchemaError(f"column {name!r}: give either bins or edges, not both")
-    if "edges" in raw:
-        if not isinstance(raw["edges"], (list, tuple)) or len(raw["edges"]) < 2:
-            raise SchemaError(f"column {name!r}: edges must list at least two dates or times")
-        edges = tuple(_time(name, "edges", e) for e in raw["edges"])
-        if bounds is not None and (edges[0] != lo or edges[-1] != hi):
-            raise SchemaError(f"column {name!r}: edges must start at bounds[0] and end at bounds[1]")
-    elif "bins" in raw:
-        bins = raw["bins"]
-        if bounds is None:
-            raise SchemaError(f"column {name!r}: bins needs bounds: [first, last]")
-        if isinstance(bins, str) and bins in CALENDAR_BINS:
-            edges = calendar_edges(lo, hi, bins)
-        elif not isinstance(bins, bool) and isinstance(bins, int) and 1 <= bins <= _MAX_BINS:
-            edges = tuple(float(x) for x in np.unique(np.round(np.linspace(lo, hi, bins + 1))))
-        else:
-            raise SchemaError(f"column {name!r}: bins must be a whole number from 1 to {_MAX_BINS} "
-                              f"or one of {list(CALENDAR_BINS)}, got {bins!r}")
-    else:
-        raise SchemaError(f"column {name!r}: a datetime column needs bins (with bounds) or edges")
-    if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise SchemaError(f"column {name!r}: edges must be strictly increasing (whole seconds)")
-    if len(edges) - 1 > _MAX_BINS:
-        raise SchemaError(f"column {name!r}: {len(edges) - 1} bins exceed {_MAX_BINS}; choose a longer step")
+    edges = _edges(raw, name, "datetime")
     fill = common.pop("fill")
     if fill is not None:
         fill = _time(name, "fill", fill)

@@ -52,7 +52,7 @@ def test_schema_bins_in_time_units_and_round_trip():
         ({"unit": "fortnight"}, "unit must be one of"),
         ({"bins": "decade"}, "bins must be a whole number"),
         ({"bounds": ["2020-01-01", "not a date"]}, "bounds: 'not a date' is not a date"),
-        ({"bounds": ["2021-01-01", "2020-01-01"]}, "first < last"),
+        ({"bounds": ["2021-01-01", "2020-01-01"]}, "low < high"),
         ({"integer": True}, "'integer' is not for datetime columns"),
         ({"bounds": [1, 2]}, "expected a date or time"),
     ],
