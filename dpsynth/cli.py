@@ -204,7 +204,10 @@ def _cmd_methods(args: argparse.Namespace) -> int:
 
 
 def _describe_method(name: str, cls: type) -> list[str]:
-    """Description (first docstring line), guarantee, and each parameter's type, choices and default."""
+    """Description (first docstring line), guarantee (the method's ``guarantee``
+    PrivacyStatement), and each parameter's type, choices and default. A parameter field
+    may state its range in words as ``field(metadata={"range": "..."})``; it is shown
+    instead of the type."""
     import dataclasses
     import inspect
     import typing
