@@ -153,6 +153,9 @@ def _as_data_file(data: Any, workspace: Path) -> Path:
     if bad:
         raise DataError(f"data: column names must be text; rename the columns at positions "
                         f"{[list(data.columns).index(c) for c in bad]}")
+    dupes = sorted(set(data.columns[data.columns.duplicated()]))
+    if dupes:
+        raise DataError(f"data: columns {dupes} appear more than once; rename or drop the copies")
     folder = workspace / "inputs"
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".frame-", suffix=".parquet")

@@ -114,6 +114,10 @@ def test_bad_inputs_name_the_argument(tmp_path, demo_paths):
     with pytest.raises(SchemaError, match="column 'age'"):
         dpsynth.release(demo_paths[0], {"name": "t", "columns": [{"name": "age", "type": "numeric"}]},
                         method="marginals", epsilon=1.0, workspace=tmp_path)
+    twice = pd.DataFrame([[1, 2]], columns=["a", "a"])
+    with pytest.raises(Exception, match=r"columns \['a'\] appear more than once"):
+        dpsynth.release(twice, {"name": "t", "columns": [{"name": "a", "type": "categorical", "values": ["x"]}]},
+                        method="marginals", epsilon=1.0, workspace=tmp_path)
     mixed = pd.DataFrame({"a": ["x", 1, 2.5] * 10})
     with pytest.raises(Exception, match="column 'a' mixes value types") as info:
         dpsynth.release(mixed, {"name": "t", "columns": [{"name": "a", "type": "categorical", "values": ["x"]}]},
