@@ -212,7 +212,8 @@ def _describe_method(name: str, cls: type) -> list[str]:
     import inspect
     import typing
 
-    doc = inspect.getdoc(cls) or inspect.getdoc(sys.modules[cls.__module__]) or ""
+    own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
+    doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
     first = doc.splitlines()[0].replace("``", "") if doc else ""
     lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
     guarantee = getattr(cls, "guarantee", None)

@@ -87,12 +87,13 @@ def test_methods_shows_description_guarantee_and_parameters(capsys):
     out = capsys.readouterr().out
     blocks = {b.split(":", 1)[0]: b for b in out.split("\n\n")}
     assert set(METHODS) <= set(blocks)
-    assert "DP 1-way histograms" in blocks["marginals"] and "parameters: none" in blocks["marginals"]
+    assert "DP 1-way histogram" in blocks["marginals"] and "parameters: none" in blocks["marginals"]
     assert "guarantee: Differentially private (neighbouring tables: add or remove one record)" in blocks["sds"]
     assert "--param reporting_length=  whole number  (default 3)" in blocks["sds"]
     assert "--param accuracy_mode=  one of prioritize_long, prioritize_short, balanced  (default prioritize_long)" in blocks["sds"]
     assert "--param fabrication_mode=  one of uncontrolled, progressive, balanced, minimize, or none" in blocks["sds"]
     assert "NOT DP" in blocks["private-sampling"] and "--param heuristic=  true or false  (default false)" in out
+    assert "replace one record" in blocks["private-sampling"]  # the same relation its releases state
 
 
 def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
