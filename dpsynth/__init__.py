@@ -13,9 +13,6 @@ The Python API (imported on first use, so ``import dpsynth`` stays cheap)::
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -31,9 +28,11 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'dpsynth' has no attribute {name!r}")
+    from importlib import import_module  # here, so that `import dpsynth` itself imports nothing
+
     value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
     globals()[name] = value
     return value
