@@ -76,7 +76,7 @@ def nice_bounds(lo: float, hi: float, bins: int, integer: bool = False) -> tuple
     half-open bin of its own instead of sharing the closed last bin.
     """
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
-        raise ValueError(f"bounds need finite lo <= hi, got {lo}, {hi}")
+        raise ValueError("bounds need finite numbers with lo <= hi")  # never quotes a value: they come from rows
     raw = (hi - lo) / max(bins, 1) or abs(lo) / max(bins, 1) or 1.0
     exp = math.floor(math.log10(raw))
     step = next(m * 10.0**exp for m in (1, 2, 5, 10) if m * 10.0**exp >= raw * (1 - 1e-12))
@@ -121,7 +121,8 @@ def draft_from_table(
         values = text[~null]
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
-        if len(values) > 0 and not temporal and nums.notna().all() and not _has_leading_zeros(values):
+        numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
+        if len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values):
             col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
         elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
             col, note = _datetime_column(col_name, times)

@@ -64,6 +64,15 @@ def test_draft_keeps_integers_numeric_and_rounds_bounds():
     assert s.draft and s.column("age").integer and s.column("age").edges[0] == 10.0
 
 
+def test_infinite_values_do_not_make_a_numeric_column_nor_an_error_quoting_them():
+    df = pd.DataFrame({"x": ["1.5", "inf", "2.5"] * 10})
+    col = draft_from_dataframe(df, "t").schema["columns"][0]
+    assert col["type"] == "categorical" and "inf" not in col["values"]  # seen 10 times < 20: folded
+    with pytest.raises(ValueError) as info:
+        nice_bounds(-7.25, float("inf"), 10)
+    assert "7.25" not in str(info.value)
+
+
 def test_rare_values_are_not_listed_but_fold_into_other():
     df = _frame(np.random.default_rng(2))
     d = draft_from_dataframe(df, "t", min_count=20)
