@@ -141,8 +141,8 @@ class PrivateSamplingMethod(MethodBase):
     provides_marginals: ClassVar[bool] = False  # only sampled points: nothing to correct towards
     guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
         kind="dp", neighbours=REPLACE_ONE.neighbours,
-        detail=f"{REPLACE_ONE.detail}; pure epsilon-DP only when Theorem 12.2 covers k rows (else refused); "
-               "heuristic=true runs it anyway and the release is then NOT DP")
+        detail="the data owner declares n public (public_n); pure epsilon-DP only when Theorem 12.2 covers "
+               "k rows (else refused); heuristic=true runs it anyway and the release is then NOT DP")
 
     def __init__(self, params: PrivateSamplingMethodParams):
         self.params = params
