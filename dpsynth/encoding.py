@@ -236,6 +236,10 @@ def check_type(col: Column, typ: pa.DataType) -> None:
         if t.is_integer(typ) or t.is_floating(typ) or t.is_decimal(typ):
             return
         want = "numbers or text"
+    elif col.type == "datetime":
+        if t.is_timestamp(typ) or t.is_date(typ):
+            return
+        want = "timestamps, dates or ISO 8601 text"
     else:
         kinds = _label_kinds(col)
         if (t.is_integer(typ) and "int" in kinds) or (t.is_floating(typ) and "float" in kinds) or (

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import dpsynth
-from dpsynth.encoding import EncodedTable, decode, encode
+from dpsynth.encoding import DataError, EncodedTable, decode, encode
 from dpsynth.infer import draft_from_dataframe
 from dpsynth.measurement import Measurement
 from dpsynth.schema import SchemaError, schema_from_dict
@@ -79,6 +79,8 @@ def test_encoding_maps_every_form_and_never_raises():
     assert encode(pa.table({"visit": pa.array(aware)}), s).codes[:, 0].tolist() == [0, 12, 5]
     dates = pa.array([dt.date(2020, 2, 3), dt.date(2020, 11, 30)])
     assert encode(pa.table({"visit": dates}), s).codes[:, 0].tolist() == [1, 10]
+    with pytest.raises(DataError, match="column 'visit'.*timestamps, dates or ISO 8601 text"):
+        encode(pa.table({"visit": pa.array([1.5, 2.5])}), s)  # a public problem: the stored type
 
 
 def test_decoding_gives_timestamps_inside_their_bin_at_the_unit():
