@@ -99,7 +99,7 @@ The number of records is the DP record count unless ``rows`` is given.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar, Literal, Sequence
 
@@ -185,6 +185,7 @@ class SdsParams:
     use_synthetic_counts: bool = False
     weight_selection_percentile: float = 95.0
     rake_one_way: bool = True
+    one_way: Literal["public", "paper"] = "public"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -235,6 +236,8 @@ class SdsParams:
             object.__setattr__(self, "thresholds", th)
         if self.accounting not in ("zcdp", "paper"):
             bad("accounting", "must be zcdp or paper")
+        if self.one_way not in ("public", "paper"):
+            bad("one_way", "must be public or paper")
         if self.synthesis not in ("complete", "strict"):
             bad("synthesis", "must be complete or strict")
         if not isinstance(self.use_synthetic_counts, bool):
@@ -492,6 +495,8 @@ class AggregateResult:
     levels: list[dict[Combo, np.ndarray]]  # per k: combo -> int64 counts (0 = not reported)
     records: int
     info: dict[str, Any]
+    #: ``one_way="public"``: each column's noisy 1-way counts over all its codes (missing too)
+    one_way: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def aggregate(
@@ -537,13 +542,20 @@ def aggregate(
         n_p = n
     delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
     rule = _threshold_rule(params)
+    public = params.one_way == "public"
+    one_way: dict[int, np.ndarray] = {}
 
     levels: list[dict[Combo, np.ndarray]] = []
     info: dict[str, Any] = {"allowed_sensitivity": [], "thresholds": [], "noise_sd": [], "candidates": [],
                             "reported": []}
     all_rows = np.arange(n)
     for k in range(1, R + 1):
-        if k == 1:
+        if k == 1 and public:
+            # The domain is public: every code of every column, the missing code too, is
+            # a candidate; each record holds exactly p of them.
+            cand = {(j,): np.ones(cards[j], dtype=bool) for j in range(p)}
+            valid = np.full(n, p, dtype=np.int64)
+        elif k == 1:
             cand = {(j,): eligible[j].copy() for j in range(p) if eligible[j].any()}
             valid = nonmissing.copy()
         else:
@@ -578,9 +590,13 @@ def aggregate(
         sd = split.sigmas[k - 1] * math.sqrt(max(allowed, 0))
         level: dict[Combo, np.ndarray] = {}
         if counts:
-            if _noise:
-                tau = _threshold_k1(split.sigmas[0], allowed, delta_t) if k == 1 else _threshold(
-                    k, rule, split.sigmas[k - 1], allowed)
+            if _noise and k == 1:
+                # tau_1 hides values that only the data could reveal: with a public domain
+                # there are none, and suppressing a real value (tau_1 is several noise sd)
+                # only moves its records into the column's deficit.
+                tau = 0.0 if public else _threshold_k1(split.sigmas[0], allowed, delta_t)
+            elif _noise:
+                tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
             else:
                 tau = 0.0
             for c, cnt in counts.items():
@@ -588,6 +604,9 @@ def aggregate(
                 mask = cand[c]
                 if _noise:
                     noisy[mask] += discrete_gaussian(sd, int(mask.sum()), rng)
+                if k == 1 and public:
+                    one_way[c[0]] = noisy.copy()
+                    mask = mask & eligible[c[0]]  # empty cells belong to no tuple from here on
                 keep = mask & (noisy > tau) & (noisy > 0)
                 if keep.any():
                     level[c] = np.where(keep, noisy, 0).astype(np.int64)
@@ -601,7 +620,7 @@ def aggregate(
         info["reported"].append(int(sum(int(np.count_nonzero(t)) for t in level.values())))
     normalise(levels)
     info["threshold_delta"] = float(delta_t)
-    return AggregateResult(levels=levels, records=int(n_p), info=info)
+    return AggregateResult(levels=levels, records=int(n_p), info=info, one_way=one_way)
 
 
 # --- publishable table ---------------------------------------------------------------------
@@ -659,7 +678,47 @@ def tables_from_frame(df: pd.DataFrame, schema: Schema, reporting_length: int) -
     return levels
 
 
-def _rake_to_one_way(raw: np.ndarray, m: Measurement, schema: Schema, rng: np.random.Generator) -> np.ndarray:
+def project_to_total(noisy: np.ndarray, total: float) -> np.ndarray:
+    """Euclidean projection of ``noisy`` onto {x >= 0, sum x = total} (least squares).
+
+    It lowers every cell by one constant and clips at 0: cells whose noisy count is
+    pure noise (values the data does not hold, which clipping alone would turn into
+    about 0.4 noise sd of fabricated mass each) fall to 0, and real cells lose as much
+    as the known total says they were inflated.
+    """
+    v = np.asarray(noisy, dtype=np.float64).ravel()
+    if total <= 0 or v.size == 0:
+        return np.zeros_like(v)
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - total
+    ks = np.arange(1, v.size + 1)
+    r = int(np.flatnonzero(u - css / ks > 0)[-1]) + 1
+    return np.clip(v - css[r - 1] / r, 0.0, None)
+
+
+def public_one_way(m: Measurement, schema: Schema) -> tuple[dict[int, np.ndarray], float]:
+    """Consistent 1-way tables from a ``one_way="public"`` measurement (post-processing).
+
+    The record count is the inverse-variance mean of the DP record count (discrete
+    Laplace, with the stddev the measurement states) and of every column's total (each a sum of
+    ``cardinality`` noisy counts of sd ``noise_sd[0]``); each column's table is then
+    projected onto the non-negative tables with that total.
+    """
+    sd1 = float(m.meta["noise_sd"][0])
+    rec_sd = float(m.records.stddev) if m.records is not None else 0.0
+    est, wts = [float(m.records.value)], [1.0 / rec_sd**2 if rec_sd > 0 else 0.0]
+    tables = {j: np.asarray(m.marginals[(c.name,)], dtype=np.float64) for j, c in enumerate(schema.columns)}
+    for j, t in tables.items():
+        if sd1 > 0:
+            est.append(float(t.sum()))
+            wts.append(1.0 / (t.size * sd1**2))
+    w = np.asarray(wts)
+    total = float(np.dot(est, w) / w.sum()) if w.sum() > 0 else est[0]
+    total = max(1.0, total)
+    return {j: project_to_total(t, total) for j, t in tables.items()}, total
+
+
+def _rake_to_one_way(raw: np.ndarray, targets: dict[int, np.ndarray], rng: np.random.Generator) -> np.ndarray:
     """Complete mode's last step: reweight the records so that each column matches the
     published DP 1-way marginal (raking), resample as many, and shuffle.
 
@@ -676,10 +735,7 @@ def _rake_to_one_way(raw: np.ndarray, m: Measurement, schema: Schema, rng: np.ra
     # A column whose DP 1-way counts were all suppressed (small inputs) has no target:
     # it is left as sampled. The outcome depends on the data only through DP output,
     # and never raises (a crash that depends on the rows would leak them).
-    targets = {
-        j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
-        if (c.name,) in m.marginals and float(np.clip(m.marginals[(c.name,)], 0, None).sum()) > 0
-    }
+    targets = {j: t for j, t in targets.items() if float(np.clip(t, 0, None).sum()) > 0}
     if not targets or raw.shape[0] == 0:
         return raw
     try:
@@ -843,7 +899,7 @@ class _Model:
     """Full tables (missing code as a value) and smoothed conditionals from the aggregates."""
 
     def __init__(self, levels, schema: Schema, records: int, noise_sd: Sequence[float],
-                 threshold1: float | None = None):
+                 threshold1: float | None = None, one_way: dict[int, np.ndarray] | None = None):
         self.cards = list(schema.cardinalities)
         self.miss = list(schema.missing_codes)
         self.p = len(self.cards)
@@ -855,8 +911,14 @@ class _Model:
         if tau <= 0 and levels and levels[0]:  # no recorded threshold: the smallest reported 1-count
             tau = float(min((v[v > 0].min() for v in levels[0].values() if (v > 0).any()), default=0.0))
         self.tau1 = max(0.0, tau)
-        self.has_missing = self._detect_missing(levels)
         self.full: dict[Combo, np.ndarray] = {(): np.array(self.n)}
+        if one_way is not None:
+            # Measured directly (missing code included): nothing to infer from deficits.
+            for j, t in one_way.items():
+                self.full[(j,)] = np.clip(t, 0.0, None)
+            self.has_missing = [m is not None and bool(self.full[(j,)][m] > 0) for j, m in enumerate(self.miss)]
+        else:
+            self.has_missing = self._detect_missing(levels)
         self._cond_cache: dict[tuple[Combo, int], np.ndarray] = {}
         self._mi_cache: dict[tuple[Combo, int], float] = {}
 
@@ -1229,6 +1291,10 @@ class SdsMethod(MethodBase):
         tau1 = max(0.0, res.info["thresholds"][0]) if math.isfinite(res.info["thresholds"][0]) else 0.0
         measured = []
         for j, col in enumerate(schema.columns):
+            if j in res.one_way:  # measured directly, every code, no threshold: a plain marginal
+                measured.append(NoisyMarginal(attrs=(col.name,), counts=res.one_way[j].astype(np.float64),
+                                              stddev=sd1 if math.isfinite(sd1) else 0.0))
+                continue
             t = res.levels[0].get((j,), np.zeros(col.cardinality, dtype=np.int64)).astype(np.float64)
             if col.missing_code is not None:
                 t[col.missing_code] = max(0.0, res.records - float(t.sum()))
@@ -1243,7 +1309,10 @@ class SdsMethod(MethodBase):
             "marginals_rho": split.marginals_rho,
             "percentile_epsilon": split.percentile_epsilon,
             "sigmas": list(split.sigmas),
-            "one_way_marginals": "reported 1-counts; a missing code holds records - sum (post-processing)",
+            "one_way": self.params.one_way,
+            "one_way_marginals": (
+                "every code measured (the missing code too), no threshold" if res.one_way else
+                "reported 1-counts; a missing code holds records - sum (post-processing)"),
             **res.info,
         }
         records = NoisyCount(value=res.records, stddev=discrete_laplace_sd(1.0 / split.records_epsilon),
@@ -1271,9 +1340,15 @@ class SdsMethod(MethodBase):
                 raw[:, j] = np.where(raw[:, j] < 0, empty, raw[:, j])
         else:
             th = m.meta.get("thresholds") or [None]
-            model = _Model(levels, schema, int(m.records.value), m.meta.get("noise_sd", [0.0] * R), th[0])
+            one_way, total = None, float(m.records.value)
+            if m.meta.get("one_way") == "public":
+                one_way, total = public_one_way(m, schema)
+            model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
+                           one_way=one_way)
             raw = _sample_complete(model, n, self.params, rng)
             if self.params.rake_one_way and n > 0:
-                raw = _rake_to_one_way(raw, m, schema, rng)
+                targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
+                                      if (c.name,) in m.marginals}
+                raw = _rake_to_one_way(raw, targets, rng)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)

@@ -1,0 +1,352 @@
+"""Benchmark: does ``sds`` generalise? A matrix of tables x epsilons x seeds x methods.
+
+Cells:
+
+* NIST: every CSV in ``shared/data/nist`` (national2019, tx2019, ma2019; read with
+  ``dtype=str, keep_default_na=False``; schema ``schemas/nist.yaml``) x {the 10
+  demographic columns of METRICS.md, all 24 columns} x epsilon {0.5, 1, 4, 10} x 3 seeds.
+  Score: SDNist k-marginal (:func:`dpsynth.metrics.nist_kmarginal_score`).
+* Generated: random Bayesian networks of varied shape (n 1,000..200,000; 8..40 columns;
+  cardinalities 2..50; numeric columns; 0..40% structural missing cells: a column is
+  empty wherever a parent column takes some values). Each table is assigned to the
+  TUNING or the HELD-OUT half by its index (even: tuning). Constants of ``sds`` are set
+  looking at the tuning half only; the held-out half is reported separately.
+  Score: mean TVD of all k-way marginals, k = 1, 2, 3 (missing is a code of its own).
+
+For every cell: publish rate (the validation gate's verdict), the score, and the
+independent-columns baseline (each column drawn from its true 1-way marginal, as many
+rows as the real table) scored the same way.
+
+Gate verdict: by default the benchmark evaluates the gate's own checks
+(:func:`dpsynth.gate._prepare`, the same thresholds, observed values and comparisons
+GE applies) without starting Great Expectations, which takes seconds per run.
+``--ge`` runs :func:`dpsynth.gate.run_gate` instead; ``--check-ge N`` runs both on the
+first N cells and stops if they ever disagree.
+
+Usage::
+
+    python benchmarks/sds_matrix.py --quick          # a small subset, for iterating
+    python benchmarks/sds_matrix.py                  # the full matrix (< 20 min on 2 cores)
+    python benchmarks/sds_matrix.py --methods sds marginals pgm
+    python benchmarks/sds_matrix.py --half tuning    # only the tuning half of the generated tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import SHARED_DATA as _DEFAULT_DATA, print_table, write_json  # noqa: E402
+
+import os  # noqa: E402
+
+SHARED_DATA = Path(os.environ.get("DPSYNTH_SHARED_DATA", "/work/shared/data" if Path("/work/shared/data").is_dir() else _DEFAULT_DATA))
+
+NIST_FILES = ("national2019", "tx2019", "ma2019")
+EPSILONS = (0.5, 1.0, 4.0, 10.0)
+SEEDS = (0, 1, 2)
+DELTA = 1e-6  # the pipeline's default release delta
+PREVIOUS_NATIONAL = {("demographic", 1.0): 957.0, ("all", 1.0): 682.0}  # PEERS.md, sds at epsilon 1
+
+
+# --- tables --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    kind: str  # "nist" or "generated"
+    half: str  # "nist", "tuning" or "held-out"
+    schema: Any
+    codes: np.ndarray
+    raw: pd.DataFrame | None = None  # NIST: raw text, for the k-marginal score
+    features: tuple[str, ...] = ()
+
+
+def nist_tables(files: Sequence[str], colsets: Sequence[str]) -> list[Table]:
+    from dpsynth.encoding import encode, read_table
+    from dpsynth.metrics import NIST_DEMOGRAPHIC_FEATURES
+    from dpsynth.schema import load_schema, schema_from_dict
+
+    schema = load_schema(ROOT / "schemas" / "nist.yaml")
+    out = []
+    for f in files:
+        csv = SHARED_DATA / "nist" / f"{f}.csv"
+        if not csv.is_file():
+            print(f"skipping {f}: {csv} absent")
+            continue
+        codes = encode(read_table(csv, schema), schema).codes
+        raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
+        for cs in colsets:
+            names = list(NIST_DEMOGRAPHIC_FEATURES) if cs == "demographic" else schema.names
+            idx = [schema.index(c) for c in names]
+            sub = schema_from_dict({"name": f"{f}-{cs}", "columns": [schema.columns[i].to_dict() for i in idx]})
+            out.append(Table(f"{f}/{cs}", "nist", "nist", sub, np.ascontiguousarray(codes[:, idx]),
+                             raw[names], tuple(names)))
+    return out
+
+
+#: Shapes of the generated tables: (n, columns, max cardinality, numeric share, missing share).
+#: Even index: tuning half; odd index: held-out half. Shapes alternate so both halves
+#: span the same range.
+GENERATED = (
+    (8_000, 20, 12, 0.2, 0.25),
+    (6_000, 16, 10, 0.25, 0.25),
+    (1_000, 8, 6, 0.0, 0.0),
+    (1_500, 10, 8, 0.3, 0.1),
+    (30_000, 15, 12, 0.0, 0.0),
+    (40_000, 12, 16, 0.3, 0.3),
+    (3_000, 24, 20, 0.3, 0.4),
+    (4_000, 30, 8, 0.1, 0.2),
+    (200_000, 10, 50, 0.2, 0.1),
+    (120_000, 14, 40, 0.2, 0.15),
+    (15_000, 40, 6, 0.2, 0.15),
+    (10_000, 36, 10, 0.0, 0.35),
+)
+
+
+def generated_table(index: int) -> Table:
+    """A random Bayesian network (up to 2 parents per column) with structural missingness."""
+    from dpsynth.schema import schema_from_dict
+
+    n, p, cmax, num_share, miss_share = GENERATED[index]
+    rng = np.random.default_rng(7000 + index)
+    cards = [int(c) for c in rng.integers(2, cmax + 1, size=p)]
+    numeric = set(rng.choice(p, size=int(round(num_share * p)), replace=False).tolist())
+    codes = np.empty((n, p), dtype=np.int64)
+    for j in range(p):
+        parents = sorted(rng.choice(j, size=min(j, 2), replace=False).tolist()) if j else []
+        size = int(np.prod([cards[q] for q in parents])) if parents else 1
+        cpt = rng.dirichlet(np.full(cards[j], 0.6), size=size)
+        idx = np.zeros(n, dtype=np.int64)
+        for q in parents:
+            idx = idx * cards[q] + codes[:, q]
+        cdf = np.cumsum(cpt, axis=1)[idx]
+        codes[:, j] = np.minimum((cdf < rng.random(n)[:, None]).sum(axis=1), cards[j] - 1)
+    # Structural missingness: column j is empty wherever an earlier "gate" column takes
+    # some of its values, until about miss_share of all cells are empty.
+    nullable = np.zeros(p, dtype=bool)
+    empty = np.zeros((n, p), dtype=bool)
+    if miss_share > 0:
+        for j in rng.permutation(np.arange(1, p)):
+            if empty.mean() >= miss_share:
+                break
+            g = int(rng.integers(0, j))
+            vals = rng.choice(cards[g], size=max(1, cards[g] // 2), replace=False)
+            mask = np.isin(codes[:, g], vals) | empty[:, g]
+            if mask.mean() > 0.9:
+                continue
+            empty[:, j] = mask
+            nullable[j] = True
+    cols = []
+    for j in range(p):
+        if j in numeric:
+            edges = sorted(set(np.round(np.cumsum(rng.uniform(1, 10, size=cards[j] + 1)), 1).tolist()))
+            col: dict[str, Any] = {"name": f"x{j}", "type": "numeric", "edges": edges[: cards[j] + 1]}
+            cards[j] = len(col["edges"]) - 1
+            codes[:, j] = np.minimum(codes[:, j], cards[j] - 1)
+        else:
+            col = {"name": f"x{j}", "type": "categorical", "values": [f"v{v}" for v in range(cards[j])]}
+        if nullable[j]:
+            col["missing"] = [""]
+        cols.append(col)
+    schema = schema_from_dict({"name": f"gen{index}", "columns": cols})
+    for j, c in enumerate(schema.columns):
+        if c.missing_code is not None:
+            codes[empty[:, j], j] = c.missing_code
+    half = "tuning" if index % 2 == 0 else "held-out"
+    name = f"gen{index}:{n}x{p},c<={cmax},miss{miss_share:.0%}"
+    return Table(name, "generated", half, schema, codes.astype(np.uint8 if max(schema.cardinalities) < 256 else np.uint16))
+
+
+# --- running a method ----------------------------------------------------------------
+
+
+def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None):
+    """Measure and synthesise as a release does (same stages, same rng streams)."""
+    from dpsynth.encoding import EncodedTable
+    from dpsynth.methods import METHODS
+    from dpsynth.privacy.budget import Budget, Ledger
+
+    cls = METHODS[method]
+    m = cls(cls.params_type(**(params or {})))
+    budget = Budget(epsilon=epsilon, delta=DELTA)
+    ledger = Ledger(budget, m.plan(table.schema, budget))
+    enc = EncodedTable(schema=table.schema, codes=table.codes)
+    ss = np.random.SeedSequence([seed, 17])
+    r_measure, r_synth, r_decode = (np.random.default_rng(s) for s in ss.spawn(3))
+    t0 = time.perf_counter()
+    meas = m.measure(enc, ledger, r_measure)
+    synth = m.synthesize(meas, table.schema, None, r_synth)
+    wall = time.perf_counter() - t0
+    return meas, synth, r_decode, wall
+
+
+def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, list[str]]:
+    """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
+    from dpsynth import gate
+    from dpsynth.encoding import decode
+
+    table = decode(synth, decode_rng)
+    if use_ge:
+        s = gate.run_gate(table, synth, meas, None, None)
+        return bool(s["success"]), list(s["failed"])
+    plan = gate._prepare(table, synth, meas, None, None)
+    failed = []
+    stats = plan.stats
+    for c in plan.checks:
+        kw, obs = c.kwargs, c.observed
+        if c.name == "columns_match_schema":
+            ok = list(plan.table.columns) == kw["column_list"]
+        elif c.name == "row_count":
+            ok = kw["min_value"] <= obs["rows"] and (kw["max_value"] is None or obs["rows"] <= kw["max_value"])
+        elif c.name == "codes_match_table":
+            ok = float(stats["code_mismatch"].max()) <= kw["max_value"]
+        elif c.name.startswith("max_tvd_k"):
+            v = stats[kw["column"]].dropna()
+            ok = bool((v <= kw["max_value"]).all())
+        elif c.name.startswith("mean_tvd_k"):
+            ok = float(stats[kw["column"]].dropna().mean()) <= kw["max_value"]
+        elif c.name == "not_null":
+            ok = not plan.table[c.column].isna().any()
+        elif c.name == "in_domain":
+            s = plan.table[c.column].dropna()
+            if "value_set" in kw:
+                ok = bool(s.isin(kw["value_set"]).all())
+            else:
+                ok = bool(((s >= kw["min_value"]) & (s <= kw["max_value"])).all())
+        else:  # exists, type: structural, right by construction of decode
+            ok = True
+        if not ok:
+            failed.append(c.label)
+    return not failed, failed
+
+
+# --- scores --------------------------------------------------------------------------
+
+
+def _nist_text(table: Table, codes: np.ndarray) -> pd.DataFrame:
+    from dpsynth.encoding import EncodedTable, decode
+
+    df = decode(EncodedTable(schema=table.schema, codes=codes), np.random.default_rng(0))
+    out = {}
+    for c in table.schema.columns:
+        token = c.missing[0] if c.missing else "N"
+        out[c.name] = df[c.name].astype("string").fillna(token).astype(str)
+    return pd.DataFrame(out)
+
+
+def score(table: Table, codes: np.ndarray) -> dict[str, float]:
+    from dpsynth import metrics
+
+    if table.kind == "nist":
+        return {"kmarginal": float(metrics.nist_kmarginal_score(table.raw, _nist_text(table, codes),
+                                                                list(table.features)))}
+    ks = (1, 2, 3)
+    res = metrics.tvd_by_k(table.codes, codes, table.schema.cardinalities, ks)
+    return {f"tvd{k}": float(res[k]["mean"]) for k in ks}
+
+
+def baseline(table: Table, seed: int) -> dict[str, float]:
+    from dpsynth import metrics
+
+    rows = metrics.independent_baseline(table.codes, table.schema.cardinalities, table.codes.shape[0],
+                                        np.random.default_rng(9000 + seed))
+    return score(table, rows.astype(np.int64))
+
+
+# --- the matrix ----------------------------------------------------------------------
+
+
+def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge: bool,
+             params: dict[str, Any] | None = None) -> dict[str, Any]:
+    runs = []
+    for seed in seeds:
+        meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+        ok, failed = gate_verdict(synth, meas, r_dec, use_ge)
+        s = score(table, synth.codes.astype(np.int64))
+        runs.append({"seed": seed, "published": ok, "failed": failed, "wall_s": round(wall, 2), **s,
+                     "choice": meas.meta.get("synthesis_choice")})
+    keys = [k for k in runs[0] if k.startswith(("kmarginal", "tvd"))]
+    return {"method": method, "table": table.name, "half": table.half, "epsilon": eps,
+            "publish_rate": sum(r["published"] for r in runs) / len(runs),
+            **{k: float(np.mean([r[k] for r in runs])) for k in keys},
+            "wall_s": float(np.mean([r["wall_s"] for r in runs])), "runs": runs}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", nargs="+", default=["sds", "marginals"])
+    ap.add_argument("--quick", action="store_true", help="one seed, epsilon 1 and 4, fewer tables")
+    ap.add_argument("--half", choices=["tuning", "held-out", "both"], default="both")
+    ap.add_argument("--nist", nargs="*", default=list(NIST_FILES))
+    ap.add_argument("--colsets", nargs="*", default=["demographic", "all"])
+    ap.add_argument("--generated", nargs="*", type=int, default=None, help="indices of GENERATED")
+    ap.add_argument("--epsilons", nargs="*", type=float, default=None)
+    ap.add_argument("--seeds", nargs="*", type=int, default=None)
+    ap.add_argument("--ge", action="store_true", help="run the full GE gate for every verdict")
+    ap.add_argument("--out", default="sds_matrix")
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    epsilons = tuple(args.epsilons) if args.epsilons else ((1.0, 4.0) if args.quick else EPSILONS)
+    seeds = tuple(args.seeds) if args.seeds else ((0,) if args.quick else SEEDS)
+    gen_idx = list(range(len(GENERATED))) if args.generated is None else list(args.generated)
+    if args.half != "both":
+        gen_idx = [i for i in gen_idx if (i % 2 == 0) == (args.half == "tuning")]
+    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
+    cells, rows = [], []
+    for table in tables:
+        base = [baseline(table, s) for s in seeds]
+        bkeys = list(base[0])
+        bmean = {k: float(np.mean([b[k] for b in base])) for k in bkeys}
+        for eps in epsilons:
+            for method in args.methods:
+                c = run_cell(method, table, eps, seeds, args.ge)
+                c["independent"] = bmean
+                cells.append(c)
+                rows.append(_row(table, c, bmean))
+                print("  ".join(str(v) if not isinstance(v, float) else f"{v:.3f}" for v in rows[-1]), flush=True)
+    headers = ["half", "table", "eps", "method", "publish", "score", "indep", "wins", "choice", "wall_s"]
+    for half in ("nist", "tuning", "held-out"):
+        sel = [r for r in rows if r[0] == half]
+        if sel:
+            print(f"\n== {half} ==  score: NIST k-marginal (higher is better) | generated: mean TVD k=1/2/3")
+            print_table(headers, sel)
+    nat = [c for c in cells if c["table"].startswith("national2019/") and c["method"] == "sds"]
+    for (cs, eps), before in PREVIOUS_NATIONAL.items():
+        now = [c for c in nat if c["table"] == f"national2019/{cs}" and c["epsilon"] == eps]
+        if now:
+            print(f"national2019/{cs} eps {eps}: k-marginal {now[0]['kmarginal']:.1f} (PEERS.md before: {before:.0f})")
+    total = time.perf_counter() - t_start
+    print(f"total wall time {total:.0f} s")
+    write_json(args.out, {"epsilons": list(epsilons), "seeds": list(seeds), "delta": DELTA,
+                          "methods": args.methods, "wall_s": round(total, 1), "cells": cells})
+    return 0
+
+
+def _row(table: Table, c: dict[str, Any], b: dict[str, float]) -> list[Any]:
+    if table.kind == "nist":
+        sc, ind = f"{c['kmarginal']:.1f}", f"{b['kmarginal']:.1f}"
+        wins = c["kmarginal"] > b["kmarginal"]
+    else:
+        sc = "/".join(f"{c[f'tvd{k}']:.3f}" for k in (1, 2, 3))
+        ind = "/".join(f"{b[f'tvd{k}']:.3f}" for k in (1, 2, 3))
+        wins = c["tvd2"] < b["tvd2"] and c["tvd3"] < b["tvd3"]
+    choices = sorted({str(r["choice"]) for r in c["runs"] if r["choice"]})
+    return [table.half, table.name, c["epsilon"], c["method"], f"{c['publish_rate']:.2f}", sc, ind,
+            "yes" if wins else "NO", ",".join(choices) or "-", round(c["wall_s"], 1)]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
