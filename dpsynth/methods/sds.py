@@ -175,7 +175,7 @@ class SdsParams:
     percentile_percentage: int = 99
     percentile_epsilon_proportion: float = 0.01
     number_of_records_epsilon_proportion: float = 0.005
-    accuracy_mode: AccuracyMode = "prioritize_long"
+    accuracy_mode: AccuracyMode = "prioritize_short"
     sigma_proportions: tuple[float, ...] | None = None
     threshold_type: Literal["fixed", "adaptive"] = "adaptive"
     thresholds: tuple[float, ...] | None = None
@@ -186,6 +186,7 @@ class SdsParams:
     weight_selection_percentile: float = 95.0
     rake_one_way: bool = True
     one_way: Literal["public", "paper"] = "public"
+    empty_cells: Literal["deficit", "value"] = "value"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -525,9 +526,10 @@ def aggregate(
     cm = column_major(codes)
     eligible = []
     nonmissing = np.zeros(n, dtype=np.int64)
+    as_value = params.empty_cells == "value"
     for j in range(p):
         e = np.ones(cards[j], dtype=bool)
-        if miss[j] is not None:
+        if miss[j] is not None and not as_value:
             e[miss[j]] = False
             nonmissing += cm[j] != miss[j]
         else:
@@ -899,7 +901,8 @@ class _Model:
     """Full tables (missing code as a value) and smoothed conditionals from the aggregates."""
 
     def __init__(self, levels, schema: Schema, records: int, noise_sd: Sequence[float],
-                 threshold1: float | None = None, one_way: dict[int, np.ndarray] | None = None):
+                 threshold1: float | None = None, one_way: dict[int, np.ndarray] | None = None,
+                 missing_measured: bool = False):
         self.cards = list(schema.cardinalities)
         self.miss = list(schema.missing_codes)
         self.p = len(self.cards)
@@ -912,6 +915,7 @@ class _Model:
             tau = float(min((v[v > 0].min() for v in levels[0].values() if (v > 0).any()), default=0.0))
         self.tau1 = max(0.0, tau)
         self.full: dict[Combo, np.ndarray] = {(): np.array(self.n)}
+        self.missing_measured = missing_measured
         if one_way is not None:
             # Measured directly (missing code included): nothing to infer from deficits.
             for j, t in one_way.items():
@@ -965,7 +969,7 @@ class _Model:
         if len(combo) == 1:
             F = self._fill_suppressed(combo[0], F)
         for i, j in enumerate(combo):
-            if not self.has_missing[j]:
+            if not self.has_missing[j] or self.missing_measured:
                 continue
             # (sub-tuple count) - (sum of its extensions over j's non-missing values)
             rest = tuple(c for c in combo if c != j)
@@ -1310,6 +1314,8 @@ class SdsMethod(MethodBase):
             "percentile_epsilon": split.percentile_epsilon,
             "sigmas": list(split.sigmas),
             "one_way": self.params.one_way,
+            "empty_cells": self.params.empty_cells,
+            "synthesis_choice": self.params.synthesis,
             "one_way_marginals": (
                 "every code measured (the missing code too), no threshold" if res.one_way else
                 "reported 1-counts; a missing code holds records - sum (post-processing)"),
@@ -1344,7 +1350,7 @@ class SdsMethod(MethodBase):
             if m.meta.get("one_way") == "public":
                 one_way, total = public_one_way(m, schema)
             model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
-                           one_way=one_way)
+                           one_way=one_way, missing_measured=self.params.empty_cells == "value")
             raw = _sample_complete(model, n, self.params, rng)
             if self.params.rake_one_way and n > 0:
                 targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
