@@ -85,11 +85,10 @@ def _noise_sd2(meta: Mapping[str, Any]) -> float | None:
 def assess(m: Measurement, schema: Schema) -> Advice | None:
     """The guard's prediction, or None when the measurement holds no 2-way information."""
     sd2 = _noise_sd2(m.meta)
-    records = m.meta.get("records")
     tables = _two_way_tables(m, schema)
-    if sd2 is None or not isinstance(records, (int, float)) or not tables:
+    if sd2 is None or m.records is None or not tables:
         return None
-    n = float(records)
+    n = float(m.records.value)
     noise, dep = [], []
     for a, b in combinations(range(len(schema.columns)), 2):
         shape = (schema.columns[a].cardinality, schema.columns[b].cardinality)

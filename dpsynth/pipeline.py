@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from .bundle import fsync_path, publish_release, read_sign_key
 from .encoding import EncodedTable, check_file, decode, encode, file_sha256, read_table, write_csv
+from .guidance import assess
 from .methods import METHODS, get_method, params_to_dict
 from .measurement import Measurement, PrivacyStatement
 from .methods.base import Method, convert_param
@@ -592,6 +593,9 @@ def run_release(config: ReleaseConfig, progress: Callable[[str], None] | None = 
         dataset = charge_dataset(plan)
         with spent_on_failure("measure"):
             mdir = timed("measure", measure_stage, plan, codes)
+        advice = assess(Measurement.load(mdir), plan.schema)
+        if advice is not None and advice.below_baseline:  # before anything is published
+            say(f"warning: {advice.message}")
         with spent_on_failure("synthesize"):
             sdir = timed("synthesize", synthesize_stage, plan, mdir)
         with spent_on_failure("validate"):

@@ -58,6 +58,7 @@ figure.wide { grid-column: 1 / -1; }
 .key { font-size: .85rem; color: var(--muted); }
 .swatch { display: inline-block; width: .9rem; height: .9rem; vertical-align: -.1rem; margin: 0 .3rem 0 .8rem; }
 tr.failed td { background: #fff0f0; }
+section.warning { border: 2px solid #c60; background: #fff6e8; padding: 0 1em; }
 code { font-size: .88em; background: #f6f8fa; padding: .05rem .3rem; border-radius: .2rem; overflow-wrap: anywhere; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(500px, 1fr)); gap: 1rem; }
 figure { margin: 0; padding: .5rem; border: 1px solid var(--rule); border-radius: .4rem; }
@@ -466,6 +467,16 @@ def _plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Ma
     return "".join(out)
 
 
+def _guidance_section(m: Measurement, schema: Schema) -> str:
+    """A warning box when the small-sample guard predicts a loss to independent columns."""
+    from .guidance import assess
+
+    advice = assess(m, schema)
+    if advice is None or not advice.below_baseline:
+        return ""
+    return f'<section class="warning"><h2>Utility warning</h2><p>{_e(advice.message)}</p></section>'
+
+
 def build_report(
     manifest: Mapping[str, Any],
     schema: Schema,
@@ -493,6 +504,7 @@ def build_report(
         f'<p class="muted">{_e(release_label(manifest.get("privacy", {})))} &middot; validation {status} '
         "&middot; everything on this page is computed from the DP measurement, the synthetic table "
         "and the public schema.</p></header>",
+        _guidance_section(measurement, schema),
         _summary_section(manifest, schema, codes, measurement),
         _ledger_section(manifest, measurement),
         _validation_section(gate),
