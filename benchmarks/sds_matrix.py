@@ -120,11 +120,25 @@ GENERATED = (
 
 
 def generated_table(index: int) -> Table:
-    """A random Bayesian network (up to 2 parents per column) with structural missingness."""
+    """Table ``index`` of :data:`GENERATED` (even index: tuning half, odd: held-out)."""
+    n, p, cmax, num_share, miss_share = GENERATED[index]
+    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=7000 + index, name=f"gen{index}")
+    half = "tuning" if index % 2 == 0 else "held-out"
+    name = f"gen{index}:{n}x{p},c<={cmax},miss{miss_share:.0%}"
+    return Table(name, "generated", half, schema, codes)
+
+
+def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *, seed: int,
+               name: str = "generated") -> tuple[Any, np.ndarray]:
+    """A random Bayesian network (up to 2 parents per column) with structural missingness.
+
+    Cardinalities 2..cmax; a share ``num_share`` of the columns is numeric (binned);
+    about ``miss_share`` of the cells are empty: column j is empty wherever an earlier
+    "gate" column takes some of its values. Returns (schema, codes).
+    """
     from dpsynth.schema import schema_from_dict
 
-    n, p, cmax, num_share, miss_share = GENERATED[index]
-    rng = np.random.default_rng(7000 + index)
+    rng = np.random.default_rng(seed)
     cards = [int(c) for c in rng.integers(2, cmax + 1, size=p)]
     numeric = set(rng.choice(p, size=int(round(num_share * p)), replace=False).tolist())
     codes = np.empty((n, p), dtype=np.int64)
@@ -137,8 +151,6 @@ def generated_table(index: int) -> Table:
             idx = idx * cards[q] + codes[:, q]
         cdf = np.cumsum(cpt, axis=1)[idx]
         codes[:, j] = np.minimum((cdf < rng.random(n)[:, None]).sum(axis=1), cards[j] - 1)
-    # Structural missingness: column j is empty wherever an earlier "gate" column takes
-    # some of its values, until about miss_share of all cells are empty.
     nullable = np.zeros(p, dtype=bool)
     empty = np.zeros((n, p), dtype=bool)
     if miss_share > 0:
@@ -164,13 +176,11 @@ def generated_table(index: int) -> Table:
         if nullable[j]:
             col["missing"] = [""]
         cols.append(col)
-    schema = schema_from_dict({"name": f"gen{index}", "columns": cols})
+    schema = schema_from_dict({"name": name, "columns": cols})
     for j, c in enumerate(schema.columns):
         if c.missing_code is not None:
             codes[empty[:, j], j] = c.missing_code
-    half = "tuning" if index % 2 == 0 else "held-out"
-    name = f"gen{index}:{n}x{p},c<={cmax},miss{miss_share:.0%}"
-    return Table(name, "generated", half, schema, codes.astype(np.uint8 if max(schema.cardinalities) < 256 else np.uint16))
+    return schema, codes.astype(np.uint8 if max(schema.cardinalities) < 256 else np.uint16)
 
 
 # --- running a method ----------------------------------------------------------------

@@ -734,10 +734,15 @@ def _rake_to_one_way(raw: np.ndarray, targets: dict[int, np.ndarray], rng: np.ra
     """
     from ..postprocess import rake, resample
 
-    # A column whose DP 1-way counts were all suppressed (small inputs) has no target:
-    # it is left as sampled. The outcome depends on the data only through DP output,
-    # and never raises (a crash that depends on the rows would leak them).
-    targets = {j: t for j, t in targets.items() if float(np.clip(t, 0, None).sum()) > 0}
+    # A column whose DP 1-way counts were all suppressed (small inputs), or whose target
+    # puts no mass on any code the sample holds, has no usable target: it is left as
+    # sampled. The outcome depends on the data only through DP output, and never raises
+    # (a crash that depends on the rows would leak them).
+    targets = {
+        j: t for j, t in targets.items()
+        if raw.shape[0] and raw[:, j].max(initial=0) < np.size(t)
+        and float(np.clip(np.asarray(t, dtype=np.float64), 0, None)[np.unique(raw[:, j])].sum()) > 0
+    }
     if not targets or raw.shape[0] == 0:
         return raw
     try:

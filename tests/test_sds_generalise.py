@@ -1,0 +1,161 @@
+"""``sds`` on tables its constants were not set on (issue 9), and one test per defect fixed.
+
+The generated tables here use generator seeds that no benchmark or tuning run used
+(``benchmarks/sds_matrix.py`` uses 7000 + index). The gate verdict is the real one
+(:func:`dpsynth.gate.run_gate`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.sds_matrix import make_table
+from dpsynth import metrics
+from dpsynth.encoding import EncodedTable, decode
+from dpsynth.gate import run_gate
+from dpsynth.guidance import assess
+from dpsynth.methods import get_method
+from dpsynth.privacy.budget import Budget, Ledger
+from dpsynth.schema import schema_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _release(schema, codes, epsilon, seed, **params):
+    """Measure and synthesise as a release does; returns (measurement, synthetic codes)."""
+    m = get_method("sds", params)
+    budget = Budget(epsilon=epsilon, delta=1e-6)
+    ledger = Ledger(budget, m.plan(schema, budget))
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 99]).spawn(3)]
+    meas = m.measure(EncodedTable(schema=schema, codes=codes), ledger, rngs[0])
+    return meas, m.synthesize(meas, schema, None, rngs[1]), rngs[2]
+
+
+def _published(meas, synth, rng) -> bool:
+    return bool(run_gate(decode(synth, rng), synth, meas, None, None)["success"])
+
+
+# Unseen shapes: (n, columns, max cardinality, numeric share, missing share, generator seed)
+UNSEEN = [
+    pytest.param((8_000, 12, 8, 0.25, 0.25, 424_242), id="8000x12-missing25"),
+    pytest.param((5_000, 10, 10, 0.3, 0.0, 515_151), id="5000x10-numeric"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", UNSEEN)
+def test_default_release_publishes_and_beats_independent_columns(shape):
+    n, p, cmax, num, miss, gseed = shape
+    schema, codes = make_table(n, p, cmax, num, miss, seed=gseed)
+    cards = schema.cardinalities
+    base = metrics.independent_baseline(codes, cards, n, np.random.default_rng(1))
+    base_tvd2 = metrics.tvd_by_k(codes, base, cards, (2,))[2]["mean"]
+    for seed in range(3):
+        meas, synth, rng = _release(schema, codes, 1.0, seed)
+        assert _published(meas, synth, rng), f"seed {seed}: the gate failed"
+        tvd2 = metrics.tvd_by_k(codes, synth.codes, cards, (2,))[2]["mean"]
+        assert tvd2 < base_tvd2, f"seed {seed}: 2-way TVD {tvd2:.4f} >= independent {base_tvd2:.4f}"
+
+
+def test_one_way_of_nullable_columns_is_within_noise_on_small_n():
+    """Defect: a nullable column's empty cells were counted as n_p - sum of the reported
+    1-counts, which absorbed every value tau_1 suppressed and the clipped noise of every
+    cell (1-way TVD up to 0.3 on an 8,000-row table). Now measured directly: every
+    column's DP 1-way is within 6 noise sd per cell of the truth."""
+    schema, codes = make_table(3_000, 10, 12, 0.0, 0.3, seed=868_686)
+    meas, _, _ = _release(schema, codes, 1.0, 0)
+    sd = meas.meta["noise_sd"][0]
+    for j, col in enumerate(schema.columns):
+        true = np.bincount(codes[:, j], minlength=col.cardinality)
+        noisy = meas.marginals[(col.name,)]
+        assert np.abs(noisy - true).max() <= 6 * sd, col.name
+        if col.missing_code is not None:
+            assert abs(noisy[col.missing_code] - true[col.missing_code]) <= 6 * sd, col.name
+
+
+def test_tiny_table_release_keeps_its_one_way_marginals():
+    """Defects on tiny n (300 rows x 5 columns, epsilon 1): the default release crashed in
+    the final raking (its targets, built from deficits, did not overlap the sample), and
+    tau_1 (several noise sd) suppressed values that then became empty cells (1-way TVD
+    0.3-0.55, 5-8 values with >= 30 records lost per release in the paper mode). Now every
+    seed synthesises, the mean 1-way TVD stays at the noise level (sd 13 records per
+    cell: < 0.12) and no value with >= 30 records is lost."""
+    schema, codes = make_table(300, 5, 4, 0.0, 0.2, seed=979_797)
+    for seed in range(3):
+        meas, synth, _ = _release(schema, codes, 1.0, seed)
+        tvd1 = metrics.tvd_by_k(codes, synth.codes, schema.cardinalities, (1,))[1]
+        assert tvd1["mean"] < 0.12
+        for j, col in enumerate(schema.columns):
+            true = np.bincount(codes[:, j], minlength=col.cardinality)
+            got = np.bincount(synth.codes[:, j], minlength=col.cardinality)
+            assert np.all(got[true >= 30] > 0), col.name
+    # the paper's semantics no longer crash either
+    meas, synth, _ = _release(schema, codes, 1.0, 0, one_way="paper", empty_cells="deficit")
+    assert synth.n == meas.meta["records"]
+
+
+def test_asia_rare_value_is_not_suppressed(shared_data_dir):
+    """Defect: at epsilon 1 on asia, tau_1 suppressed tub=yes (true count 209) although
+    the domain is public (0 synthetic tub=yes records). Now it is measured and synthesised
+    near its true count (about 200)."""
+    import pandas as pd
+
+    csv = shared_data_dir / "asia" / "asia.csv"
+    if not csv.is_file():
+        pytest.skip("asia.csv absent")
+    raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    schema = schema_from_dict({"name": "asia", "columns": [
+        {"name": c, "type": "categorical", "values": ["no", "yes"]} for c in raw.columns]})
+    codes = (raw.to_numpy() == "yes").astype(np.uint8)
+    j = schema.index("tub")
+    for seed in range(3):  # before the fix: tub=yes suppressed, 0 synthetic records, every seed
+        meas, synth, _ = _release(schema, codes, 1.0, seed)
+        sd = meas.meta["noise_sd"][0]
+        assert abs(meas.marginals[("tub",)][1] - 209) <= 6 * sd
+        assert meas.meta["thresholds"][0] == 0.0
+        got = int(np.sum(synth.codes[:, j] == 1))
+        assert abs(got - 209) <= 6 * sd + 6 * math.sqrt(209)
+
+
+def test_paper_one_way_still_applies_tau_1():
+    """``one_way="paper"`` keeps the paper's threshold (parity with pac-synth)."""
+    schema, codes = make_table(2_000, 6, 4, 0.0, 0.0, seed=565_656)
+    meas, _, _ = _release(schema, codes, 1.0, 0, one_way="paper", empty_cells="deficit")
+    assert meas.meta["thresholds"][0] > 1.0
+
+
+@pytest.mark.slow
+def test_tx2019_all_columns_publishes(shared_data_dir):
+    """Defect: every default release on tx2019 (all 24 columns, epsilon 1) failed
+    max_tvd_k1 on EDU, DPHY or DREM: the empty-cell share of these columns came from a
+    deficit the synthesizer could not reproduce."""
+    from dpsynth.encoding import encode, read_table
+    from dpsynth.schema import load_schema
+
+    csv = shared_data_dir / "nist" / "tx2019.csv"
+    if not csv.is_file():
+        pytest.skip("tx2019.csv absent")
+    schema = load_schema(ROOT / "schemas" / "nist.yaml")
+    codes = encode(read_table(csv, schema), schema).codes
+    meas, synth, rng = _release(schema, codes, 1.0, 0)
+    assert _published(meas, synth, rng)
+
+
+@pytest.mark.slow
+def test_guard_warns_on_a_small_wide_table_only():
+    """The small-sample guard: 1,500 x 20 at epsilon 0.5 is predicted below the
+    independent baseline (and is: see benchmarks/sds_matrix.py), 30,000 x 8 at epsilon 4
+    is not."""
+    schema, codes = make_table(1_500, 20, 12, 0.0, 0.2, seed=737_373)
+    meas, _, _ = _release(schema, codes, 0.5, 0)
+    small = assess(meas, schema)
+    assert small is not None and small.below_baseline
+    assert "marginals" in small.message and "epsilon" in small.message
+    schema, codes = make_table(30_000, 8, 6, 0.0, 0.0, seed=737_374)
+    meas, _, _ = _release(schema, codes, 4.0, 0)
+    big = assess(meas, schema)
+    assert big is not None and not big.below_baseline
