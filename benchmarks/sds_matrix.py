@@ -29,12 +29,16 @@ Usage::
     python benchmarks/sds_matrix.py                  # the full matrix (< 20 min on 2 cores)
     python benchmarks/sds_matrix.py --methods sds marginals pgm
     python benchmarks/sds_matrix.py --half tuning    # only the tuning half of the generated tables
+    python benchmarks/sds_matrix.py --merge a b      # report partial runs (results/a.json, b.json) as one
+
+The full matrix: NIST at every epsilon with 3 seeds; generated tables at epsilon 1 and 4
+with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +51,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import SHARED_DATA as _DEFAULT_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import RESULTS, SHARED_DATA as _DEFAULT_DATA, print_table, write_json  # noqa: E402
 
 import os  # noqa: E402
 
@@ -305,10 +309,52 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
             "wall_s": float(np.mean([r["wall_s"] for r in runs])), "runs": runs}
 
 
+def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every requested cell, printed as it finishes."""
+    epsilons = tuple(args.epsilons) if args.epsilons else ((1.0, 4.0) if args.quick else EPSILONS)
+    seeds = tuple(args.seeds) if args.seeds else ((0,) if args.quick else SEEDS)
+    gen_idx = list(range(len(GENERATED))) if args.generated is None else list(args.generated)
+    if args.half != "both":
+        gen_idx = [i for i in gen_idx if (i % 2 == 0) == (args.half == "tuning")]
+    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
+    cells = []
+    for table in tables:
+        generated = table.kind == "generated"
+        t_eps = GEN_EPSILONS if generated and not (args.epsilons or args.quick) else epsilons
+        t_seeds = GEN_SEEDS if generated and not (args.seeds or args.quick) else seeds
+        base = [baseline(table, s) for s in t_seeds]
+        bmean = {k: float(np.mean([b[k] for b in base])) for k in base[0]}
+        for eps in t_eps:
+            for method in args.methods:
+                c = run_cell(method, table, eps, t_seeds, args.ge)
+                c["independent"] = bmean
+                cells.append(c)
+                print("  ".join(str(v) for v in _row(c)), flush=True)
+    return cells
+
+
+def report(cells: Sequence[dict[str, Any]]) -> None:
+    """The matrix as one table per half, and the national2019 figures against PEERS.md."""
+    headers = ["half", "table", "eps", "method", "publish", "score", "indep", "wins", "guard", "choice", "wall_s"]
+    rows = [_row(c) for c in cells]
+    for half in ("nist", "tuning", "held-out"):
+        sel = [r for r in rows if r[0] == half]
+        if sel:
+            print(f"\n== {half} ==  score: NIST k-marginal (higher is better) | generated: mean TVD k=1/2/3"
+                  " (lower is better); wins: sds beats the independent baseline (2- and 3-way for generated)")
+            print_table(headers, sel)
+    for (cs, eps), before in PREVIOUS_NATIONAL.items():
+        now = [c for c in cells if c["table"] == f"national2019/{cs}" and c["epsilon"] == eps
+               and c["method"] == "sds"]
+        if now:
+            print(f"national2019/{cs} eps {eps}: sds k-marginal {now[0]['kmarginal']:.1f} "
+                  f"(before, PEERS.md: {before:.0f})")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", nargs="+", default=["sds", "marginals"])
-    ap.add_argument("--quick", action="store_true", help="one seed, epsilon 1 and 4, fewer tables")
+    ap.add_argument("--quick", action="store_true", help="one seed, epsilon 1 and 4")
     ap.add_argument("--half", choices=["tuning", "held-out", "both"], default="both")
     ap.add_argument("--nist", nargs="*", default=list(NIST_FILES))
     ap.add_argument("--colsets", nargs="*", default=["demographic", "all"])
@@ -316,63 +362,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epsilons", nargs="*", type=float, default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--ge", action="store_true", help="run the full GE gate for every verdict")
+    ap.add_argument("--merge", nargs="*", default=None,
+                    help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
     args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    epsilons = tuple(args.epsilons) if args.epsilons else ((1.0, 4.0) if args.quick else EPSILONS)
-    seeds = tuple(args.seeds) if args.seeds else ((0,) if args.quick else SEEDS)
-    gen_idx = list(range(len(GENERATED))) if args.generated is None else list(args.generated)
-    if args.half != "both":
-        gen_idx = [i for i in gen_idx if (i % 2 == 0) == (args.half == "tuning")]
-    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
-    cells, rows = [], []
-    for table in tables:
-        base = [baseline(table, s) for s in seeds]
-        bkeys = list(base[0])
-        bmean = {k: float(np.mean([b[k] for b in base])) for k in bkeys}
-        t_eps, t_seeds = epsilons, seeds
-        if table.kind == "generated" and not (args.epsilons or args.quick):
-            t_eps = GEN_EPSILONS
-        if table.kind == "generated" and not (args.seeds or args.quick):
-            t_seeds = GEN_SEEDS
-        for eps in t_eps:
-            for method in args.methods:
-                c = run_cell(method, table, eps, t_seeds, args.ge)
-                c["independent"] = bmean
-                cells.append(c)
-                rows.append(_row(table, c, bmean))
-                print("  ".join(str(v) if not isinstance(v, float) else f"{v:.3f}" for v in rows[-1]), flush=True)
-    headers = ["half", "table", "eps", "method", "publish", "score", "indep", "wins", "guard", "choice", "wall_s"]
-    for half in ("nist", "tuning", "held-out"):
-        sel = [r for r in rows if r[0] == half]
-        if sel:
-            print(f"\n== {half} ==  score: NIST k-marginal (higher is better) | generated: mean TVD k=1/2/3")
-            print_table(headers, sel)
-    nat = [c for c in cells if c["table"].startswith("national2019/") and c["method"] == "sds"]
-    for (cs, eps), before in PREVIOUS_NATIONAL.items():
-        now = [c for c in nat if c["table"] == f"national2019/{cs}" and c["epsilon"] == eps]
-        if now:
-            print(f"national2019/{cs} eps {eps}: k-marginal {now[0]['kmarginal']:.1f} (PEERS.md before: {before:.0f})")
-    total = time.perf_counter() - t_start
-    print(f"total wall time {total:.0f} s")
-    write_json(args.out, {"epsilons": list(epsilons), "seeds": list(seeds), "delta": DELTA,
-                          "methods": args.methods, "wall_s": round(total, 1), "cells": cells})
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if args.merge:
+        parts = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.merge]
+        cells = [c for part in parts for c in part["cells"]]
+        cpu = sum(float(part.get("cpu_s", 0.0)) for part in parts)
+        wall = sum(float(part.get("wall_s", 0.0)) for part in parts)
+    else:
+        cells = run_matrix(args)
+        cpu, wall = time.process_time() - t_cpu, time.perf_counter() - t_wall
+    report(cells)
+    print(f"total: {wall:.0f} s wall, {cpu:.0f} s CPU of this process (the machine is shared: CPU time "
+          "is what the matrix costs on an idle core)")
+    write_json(args.out, {"delta": DELTA, "methods": sorted({c["method"] for c in cells}),
+                          "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "parts": args.merge or [],
+                          "cells": cells})
     return 0
 
 
-def _row(table: Table, c: dict[str, Any], b: dict[str, float]) -> list[Any]:
-    if table.kind == "nist":
+def _row(c: dict[str, Any]) -> list[Any]:
+    b = c["independent"]
+    if "kmarginal" in c:
         sc, ind = f"{c['kmarginal']:.1f}", f"{b['kmarginal']:.1f}"
         wins = c["kmarginal"] > b["kmarginal"]
     else:
         sc = "/".join(f"{c[f'tvd{k}']:.3f}" for k in (1, 2, 3))
         ind = "/".join(f"{b[f'tvd{k}']:.3f}" for k in (1, 2, 3))
         wins = c["tvd2"] < b["tvd2"] and c["tvd3"] < b["tvd3"]
-    choices = sorted({str(r["choice"]) for r in c["runs"] if r["choice"]})
-    warns = [r["guard_warns"] for r in c["runs"] if r["guard_warns"] is not None]
+    runs = c.get("runs", [])
+    choices = sorted({str(r["choice"]) for r in runs if r.get("choice")})
+    warns = [r["guard_warns"] for r in runs if r.get("guard_warns") is not None]
     guard = f"{sum(warns)}/{len(warns)}" if warns else "-"
-    return [table.half, table.name, c["epsilon"], c["method"], f"{c['publish_rate']:.2f}", sc, ind,
-            "yes" if wins else "NO", guard, ",".join(choices) or "-", round(c["wall_s"], 1)]
+    return [c["half"], c["table"], c["epsilon"], c["method"], f"{c['publish_rate']:.2f}", sc, ind,
+            "yes" if wins else "NO", guard, ",".join(choices) or "-", f"{c['wall_s']:.1f}"]
 
 
 if __name__ == "__main__":
