@@ -1384,7 +1384,7 @@ class SdsMethod(MethodBase):
             if m.meta.get("one_way") == "public":
                 one_way, total = public_one_way(m, schema)
             model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
-                           one_way=one_way, missing_measured=self.params.empty_cells == "value")
+                           one_way=one_way, missing_measured=m.meta.get("empty_cells") == "value")
             raw = _sample_complete(model, n, self.params, rng)
             if self.params.rake_one_way and n > 0:
                 targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
