@@ -95,7 +95,7 @@ def test_tiny_table_release_keeps_its_one_way_marginals():
             assert np.all(got[true >= 30] > 0), col.name
     # the paper's semantics no longer crash either
     meas, synth, _ = _release(schema, codes, 1.0, 0, one_way="paper", empty_cells="deficit")
-    assert synth.n == meas.meta["records"]
+    assert synth.n == meas.records.value
 
 
 def test_asia_rare_value_is_not_suppressed(shared_data_dir):
