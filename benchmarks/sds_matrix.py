@@ -18,10 +18,10 @@ independent-columns baseline (each column drawn from its true 1-way marginal, as
 rows as the real table) scored the same way.
 
 Gate verdict: by default the benchmark evaluates the gate's own checks
-(:func:`dpsynth.gate._prepare`, the same thresholds, observed values and comparisons
+(:func:`dpsynth.gate.checks.prepare`, the same thresholds, observed values and comparisons
 GE applies) without starting Great Expectations, which takes seconds per run.
-``--ge`` runs :func:`dpsynth.gate.run_gate` instead; ``--check-ge N`` runs both on the
-first N cells and stops if they ever disagree.
+``--ge`` runs :func:`dpsynth.gate.run_gate` instead (same verdicts on the cells we
+compared both ways).
 
 Usage::
 
@@ -214,12 +214,13 @@ def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, l
     """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
     from dpsynth import gate
     from dpsynth.encoding import decode
+    from dpsynth.gate.checks import prepare
 
     table = decode(synth, decode_rng)
     if use_ge:
         s = gate.run_gate(table, synth, meas, None, None)
         return bool(s["success"]), list(s["failed"])
-    plan = gate._prepare(table, synth, meas, None, None)
+    plan = prepare(table, synth, meas, None, None)
     failed = []
     stats = plan.stats
     for c in plan.checks:
