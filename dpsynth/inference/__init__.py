@@ -7,6 +7,7 @@ consistent graphical model (:func:`estimate`), query its marginals
 
 from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss
 from .junction_tree import Domain, JunctionTree, ModelTooLarge, build_junction_tree, triangulate
+from .measurement import domain_of, fit_measurement, observations_of
 from .model import GraphicalModel, allocate, calibrate
 
 __all__ = [
@@ -21,6 +22,9 @@ __all__ = [
     "calibrate",
     "estimate",
     "estimate_total",
+    "domain_of",
     "fit_loss",
+    "fit_measurement",
+    "observations_of",
     "triangulate",
 ]

@@ -96,7 +96,7 @@ def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.nd
     Systematic sampling of the fractional parts: cell k of group g gets its ceiling
     with probability equal to its fractional part, so counts are unbiased.
     """
-    expected = n[:, None].astype(np.float64) * prob
+    expected = np.ascontiguousarray(n[:, None].astype(np.float64) * prob)
     base = np.floor(expected)
     frac = expected - base
     extra = n - base.sum(axis=1).astype(np.int64)
@@ -117,7 +117,9 @@ def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.nd
         # Keep every pick inside its own group (guards against float round-off).
         k = frac.shape[1]
         idx = np.clip(idx, groups * k, groups * k + k - 1)
-        np.add.at(counts.reshape(-1), idx, 1)
+        flat_counts = counts.ravel()
+        np.add.at(flat_counts, idx, 1)
+        counts = flat_counts.reshape(counts.shape)
     return counts
 
 
