@@ -103,8 +103,11 @@ def _evaluate(terms: list[_Term], beliefs: list[np.ndarray], total: float) -> tu
     """Loss, per-term probability marginals and per-term gradients (w.r.t. probabilities)."""
     loss = 0.0
     probs, grads = [], []
+    dense: dict[int, np.ndarray] = {}
     for t in terms:
-        p = np.exp(beliefs[t.clique])
+        p = dense.get(t.clique)
+        if p is None:
+            p = dense[t.clique] = np.exp(beliefs[t.clique])
         pm = np.sum(p, axis=t.axes) if t.axes else p
         diff = total * pm - t.target
         loss += 0.5 * t.weight * float(np.sum(diff * diff))

@@ -55,38 +55,72 @@ def _logsumexp_all(logt: np.ndarray) -> float:
     return top + math.log(float(np.sum(np.exp(logt - top))))
 
 
-def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
-    """Normalised log beliefs of every clique and the log partition function."""
-    cl = tree.cliques
-    children: list[list[int]] = [[] for _ in cl]
-    for i, p in enumerate(tree.parent):
-        if p >= 0:
-            children[p].append(i)
-    up: dict[int, np.ndarray] = {}
-    for i in reversed(tree.order):
-        acc = theta[i]
-        for c in children[i]:
-            acc = acc + expand(up[c], tree.separator(c, i), cl[i])
-        if tree.parent[i] >= 0:
-            up[i] = log_marginal(acc, cl[i], tree.separator(i, tree.parent[i]))
-        else:
-            up[i] = acc  # not a message: the root's unnormalised belief
-    beliefs: list[np.ndarray] = [np.empty(0)] * len(cl)
-    log_z = 0.0
+@dataclass(frozen=True)
+class _Step:
+    """Precomputed shapes of one clique's messages (built once per tree)."""
+
+    clique: int
+    parent: int
+    up_axes: tuple[int, ...]  # axes of this clique summed out for the message to its parent
+    up_shape: tuple[int, ...]  # the message broadcast on the parent's clique
+    down_axes: tuple[int, ...]  # axes of the parent summed out for the message down
+    down_shape: tuple[int, ...]  # the message broadcast on this clique
+
+
+def _schedule(tree: JunctionTree) -> list[_Step]:
+    cached = tree.__dict__.get("_schedule_cache")
+    if cached is not None:
+        return cached
+    steps = []
+    cl, dom = tree.cliques, tree.domain
     for i in tree.order:
         p = tree.parent[i]
         if p < 0:
-            b = up[i]
+            steps.append(_Step(i, -1, (), (), (), ()))
+            continue
+        sep = set(tree.separator(i, p))
+        steps.append(_Step(
+            clique=i, parent=p,
+            up_axes=_axes_out(cl[i], sep),
+            up_shape=tuple(dom.size(a) if a in sep else 1 for a in cl[p]),
+            down_axes=_axes_out(cl[p], sep),
+            down_shape=tuple(dom.size(a) if a in sep else 1 for a in cl[i]),
+        ))
+    tree.__dict__["_schedule_cache"] = steps  # a cache on a frozen dataclass
+    return steps
+
+
+def _lse(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log-sum-exp over ``axes``, keeping them as size-1 axes."""
+    if not axes:
+        return logt
+    top = np.max(logt, axis=axes, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return np.log(np.sum(np.exp(logt - top), axis=axes, keepdims=True)) + top
+
+
+def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
+    """Normalised log beliefs of every clique and the log partition function."""
+    steps = _schedule(tree)
+    acc = [np.array(t, dtype=np.float64, copy=True) for t in theta]
+    up: dict[int, np.ndarray] = {}
+    for st in reversed(steps):
+        if st.parent >= 0:
+            msg = _lse(acc[st.clique], st.up_axes).reshape(st.up_shape)
+            up[st.clique] = msg
+            acc[st.parent] += msg
+    beliefs: list[np.ndarray] = [np.empty(0)] * len(acc)
+    log_z = 0.0
+    for st in steps:
+        b = acc[st.clique]
+        if st.parent >= 0:
+            down = _lse(beliefs[st.parent], st.down_axes).reshape(st.down_shape)
+            b = b + down - up[st.clique].reshape(st.down_shape)
+            beliefs[st.clique] = b - _logsumexp_all(b)
+        else:
             z = _logsumexp_all(b)
             log_z += z
-        else:
-            sep = tree.separator(i, p)
-            down = log_marginal(beliefs[p], cl[p], sep) - up[i]
-            b = theta[i] + expand(down, sep, cl[i])
-            for c in children[i]:
-                b = b + expand(up[c], tree.separator(c, i), cl[i])
-            z = _logsumexp_all(b)
-        beliefs[i] = b - z
+            beliefs[st.clique] = b - z
     return beliefs, log_z
 
 
