@@ -68,7 +68,7 @@ class PgmParams:
     units: int | None = None
     max_model_cells: int = 10_000_000
     max_clique_cells: int = 1_000_000
-    iters: int = 3000
+    iters: int = 1000
 
     def __post_init__(self) -> None:
         if self.select not in ("mst", "aim"):
@@ -295,7 +295,7 @@ class PgmMethod:
             attrs = tuple(names[j] for j in r)
             out.append(Observation(attrs=attrs, counts=_noisy(truth[r], sigma, rng), stddev=sigma))
             before = est[i]
-            model = self._fit(schema, obs + out, iters=200, warm=model)
+            model = self._fit(schema, obs + out, iters=100, warm=model)
             moved = float(np.abs(model.project(attrs) - before).sum())
             if moved <= math.sqrt(2.0 / math.pi) * sigma * sizes[i]:
                 per_round *= 4
