@@ -40,7 +40,7 @@ import numpy as np
 
 from ..counting import column_major, count_marginals
 from ..encoding import EncodedTable, code_dtype
-from ..inference import EstimatorOptions, Observation, estimate
+from ..inference import EstimatorOptions, Observation, estimate, estimate_total
 from ..inference.junction_tree import build_junction_tree, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
 from ..privacy.accounting import gaussian_sigma
@@ -222,7 +222,8 @@ class PgmMethod:
             params=params_to_dict(self.params),
             charges=tuple(charges),
             marginals={o.attrs: o.counts for o in merged},
-            meta={"stddev": {"|".join(o.attrs): o.stddev for o in merged},
+            meta={"sigma": {"|".join(o.attrs): o.stddev for o in merged},
+                  "records": estimate_total(merged),
                   "selected": [list(o.attrs) for o in obs if len(o.attrs) > 1],
                   "neighbours": "add or remove one record"},
         )
