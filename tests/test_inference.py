@@ -36,13 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _joint(dom: Domain, factors: dict[tuple[str, ...], np.ndarray]) -> np.ndarray:
     """Normalised exp(sum of log factors) over the full (small) domain, axes in domain order."""
-    letters = {a: chr(97 + k) for k, a in enumerate(dom.names)}
     logp = np.zeros(dom.sizes)
     for attrs, f in factors.items():
         shape = [dom.size(a) if a in attrs else 1 for a in dom.names]
         logp = logp + np.transpose(f, [attrs.index(a) for a in dom.names if a in attrs]).reshape(shape)
     p = np.exp(logp)
-    del letters
     return p / p.sum()
 
 
@@ -208,7 +206,7 @@ def test_fit_measurement_of_the_marginals_method():
         # Least squares on the simplex times the total: the fit moves each cell by
         # at most the noise it removes (the cells are far from zero here).
         assert np.allclose(fitted - fitted.mean(), noisy - noisy.mean(), atol=1e-3 * noisy.sum())
-    assert abs(model.total - 3000) < 6 * max(m.meta["sigma"].values()) * 2
+    assert abs(model.total - 3000) < 6 * 2 * max(nm.stddev for nm in m.measured)
 
 
 # --- the same estimate as mbi 2.0, when a Python with mbi is at hand -------------------------

@@ -85,10 +85,10 @@ def test_measure_spends_exactly_the_plan(select):
     assert ledger.rho_spent == pytest.approx(b.rho, rel=1e-12)
     assert m.rho == pytest.approx(b.rho, rel=1e-12)
     # Every stated noise scale is what its Gaussian charges pay for.
-    for attrs, sd in m.meta["sigma"].items():
-        assert sd > 0 and attrs.replace("|", "") != ""
+    assert all(nm.stddev > 0 and nm.mechanism == "gaussian" for nm in m.measured)
+    assert m.statement.differentially_private and "add or remove" in m.statement.neighbours
     one_way = [c for c in plan if c.stage.startswith("measure/1-way/")]
-    assert m.meta["sigma"]["c0"] == pytest.approx(gaussian_sigma(1.0, one_way[0].rho))
+    assert m.stddev(("c0",)) == pytest.approx(gaussian_sigma(1.0, one_way[0].rho))
     synth = method.synthesize(m, t.schema, None, rng)
     assert synth.codes.shape[1] == 5 and abs(synth.codes.shape[0] - 2000) < 200
 

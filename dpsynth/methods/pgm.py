@@ -40,7 +40,7 @@ import numpy as np
 
 from ..counting import column_major, count_marginals
 from ..encoding import EncodedTable, code_dtype
-from ..inference import EstimatorOptions, Observation, estimate, estimate_total
+from ..inference import EstimatorOptions, Observation, estimate
 from ..inference.junction_tree import build_junction_tree, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
 from ..privacy.accounting import gaussian_sigma
@@ -48,6 +48,7 @@ from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import exponential_epsilon_for_rho, exponential_mechanism
 from ..privacy.noise import discrete_gaussian
 from ..schema import Schema
+from ..measurement import DP_ADD_REMOVE, NoisyMarginal
 from .base import Measurement, ParamError, params_to_dict
 
 __all__ = ["PgmParams", "PgmMethod"]
@@ -221,11 +222,10 @@ class PgmMethod:
             method=self.name,
             params=params_to_dict(self.params),
             charges=tuple(charges),
-            marginals={o.attrs: o.counts for o in merged},
-            meta={"sigma": {"|".join(o.attrs): o.stddev for o in merged},
-                  "records": estimate_total(merged),
-                  "selected": [list(o.attrs) for o in obs if len(o.attrs) > 1],
-                  "neighbours": "add or remove one record"},
+            measured=tuple(NoisyMarginal(attrs=o.attrs, counts=o.counts, stddev=o.stddev, mechanism="gaussian")
+                           for o in merged),
+            statement=DP_ADD_REMOVE,
+            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1]},
         )
 
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
@@ -305,7 +305,7 @@ class PgmMethod:
     # --- synthesis (post-processing) -------------------------------------------------
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters))
-        n = max(1, int(round(model.total))) if rows is None else int(rows)
+        n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
         codes = model.sample(n, rng)
