@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-__all__ = ["Domain", "JunctionTree", "ModelTooLarge", "build_junction_tree", "triangulate"]
+__all__ = ["Domain", "JunctionTree", "ModelTooLarge", "UnionFind", "build_junction_tree", "triangulate"]
 
 Clique = tuple[str, ...]
 
@@ -132,27 +132,39 @@ class JunctionTree:
         return best
 
 
+class UnionFind:
+    """Disjoint sets over 0..n-1 (path halving)."""
+
+    def __init__(self, n: int):
+        self.root = list(range(n))
+
+    def find(self, x: int) -> int:
+        root = self.root
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    def union(self, a: int, b: int) -> bool:
+        """Joins the sets of a and b; False when they were already one."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        self.root[ra] = rb
+        return True
+
+    def components(self) -> int:
+        return len({self.find(x) for x in range(len(self.root))})
+
+
 def _spanning_tree(cliques: Sequence[Clique]) -> list[tuple[int, int]]:
     """Maximum spanning tree by shared-variable count (Kruskal); joins components too."""
     weighted = sorted(
         ((len(set(a) & set(b)), i, j) for i, a in enumerate(cliques) for j, b in enumerate(cliques) if i < j),
         key=lambda t: (-t[0], t[1], t[2]),
     )
-    root = list(range(len(cliques)))
-
-    def find(x: int) -> int:
-        while root[x] != x:
-            root[x] = root[root[x]]
-            x = root[x]
-        return x
-
-    edges = []
-    for _, i, j in weighted:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            root[ri] = rj
-            edges.append((i, j))
-    return edges
+    sets = UnionFind(len(cliques))
+    return [(i, j) for _, i, j in weighted if sets.union(i, j)]
 
 
 def build_junction_tree(

@@ -41,7 +41,7 @@ import numpy as np
 from ..counting import column_major, count_marginals
 from ..encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, Observation, estimate
-from ..inference.junction_tree import build_junction_tree, triangulate
+from ..inference.junction_tree import UnionFind, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
 from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
@@ -106,17 +106,10 @@ def _em_charge(stage: str, rho: float, **detail) -> Charge:
 
 
 def _components(d: int, edges: list[tuple[int, int]]) -> int:
-    root = list(range(d))
-
-    def find(x: int) -> int:
-        while root[x] != x:
-            root[x] = root[root[x]]
-            x = root[x]
-        return x
-
+    sets = UnionFind(d)
     for a, b in edges:
-        root[find(a)] = find(b)
-    return len({find(x) for x in range(d)})
+        sets.union(a, b)
+    return sets.components()
 
 
 def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
@@ -241,21 +234,15 @@ class PgmMethod:
         model = self._fit(schema, obs, iters=500)
         truth = count_marginals(cm, cards, pairs)
         gap = np.array([np.abs(truth[p] - model.project((names[p[0]], names[p[1]]))).sum() for p in pairs])
-        root = list(range(d))
-
-        def find(x: int) -> int:
-            while root[x] != x:
-                root[x] = root[root[x]]
-                x = root[x]
-            return x
-
+        sets = UnionFind(d)
         chosen: list[tuple[int, int]] = []
         for k in range(1, rounds + 1):
             charge = spend(_stage_select(k))
             eps = exponential_epsilon_for_rho(charge.rho)
-            i = exponential_mechanism(gap, eps, 1.0, rng, allowed=lambda t: find(pairs[t][0]) != find(pairs[t][1]))
+            joins = lambda t: sets.find(pairs[t][0]) != sets.find(pairs[t][1])  # noqa: E731
+            i = exponential_mechanism(gap, eps, 1.0, rng, allowed=joins)
             a, b = pairs[i]
-            root[find(a)] = find(b)
+            sets.union(a, b)
             chosen.append((a, b))
         out = []
         for k, (a, b) in enumerate(chosen, start=1):
