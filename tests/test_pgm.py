@@ -16,7 +16,7 @@ from dpsynth.privacy.mechanisms import (
     exponential_epsilon_for_rho,
     exponential_mechanism,
     exponential_probabilities,
-    exponential_rho,
+    exponential_charge,
 )
 from dpsynth.schema import schema_from_dict
 
@@ -118,8 +118,8 @@ def test_bad_parameters_and_oversized_domains_fail_before_any_row():
 
 
 def test_exponential_cost_is_bounded_range():
-    assert exponential_rho(0.4) == pytest.approx(0.02)
-    assert exponential_epsilon_for_rho(exponential_rho(1.7)) == pytest.approx(1.7)
+    assert exponential_charge("s", 0.4).rho == pytest.approx(0.02)
+    assert exponential_epsilon_for_rho(exponential_charge("s", 1.7).rho) == pytest.approx(1.7)
 
 
 def _selection_pvalue(draws: np.ndarray, scores, eps, sens) -> float:

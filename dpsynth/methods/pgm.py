@@ -31,6 +31,7 @@ marginals, then seeded forward sampling on the junction tree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from itertools import combinations
@@ -45,11 +46,11 @@ from ..inference.junction_tree import UnionFind, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
 from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
-from ..privacy.mechanisms import exponential_epsilon_for_rho, exponential_mechanism
+from ..privacy.mechanisms import exponential_charge, exponential_epsilon_for_rho, exponential_mechanism
 from ..privacy.noise import discrete_gaussian
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal
-from .base import Measurement, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, params_to_dict
 
 __all__ = ["PgmParams", "PgmMethod"]
 
@@ -100,9 +101,8 @@ def _stage_unit(i: int, part: str) -> str:
 
 
 def _em_charge(stage: str, rho: float, **detail) -> Charge:
-    return Charge(stage=stage, rho=rho, mechanism="exponential", detail={
-        "epsilon": exponential_epsilon_for_rho(rho), "accounting": "bounded range: epsilon^2/8-zCDP",
-        "score": "L1 gap to the current model", **detail})
+    base = exponential_charge(stage, exponential_epsilon_for_rho(rho))
+    return dataclasses.replace(base, rho=rho, detail={**base.detail, "score": "L1 gap to the current model", **detail})
 
 
 def _components(d: int, edges: list[tuple[int, int]]) -> int:
@@ -116,12 +116,10 @@ def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.nda
     return (counts + discrete_gaussian(sigma, counts.shape, rng)).astype(np.float64)
 
 
-class PgmMethod:
+class PgmMethod(MethodBase):
     name: ClassVar[str] = "pgm"
     params_type: ClassVar[type] = PgmParams
-
-    def __init__(self, params: PgmParams | None = None):
-        self.params = params or PgmParams()
+    provides_marginals: ClassVar[bool] = True
 
     # --- planning (public information only) --------------------------------------
     def _check_domain(self, schema: Schema) -> None:
