@@ -9,6 +9,7 @@ from .marginals import MarginalsMethod
 from .microaggregation import MicroaggregationMethod
 from .microaggregation_dp import MicroaggregationDPMethod
 from .one_step import OneStepMethod
+from .pgm import PgmMethod
 from .private_sampling import PrivateSamplingMethod
 from .sds import SdsMethod
 
@@ -17,7 +18,7 @@ __all__ = ["METHODS", "Measurement", "Method", "ParamError", "get_method", "para
 # name -> class with ``params_type`` and ``__init__(params)``
 METHODS: dict[str, Any] = {MarginalsMethod.name: MarginalsMethod, SdsMethod.name: SdsMethod,
                            PrivateSamplingMethod.name: PrivateSamplingMethod, OneStepMethod.name: OneStepMethod}
-METHODS |= {m.name: m for m in (MicroaggregationMethod, MicroaggregationDPMethod)}
+METHODS |= {m.name: m for m in (MicroaggregationMethod, MicroaggregationDPMethod, PgmMethod)}
 
 
 def get_method(name: str, params: Mapping[str, Any] | None = None) -> Method:

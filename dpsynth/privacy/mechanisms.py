@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -38,7 +39,9 @@ __all__ = [
     "laplace_charge",
     "laplace_counts",
     "exponential_charge",
+    "exponential_epsilon_for_rho",
     "exponential_mechanism",
+    "exponential_probabilities",
     "report_noisy_max",
     "report_noisy_max_charge",
     "percentile_scores",
@@ -123,19 +126,44 @@ def exponential_charge(stage: str, epsilon: float, *, bounded_range: bool = True
 
 
 def exponential_mechanism(
-    scores: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator
+    scores: np.ndarray,
+    epsilon: float,
+    sensitivity: float,
+    rng: np.random.Generator,
+    allowed: Callable[[int], bool] | None = None,
 ) -> int:
     """Index ``i`` drawn with probability proportional to ``exp(epsilon * scores[i] / (2 sensitivity))``.
 
     Gumbel-max: the argmax of the scaled scores plus independent standard Gumbel noise
     has exactly that distribution. ``sensitivity``: how far one record moves any score.
-    Cost: :func:`exponential_charge`.
+    Cost: :func:`exponential_charge`. With ``allowed`` (a test on public information
+    only), the draw is the mechanism restricted to the indices it accepts: the Gumbel-max
+    of a subset is its own argmax, so only the best few keys are tested.
     """
     s = np.asarray(scores, dtype=np.float64).ravel()
     if s.size == 0 or not np.all(np.isfinite(s)):
         raise ValueError("scores must be a non-empty array of finite numbers")
     logits = (_positive("epsilon", epsilon) / (2.0 * _positive("sensitivity", sensitivity))) * s
-    return int(np.argmax(logits + rng.gumbel(size=s.size)))
+    keys = logits + rng.gumbel(size=s.size)
+    if allowed is None:
+        return int(np.argmax(keys))
+    for i in np.argsort(-keys, kind="stable"):
+        if allowed(int(i)):
+            return int(i)
+    raise ValueError("no candidate is allowed")
+
+
+def exponential_probabilities(scores: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
+    """The selection probabilities of :func:`exponential_mechanism` (for tests and audits)."""
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    z = (_positive("epsilon", epsilon) / (2.0 * _positive("sensitivity", sensitivity))) * s
+    z = np.exp(z - z.max())
+    return z / z.sum()
+
+
+def exponential_epsilon_for_rho(rho: float) -> float:
+    """The epsilon whose exponential mechanism costs exactly ``rho`` (bounded range)."""
+    return math.sqrt(8.0 * _positive("rho", rho))
 
 
 def report_noisy_max_charge(stage: str, epsilon: float) -> Charge:

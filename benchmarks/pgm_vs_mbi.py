@@ -1,0 +1,238 @@
+"""Benchmark: dpsynth ``pgm`` (select=mst, select=aim) against MST and AIM on mbi 2.0.
+
+Same binned data, same (epsilon, delta = 1e-9) and so the same zCDP rho, one run, each
+method in its own subprocess (peak RSS = that process's VmHWM; wall = its
+select-measure-fit-sample time, excluding interpreter and import start-up):
+
+* ``nist-demo``: national2019.csv binned by schemas/nist.yaml, the 10 SDNist demographic columns;
+* ``nist-all``: the same, all 24 columns;
+* ``corr30k``: generated (random Bayesian network, 30,000 x 15, seed 2024; as sds_vs_pacsynth);
+* ``adult``: /work/shared/data/adult (integer-coded as in the MST/AIM papers).
+
+mbi runs in its own environment (``--mbi-python``, default /work/venvs/mbi/bin/python;
+mbi is never a dpsynth dependency) through benchmarks/mbi_peer.py, which documents
+where that MST/AIM differs from the papers. Scores (dpsynth.metrics, against the real
+codes): TVD mean for k = 1, 2, 3 and a k-marginal score: the NIST SDNist k-marginal
+on the decoded synthetic values for the NIST tables (PUMA x pairs for all 24, pairs for
+demographic), 1000 x (1 - mean 3-way TVD) elsewhere. For NIST, ``ceiling`` is the score of
+the real table itself after encode/decode with schemas/nist.yaml (the binning's own loss).
+
+Results accumulate in benchmarks/results/pgm_vs_mbi.json (a cell already there is not
+re-run unless --force), so a long grid can be run in pieces::
+
+    python benchmarks/pgm_vs_mbi.py                      # quick grid (what fits a session)
+    python benchmarks/pgm_vs_mbi.py --grid full          # every data x epsilon x 3 seeds x method
+    python benchmarks/pgm_vs_mbi.py --data nist-all --eps 1 --methods pgm-mst,mbi-mst --seeds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import RESULTS, SHARED_DATA, print_table, write_json  # noqa: E402
+
+DELTA = 1e-9
+# shared/data sits next to the project checkout; a worktree may sit one level deeper.
+DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") if p.is_dir()), SHARED_DATA)
+OUT_NAME = "pgm_vs_mbi"
+WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
+DATASETS = ("nist-demo", "nist-all", "corr30k", "adult")
+METHODS = ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")
+QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
+    ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
+    ("nist-all", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst")),
+] + [(d, e, 3, ("pgm-mst",)) for d in ("nist-demo", "nist-all") for e in (0.5, 1.0, 4.0, 10.0)]
+
+
+def load(name: str) -> dict[str, Any]:
+    from dpsynth import metrics
+    from dpsynth.encoding import encode, read_table
+    from dpsynth.schema import Schema, load_schema, schema_from_dict
+
+    if name.startswith("nist"):
+        csv = DATA_DIR / "nist" / "national2019.csv"
+        schema = load_schema(ROOT / "schemas" / "nist.yaml")
+        codes = encode(read_table(csv, schema), schema).codes
+        raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
+        if name == "nist-demo":
+            keep = list(metrics.NIST_DEMOGRAPHIC_FEATURES)
+            idx = [schema.index(c) for c in keep]
+            schema = Schema(name="nist-demographic", columns=tuple(schema.columns[i] for i in idx))
+            codes, raw = codes[:, idx], raw[keep]
+        return {"schema": schema, "codes": np.asarray(codes, dtype=np.int64), "raw": raw}
+    if name == "corr30k":
+        from benchmarks.sds_vs_pacsynth import correlated_table
+
+        codes, cards = correlated_table()
+        cols = [{"name": f"x{j}", "type": "categorical", "values": [str(v) for v in range(c)]} for j, c in enumerate(cards)]
+        return {"schema": schema_from_dict({"name": "corr30k", "columns": cols}), "codes": codes.astype(np.int64)}
+    if name == "adult":
+        folder = DATA_DIR / "adult"
+        sizes = json.loads((folder / "adult-domain.json").read_text())
+        df = pd.read_csv(folder / "adult.csv")
+        cols = [{"name": c, "type": "categorical", "values": [str(v) for v in range(int(k))]} for c, k in sizes.items()]
+        return {"schema": schema_from_dict({"name": "adult", "columns": cols}),
+                "codes": df[list(sizes)].to_numpy(dtype=np.int64)}
+    raise SystemExit(f"unknown data set {name!r}; known: {DATASETS}")
+
+
+# --- children (one per run) ---------------------------------------------------------------
+
+
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return float(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def child_ours(select: str, src: Path, dst: Path) -> None:
+    from dpsynth.encoding import EncodedTable
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+
+    z = np.load(src, allow_pickle=False)
+    data = load(str(z["data"]))
+    schema = data["schema"]
+    budget = Budget(epsilon=float(z["epsilon"]), delta=DELTA)
+    rng = np.random.default_rng(int(z["seed"]))
+    t0 = time.perf_counter()
+    method = get_method("pgm", {"select": select})
+    ledger = Ledger(budget, method.plan(schema, budget))
+    m = method.measure(EncodedTable(schema=schema, codes=data["codes"].astype(np.uint16)), ledger, rng)
+    t1 = time.perf_counter()
+    synth = method.synthesize(m, schema, None, rng)
+    t2 = time.perf_counter()
+    assert {c.stage for c in ledger.spent} == {c.stage for c in ledger.planned}
+    np.save(dst, np.asarray(synth.codes, dtype=np.int64))
+    print(json.dumps({"wall_s": t2 - t0, "measure_s": t1 - t0, "synth_s": t2 - t1, "peak_mb": _peak_mb(),
+                      "rows": int(synth.codes.shape[0]), "rho_spent": ledger.rho_spent,
+                      "selected": len(m.meta.get("selected", []))}))
+
+
+def run_cell(data: dict[str, Any], name: str, method: str, eps: float, seed: int, args) -> dict[str, Any]:
+    from dpsynth.privacy.budget import Budget
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    src, dst = WORK / f"{name}-{method}-{eps}-{seed}.npz", WORK / f"{name}-{method}-{eps}-{seed}.npy"
+    schema = data["schema"]
+    np.savez(src, codes=data["codes"], names=np.array(schema.names), sizes=np.array(schema.cardinalities),
+             rho=Budget(epsilon=eps, delta=DELTA).rho, seed=seed, data=name, epsilon=eps)
+    if method.startswith("pgm"):
+        cmd = [sys.executable, __file__, "--child", method.split("-")[1], str(src), str(dst)]
+    else:
+        cmd = [args.mbi_python, str(ROOT / "benchmarks" / "mbi_peer.py"), method.split("-")[1], str(src), str(dst)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.time_limit)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timeout after {args.time_limit} s"}
+    if proc.returncode != 0:
+        return {"status": "failed", "error": proc.stderr.strip().splitlines()[-1:] }
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res.update(evaluate(name, data, np.load(dst)))
+    res["status"] = "ok"
+    return res
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+def evaluate(name: str, data: dict[str, Any], synth: np.ndarray) -> dict[str, Any]:
+    from benchmarks.sds_vs_pacsynth import eval_domain, nist_score
+    from dpsynth import metrics
+
+    cards, _ = eval_domain(data["schema"])
+    tv = metrics.tvd_by_k(data["codes"], synth, cards, ks=(1, 2, 3))
+    out = {f"tvd{k}": tv[k]["mean"] for k in (1, 2, 3)}
+    if name.startswith("nist"):
+        out["kmarginal"] = nist_score(data, synth)
+    else:
+        out["kmarginal"] = 1000.0 * (1.0 - tv[3]["mean"])
+    return out
+
+
+def ceiling(name: str, data: dict[str, Any]) -> float | None:
+    from benchmarks.sds_vs_pacsynth import nist_score
+
+    return nist_score(data, data["codes"]) if name.startswith("nist") else None
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def cells(args) -> list[tuple[str, float, int, str]]:
+    if args.data or args.eps or args.methods:
+        ds = args.data.split(",") if args.data else list(DATASETS)
+        es = [float(e) for e in args.eps.split(",")] if args.eps else [0.5, 1.0, 4.0, 10.0]
+        ms = args.methods.split(",") if args.methods else list(METHODS)
+        return [(d, e, s, m) for d in ds for e in es for s in range(args.seeds) for m in ms]
+    if args.grid == "full":
+        return [(d, e, s, m) for d in DATASETS for e in (0.5, 1.0, 4.0, 10.0) for s in range(3) for m in METHODS]
+    return [(d, e, s, m) for d, e, n, ms in QUICK for s in range(n) for m in ms]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", choices=("quick", "full"), default="quick")
+    ap.add_argument("--data"), ap.add_argument("--eps"), ap.add_argument("--methods")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--mbi-python", default="/work/venvs/mbi/bin/python")
+    ap.add_argument("--time-limit", type=float, default=40 * 60)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--child", nargs=3, metavar=("SELECT", "SRC", "DST"))
+    args = ap.parse_args()
+    if args.child:
+        child_ours(args.child[0], Path(args.child[1]), Path(args.child[2]))
+        return
+    path = RESULTS / f"{OUT_NAME}.json"
+    store = json.loads(path.read_text()) if path.is_file() else {}
+    runs: dict[str, Any] = store.get("runs", {})
+    ceilings: dict[str, Any] = store.get("ceilings", {})
+    loaded: dict[str, Any] = {}
+    for d, e, s, m in cells(args):
+        key = f"{d}|{e}|{s}|{m}"
+        if key in runs and not args.force:
+            continue
+        if d not in loaded:
+            loaded[d] = load(d)
+            if d not in ceilings:
+                ceilings[d] = ceiling(d, loaded[d])
+        print(f"running {key} ...", flush=True)
+        runs[key] = {"data": d, "epsilon": e, "seed": s, "method": m, **run_cell(loaded[d], d, m, e, s, args)}
+        print(f"  {runs[key]}", flush=True)
+        # Re-read before writing: several pieces of the grid may run at once.
+        latest = json.loads(path.read_text()) if path.is_file() else {}
+        merged_runs = {**latest.get("runs", {}), key: runs[key]}
+        merged_ceilings = {**latest.get("ceilings", {}), **ceilings}
+        write_json(OUT_NAME, {"delta": DELTA, "ceilings": merged_ceilings, "runs": merged_runs})
+        runs, ceilings = {**merged_runs, **runs}, merged_ceilings
+    report(runs, ceilings)
+
+
+def report(runs: dict[str, Any], ceilings: dict[str, Any]) -> None:
+    rows = []
+    for r in sorted(runs.values(), key=lambda r: (r["data"], r["epsilon"], r["method"], r["seed"])):
+        if r.get("status") != "ok":
+            rows.append([r["data"], r["epsilon"], r["seed"], r["method"], r.get("status"), "", "", "", "", ""])
+            continue
+        rows.append([r["data"], r["epsilon"], r["seed"], r["method"], round(r["kmarginal"], 1), r["tvd1"], r["tvd2"],
+                     r["tvd3"], round(r["wall_s"], 1), round(r["peak_mb"])])
+    print_table(["data", "eps", "seed", "method", "k-marginal", "tvd1", "tvd2", "tvd3", "wall s", "peak MB"], rows)
+    print("binning ceilings (real table encoded and decoded):", ceilings)
+
+
+if __name__ == "__main__":
+    main()

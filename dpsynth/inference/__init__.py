@@ -1,0 +1,30 @@
+"""Marginal-based inference: junction trees, the Private-PGM estimator, sampling.
+
+Plain numpy, no Prefect. Given noisy marginals with their noise scales, fit one
+consistent graphical model (:func:`estimate`), query its marginals
+(:meth:`GraphicalModel.project`) and draw records from it (:meth:`GraphicalModel.sample`).
+"""
+
+from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss
+from .junction_tree import Domain, JunctionTree, ModelTooLarge, build_junction_tree, triangulate
+from .measurement import domain_of, fit_measurement, observations_of
+from .model import GraphicalModel, allocate, calibrate
+
+__all__ = [
+    "Domain",
+    "EstimatorOptions",
+    "GraphicalModel",
+    "JunctionTree",
+    "ModelTooLarge",
+    "Observation",
+    "allocate",
+    "build_junction_tree",
+    "calibrate",
+    "estimate",
+    "estimate_total",
+    "domain_of",
+    "fit_loss",
+    "fit_measurement",
+    "observations_of",
+    "triangulate",
+]

@@ -1,0 +1,209 @@
+"""Junction trees over the cliques of measured marginals.
+
+A model over a public domain (column names and their cardinalities) is built from the
+sets of columns that were measured. Their interaction graph is triangulated by greedy
+elimination (at each step the variable whose elimination creates the smallest table,
+ties broken by fewest fill-in edges), the maximal elimination cliques become the
+nodes, and a maximum-weight spanning tree over shared-variable counts joins them: the
+running-intersection property then holds. Columns measured nowhere get a clique of
+their own. Every clique keeps its columns in domain order, so a subset of a clique is
+an ordered subsequence of it (broadcasting needs no transposition).
+
+Nothing here ever builds a table over the full domain; :func:`build_junction_tree`
+refuses a tree whose largest clique table exceeds ``max_cells``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+__all__ = ["Domain", "JunctionTree", "ModelTooLarge", "UnionFind", "build_junction_tree", "triangulate"]
+
+Clique = tuple[str, ...]
+
+
+class ModelTooLarge(ValueError):
+    """The junction tree's largest clique table is above the stated cell limit."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Domain:
+    """Ordered column names with their (public) cardinalities."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.sizes):
+            raise ValueError(f"{len(self.names)} names for {len(self.sizes)} sizes")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("domain column names must be distinct")
+        bad = [n for n, s in zip(self.names, self.sizes) if int(s) < 1]
+        if bad:
+            raise ValueError(f"columns {bad} need a cardinality >= 1")
+
+    @classmethod
+    def from_dict(cls, sizes: dict[str, int]) -> "Domain":
+        return cls(names=tuple(sizes), sizes=tuple(int(v) for v in sizes.values()))
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(f"column {name!r} is not in the domain") from None
+
+    def size(self, name: str) -> int:
+        return self.sizes[self.index(name)]
+
+    def canonical(self, attrs: Iterable[str]) -> Clique:
+        """The distinct columns of ``attrs`` in domain order (raises for an unknown name)."""
+        return tuple(sorted(set(attrs), key=self.index))
+
+    def shape(self, attrs: Sequence[str]) -> tuple[int, ...]:
+        return tuple(self.size(a) for a in attrs)
+
+    def cells(self, attrs: Iterable[str]) -> int:
+        return math.prod(self.size(a) for a in attrs)
+
+
+def triangulate(domain: Domain, cliques: Iterable[Iterable[str]]) -> list[Clique]:
+    """Maximal cliques of a greedy triangulation of the graph the cliques induce."""
+    adj: dict[str, set[str]] = {n: set() for n in domain.names}
+    for c in cliques:
+        c = domain.canonical(c)
+        for a in c:
+            adj[a].update(b for b in c if b != a)
+    remaining = set(domain.names)
+    found: list[Clique] = []
+    while remaining:
+        best, best_key = None, None
+        for v in remaining:
+            nb = adj[v] & remaining
+            fill = sum(1 for a in nb for b in nb if a < b and b not in adj[a])
+            key = (domain.cells(nb | {v}), fill, domain.index(v))
+            if best_key is None or key < best_key:
+                best, best_key = v, key
+        assert best is not None
+        nb = adj[best] & remaining
+        for a in nb:
+            adj[a].update(b for b in nb if b != a)
+        found.append(domain.canonical(nb | {best}))
+        remaining.remove(best)
+    maximal = [c for c in found if not any(set(c) < set(o) for o in found)]
+    return list(dict.fromkeys(maximal))
+
+
+@dataclass(frozen=True, kw_only=True)
+class JunctionTree:
+    """Cliques (domain-ordered) and the tree edges joining them.
+
+    ``order`` lists the cliques from the root outwards (breadth first); ``parent[i]``
+    is the index of clique i's parent (-1 for the root of each component).
+    """
+
+    domain: Domain
+    cliques: tuple[Clique, ...]
+    edges: tuple[tuple[int, int], ...]
+    order: tuple[int, ...]
+    parent: tuple[int, ...]
+
+    def separator(self, i: int, j: int) -> Clique:
+        s = set(self.cliques[i]) & set(self.cliques[j])
+        return tuple(a for a in self.cliques[i] if a in s)
+
+    def neighbours(self, i: int) -> list[int]:
+        return [b if a == i else a for a, b in self.edges if i in (a, b)]
+
+    def cells(self) -> list[int]:
+        return [self.domain.cells(c) for c in self.cliques]
+
+    def total_cells(self) -> int:
+        return sum(self.cells())
+
+    def containing(self, attrs: Iterable[str]) -> int | None:
+        """Index of the smallest clique that holds every column of ``attrs``, or None."""
+        want = set(attrs)
+        best = None
+        for i, c in enumerate(self.cliques):
+            if want <= set(c) and (best is None or self.domain.cells(c) < self.domain.cells(self.cliques[best])):
+                best = i
+        return best
+
+
+class UnionFind:
+    """Disjoint sets over 0..n-1 (path halving)."""
+
+    def __init__(self, n: int):
+        self.root = list(range(n))
+
+    def find(self, x: int) -> int:
+        root = self.root
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    def union(self, a: int, b: int) -> bool:
+        """Joins the sets of a and b; False when they were already one."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        self.root[ra] = rb
+        return True
+
+    def components(self) -> int:
+        return len({self.find(x) for x in range(len(self.root))})
+
+
+def _spanning_tree(cliques: Sequence[Clique]) -> list[tuple[int, int]]:
+    """Maximum spanning tree by shared-variable count (Kruskal); joins components too."""
+    weighted = sorted(
+        ((len(set(a) & set(b)), i, j) for i, a in enumerate(cliques) for j, b in enumerate(cliques) if i < j),
+        key=lambda t: (-t[0], t[1], t[2]),
+    )
+    sets = UnionFind(len(cliques))
+    return [(i, j) for _, i, j in weighted if sets.union(i, j)]
+
+
+def build_junction_tree(
+    domain: Domain, cliques: Iterable[Iterable[str]], *, max_cells: int | None = None
+) -> JunctionTree:
+    """Junction tree over ``cliques`` (every domain column included).
+
+    Raises :class:`ModelTooLarge` naming the clique when one clique's table has more
+    than ``max_cells`` cells.
+    """
+    maximal = triangulate(domain, cliques)
+    if max_cells is not None:
+        for c in maximal:
+            if domain.cells(c) > max_cells:
+                raise ModelTooLarge(
+                    f"the model needs a clique {list(c)} of {domain.cells(c):,} cells, "
+                    f"above the limit of {max_cells:,}"
+                )
+    # Largest clique first: it becomes the root.
+    maximal.sort(key=lambda c: -domain.cells(c))
+    edges = _spanning_tree(maximal)
+    adj: dict[int, list[int]] = {i: [] for i in range(len(maximal))}
+    for a, b in edges:
+        adj[a].append(b)
+        adj[b].append(a)
+    parent = [-2] * len(maximal)
+    order: list[int] = []
+    for start in range(len(maximal)):
+        if parent[start] != -2:
+            continue
+        parent[start] = -1
+        queue = [start]
+        while queue:
+            i = queue.pop(0)
+            order.append(i)
+            for j in adj[i]:
+                if parent[j] == -2:
+                    parent[j] = i
+                    queue.append(j)
+    return JunctionTree(
+        domain=domain, cliques=tuple(maximal), edges=tuple(edges), order=tuple(order), parent=tuple(parent)
+    )

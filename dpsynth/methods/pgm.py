@@ -1,0 +1,314 @@
+"""Method ``pgm``: select marginals, measure them, fit one consistent graphical model.
+
+Select-measure-generate (McKenna, Miklau, Sheldon 2021) with the Private-PGM
+estimator of :mod:`dpsynth.inference`. Neighbouring tables differ by adding or removing
+one record: a marginal's count table then moves by one in one cell (L2 and L1
+sensitivity 1). Two selection strategies (``select``):
+
+* ``mst`` (MST): rho in thirds. (1) every 1-way marginal with discrete Gaussian noise,
+  ``rho/3`` split evenly; (2) a maximum spanning tree of column pairs, one edge per
+  round, each edge drawn by the exponential mechanism among pairs joining two components,
+  score = L1 gap between the pair's true counts and the model fitted to the 1-way
+  measurements (sensitivity 1), ``epsilon = sqrt(8 (rho/3) / r)`` for r rounds;
+  (3) the chosen pairs with discrete Gaussian noise, ``rho/3`` split evenly.
+* ``aim`` (AIM): all 1-way marginals first, then rounds of (exponential mechanism over
+  the 1..``degree``-way candidates whose model stays under the size limit, AIM's score
+  ``w_r (L1 gap - sqrt(2/pi) sigma n_r)``; Gaussian measurement; refit), with AIM's
+  annealing (per-round budget x4 when the refit barely moved the chosen marginal).
+
+Accounting: the exponential mechanism with parameter epsilon is charged as
+``epsilon^2/8``-zCDP (bounded range, as MST and AIM do), mechanism ``exponential``,
+its epsilon and score sensitivity in the charge detail. AIM's adaptive budget is planned
+as ``units`` equal shares (AIM's 16 d rounds), each a select/measure pair of stages in
+the 0.1/0.9 ratio of AIM; a round spends one unit, four after one annealing, sixteen
+after two, and the last round spends every unit left, so ``measure`` spends exactly
+the plan. The data-dependent choice of how many units a round takes is the fully
+adaptive composition AIM relies on (zCDP privacy filters).
+
+Synthesis is post-processing: :func:`dpsynth.inference.fit_measurement` on the noisy
+marginals, then seeded forward sampling on the junction tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Callable, ClassVar, Literal
+
+import numpy as np
+
+from ..counting import column_major, count_marginals
+from ..encoding import EncodedTable, code_dtype
+from ..inference import EstimatorOptions, Observation, estimate
+from ..inference.junction_tree import UnionFind, triangulate
+from ..inference.measurement import domain_of, fit_measurement, merge_observations
+from ..privacy.accounting import gaussian_sigma
+from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.mechanisms import exponential_charge, exponential_epsilon_for_rho, exponential_mechanism
+from ..privacy.noise import discrete_gaussian
+from ..schema import Schema
+from ..measurement import DP_ADD_REMOVE, NoisyMarginal
+from .base import Measurement, MethodBase, ParamError, params_to_dict
+
+__all__ = ["PgmParams", "PgmMethod"]
+
+AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
+
+
+@dataclass(frozen=True, kw_only=True)
+class PgmParams:
+    """``select``: mst or aim. ``degree``: AIM's largest candidate marginal (2 or 3).
+    ``units``: AIM's budget units (default 16 x columns, AIM's round count).
+    ``max_model_cells``: AIM's limit on the junction tree's total cells (AIM: 80 MB of
+    float64 = 1e7). ``max_clique_cells``: candidates larger than this are never measured.
+    ``iters``: the estimator's iteration cap for the released model."""
+
+    select: Literal["mst", "aim"] = "mst"
+    degree: int = 3
+    units: int | None = None
+    max_model_cells: int = 10_000_000
+    max_clique_cells: int = 1_000_000
+    iters: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.select not in ("mst", "aim"):
+            raise ParamError(f"parameter 'select' must be 'mst' or 'aim', got {self.select!r}")
+        if self.degree not in (2, 3):
+            raise ParamError(f"parameter 'degree' must be 2 or 3, got {self.degree!r}")
+        if self.units is not None and self.units < 1:
+            raise ParamError(f"parameter 'units' must be >= 1, got {self.units!r}")
+        for name in ("max_model_cells", "max_clique_cells", "iters"):
+            if getattr(self, name) < 1:
+                raise ParamError(f"parameter {name!r} must be >= 1, got {getattr(self, name)!r}")
+
+
+def _stage_1way(col: str) -> str:
+    return f"measure/1-way/{col}"
+
+
+def _stage_select(k: int) -> str:
+    return f"select/mst/round-{k:03d}"
+
+
+def _stage_pair(k: int) -> str:
+    return f"measure/2-way/round-{k:03d}"
+
+
+def _stage_unit(i: int, part: str) -> str:
+    return f"aim/unit-{i:04d}/{part}"
+
+
+def _em_charge(stage: str, rho: float, **detail) -> Charge:
+    base = exponential_charge(stage, exponential_epsilon_for_rho(rho))
+    return dataclasses.replace(base, rho=rho, detail={**base.detail, "score": "L1 gap to the current model", **detail})
+
+
+def _components(d: int, edges: list[tuple[int, int]]) -> int:
+    sets = UnionFind(d)
+    for a, b in edges:
+        sets.union(a, b)
+    return sets.components()
+
+
+def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    return (counts + discrete_gaussian(sigma, counts.shape, rng)).astype(np.float64)
+
+
+class PgmMethod(MethodBase):
+    name: ClassVar[str] = "pgm"
+    params_type: ClassVar[type] = PgmParams
+    provides_marginals: ClassVar[bool] = True
+
+    # --- planning (public information only) --------------------------------------
+    def _check_domain(self, schema: Schema) -> None:
+        for c in schema.columns:
+            if c.cardinality > self.params.max_clique_cells:
+                raise ParamError(f"column {c.name!r} has {c.cardinality:,} codes, above max_clique_cells")
+
+    def _mst_pairs(self, schema: Schema) -> list[tuple[int, int]]:
+        cards = schema.cardinalities
+        return [(a, b) for a, b in combinations(range(len(cards)), 2)
+                if cards[a] * cards[b] <= self.params.max_clique_cells]
+
+    def _aim_candidates(self, schema: Schema) -> list[tuple[int, ...]]:
+        cards = schema.cardinalities
+        d = len(cards)
+        return [r for k in range(1, min(self.params.degree, d) + 1) for r in combinations(range(d), k)
+                if math.prod(cards[j] for j in r) <= self.params.max_clique_cells]
+
+    def _units(self, schema: Schema) -> int:
+        return self.params.units or 16 * len(schema.columns)
+
+    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        self._check_domain(schema)
+        d = len(schema.columns)
+        if self.params.select == "aim":
+            return self._plan_aim(schema, budget)
+        rounds = d - _components(d, self._mst_pairs(schema))
+        if rounds == 0:
+            share = budget.rho / d
+            return tuple(Charge(stage=_stage_1way(c.name), rho=share, detail={"sensitivity_l2": 1.0})
+                         for c in schema.columns)
+        third = budget.rho / 3.0
+        charges = [Charge(stage=_stage_1way(c.name), rho=third / d, detail={"sensitivity_l2": 1.0})
+                   for c in schema.columns]
+        for k in range(1, rounds + 1):
+            charges.append(_em_charge(_stage_select(k), third / rounds, sensitivity=1.0,
+                                      candidates="column pairs joining two components of the tree"))
+        for k in range(1, rounds + 1):
+            charges.append(Charge(stage=_stage_pair(k), rho=third / rounds, detail={"sensitivity_l2": 1.0}))
+        return tuple(charges)
+
+    def _plan_aim(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        d, units = len(schema.columns), self._units(schema)
+        measure_share = 1.0 - AIM_SELECT_SHARE
+        unit = budget.rho / (units + measure_share * d)
+        sens = self._aim_sensitivity(schema)
+        charges = [Charge(stage=_stage_1way(c.name), rho=measure_share * unit, detail={"sensitivity_l2": 1.0})
+                   for c in schema.columns]
+        for i in range(1, units + 1):
+            charges.append(_em_charge(_stage_unit(i, "select"), AIM_SELECT_SHARE * unit, sensitivity=sens,
+                                      candidates=f"1..{self.params.degree}-way marginals under the model size limit"))
+            charges.append(Charge(stage=_stage_unit(i, "measure"), rho=measure_share * unit,
+                                  detail={"sensitivity_l2": 1.0}))
+        return tuple(charges)
+
+    def _aim_weights(self, schema: Schema, cands: list[tuple[int, ...]]) -> np.ndarray:
+        """AIM's weight of candidate r against the workload of every ``degree``-way marginal:
+        sum over workload sets s of |r & s| = |r| * C(d-1, degree-1)."""
+        d = len(schema.columns)
+        m = min(self.params.degree, d)
+        return np.array([len(r) * math.comb(d - 1, m - 1) for r in cands], dtype=np.float64)
+
+    def _aim_sensitivity(self, schema: Schema) -> float:
+        return float(self._aim_weights(schema, self._aim_candidates(schema)).max())
+
+    # --- measurement (the DP boundary) ---------------------------------------------
+    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        schema = codes.schema
+        self._check_domain(schema)
+        cm = column_major(codes.codes)
+        cards = schema.cardinalities
+        names = schema.names
+        charges: list[Charge] = []
+
+        def spend(stage: str) -> Charge:
+            c = ledger.spend(stage)
+            charges.append(c)
+            return c
+
+        one_way = count_marginals(cm, cards, [(j,) for j in range(len(cards))])
+        obs: list[Observation] = []
+        for j, name in enumerate(names):
+            sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
+            obs.append(Observation(attrs=(name,), counts=_noisy(one_way[(j,)], sigma, rng), stddev=sigma))
+        if self.params.select == "mst":
+            obs += self._measure_mst(cm, schema, obs, spend, rng)
+        else:
+            obs += self._measure_aim(cm, schema, obs, spend, ledger, rng)
+        merged = merge_observations(obs)
+        return Measurement(
+            method=self.name,
+            params=params_to_dict(self.params),
+            charges=tuple(charges),
+            measured=tuple(NoisyMarginal(attrs=o.attrs, counts=o.counts, stddev=o.stddev, mechanism="gaussian")
+                           for o in merged),
+            statement=DP_ADD_REMOVE,
+            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1]},
+        )
+
+    def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
+        opts = EstimatorOptions(iters=iters, max_cells=self.params.max_model_cells)
+        return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
+
+    def _measure_mst(self, cm, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
+        names, cards, d = schema.names, schema.cardinalities, len(schema.columns)
+        pairs = self._mst_pairs(schema)
+        rounds = d - _components(d, pairs)
+        if rounds == 0:
+            return []
+        model = self._fit(schema, obs, iters=500)
+        truth = count_marginals(cm, cards, pairs)
+        gap = np.array([np.abs(truth[p] - model.project((names[p[0]], names[p[1]]))).sum() for p in pairs])
+        sets = UnionFind(d)
+        chosen: list[tuple[int, int]] = []
+        for k in range(1, rounds + 1):
+            charge = spend(_stage_select(k))
+            eps = exponential_epsilon_for_rho(charge.rho)
+            joins = lambda t: sets.find(pairs[t][0]) != sets.find(pairs[t][1])  # noqa: E731
+            i = exponential_mechanism(gap, eps, 1.0, rng, allowed=joins)
+            a, b = pairs[i]
+            sets.union(a, b)
+            chosen.append((a, b))
+        out = []
+        for k, (a, b) in enumerate(chosen, start=1):
+            sigma = gaussian_sigma(1.0, spend(_stage_pair(k)).rho)
+            out.append(Observation(attrs=(names[a], names[b]), counts=_noisy(truth[(a, b)], sigma, rng), stddev=sigma))
+        return out
+
+    def _measure_aim(self, cm, schema: Schema, obs, spend, ledger: Ledger, rng) -> list[Observation]:
+        names, cards = schema.names, schema.cardinalities
+        units = self._units(schema)
+        cands = self._aim_candidates(schema)
+        weights = self._aim_weights(schema, cands)
+        sens = float(weights.max())
+        truth = count_marginals(cm, cards, cands)
+        sizes = np.array([math.prod(cards[j] for j in r) for r in cands], dtype=np.float64)
+        dom = domain_of(schema)
+        model = self._fit(schema, obs, iters=300)
+        out: list[Observation] = []
+        next_unit, per_round, limit = 1, 1, self.params.max_model_cells
+        while next_unit <= units:
+            left = units - next_unit + 1
+            take = left if left < 2 * per_round else per_round
+            sel_rho = meas_rho = 0.0
+            for i in range(next_unit, next_unit + take):
+                sel_rho += spend(_stage_unit(i, "select")).rho
+                meas_rho += spend(_stage_unit(i, "measure")).rho
+            used = ledger.rho_spent / ledger.budget.rho
+            next_unit += take
+            sigma = gaussian_sigma(1.0, meas_rho)
+            eps = exponential_epsilon_for_rho(sel_rho)
+            cliques = [tuple(c) for c in model.tree.cliques]
+            size_ok = _size_check(dom, cliques, cands, names, used * limit)
+            est = [model.project(tuple(names[j] for j in r)) for r in cands]
+            gap = np.array([np.abs(t - e).sum() for t, e in zip((truth[r] for r in cands), est)])
+            score = weights * (gap - math.sqrt(2.0 / math.pi) * sigma * sizes)
+            i = exponential_mechanism(score, eps, sens, rng, allowed=size_ok)
+            r = cands[i]
+            attrs = tuple(names[j] for j in r)
+            out.append(Observation(attrs=attrs, counts=_noisy(truth[r], sigma, rng), stddev=sigma))
+            before = est[i]
+            model = self._fit(schema, obs + out, iters=100, warm=model)
+            moved = float(np.abs(model.project(attrs) - before).sum())
+            if moved <= math.sqrt(2.0 / math.pi) * sigma * sizes[i]:
+                per_round *= 4
+        return out
+
+    # --- synthesis (post-processing) -------------------------------------------------
+    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters))
+        n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
+        if n < 0:
+            raise ValueError(f"rows must be >= 0, got {n}")
+        codes = model.sample(n, rng)
+        return EncodedTable(schema=schema, codes=codes.astype(code_dtype(schema.cardinalities)))
+
+
+def _size_check(dom, cliques, cands, names, cap: float) -> Callable[[int], bool]:
+    """Whether adding candidate i keeps the junction tree's total cells within ``cap``."""
+    cache: dict[int, bool] = {}
+
+    def ok(i: int) -> bool:
+        if i not in cache:
+            attrs = tuple(names[j] for j in cands[i])
+            if any(set(attrs) <= set(c) for c in cliques):
+                cache[i] = True
+            else:
+                tri = triangulate(dom, cliques + [attrs])
+                cache[i] = sum(dom.cells(c) for c in tri) <= cap
+        return cache[i]
+
+    return ok

@@ -1,0 +1,257 @@
+"""The inference engine: junction trees, the Private-PGM estimator, queries, sampling."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsynth.encoding import EncodedTable
+from dpsynth.inference import (
+    Domain,
+    EstimatorOptions,
+    ModelTooLarge,
+    Observation,
+    allocate,
+    build_junction_tree,
+    estimate,
+    fit_loss,
+    fit_measurement,
+)
+from dpsynth.methods.marginals import MarginalsMethod
+from dpsynth.privacy import Budget, Ledger
+from dpsynth.schema import load_schema, schema_from_dict
+
+ALPHA = 1e-6
+EXACT = EstimatorOptions(iters=5000, tol=1e-15, patience=50)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _joint(dom: Domain, factors: dict[tuple[str, ...], np.ndarray]) -> np.ndarray:
+    """Normalised exp(sum of log factors) over the full (small) domain, axes in domain order."""
+    logp = np.zeros(dom.sizes)
+    for attrs, f in factors.items():
+        shape = [dom.size(a) if a in attrs else 1 for a in dom.names]
+        logp = logp + np.transpose(f, [attrs.index(a) for a in dom.names if a in attrs]).reshape(shape)
+    p = np.exp(logp)
+    return p / p.sum()
+
+
+def _marg(dom: Domain, p: np.ndarray, attrs: tuple[str, ...]) -> np.ndarray:
+    keep = [dom.index(a) for a in attrs]
+    out = p.sum(axis=tuple(i for i in range(p.ndim) if i not in keep))
+    order = sorted(keep)
+    return np.transpose(out, [order.index(i) for i in keep])
+
+
+def _exact_fit(dom, p, cliques, n=5000.0):
+    obs = [Observation(attrs=c, counts=n * _marg(dom, p, c), stddev=1.0) for c in cliques]
+    return estimate(dom, obs, options=EXACT)
+
+
+def test_recovers_a_tree_model_from_its_exact_pair_marginals():
+    rng = np.random.default_rng(1)
+    dom = Domain(names=("a", "b", "c", "d", "e"), sizes=(3, 4, 2, 5, 3))
+    edges = [("a", "b"), ("b", "c"), ("b", "d"), ("d", "e")]
+    p = _joint(dom, {e: rng.normal(size=dom.shape(e)) * 1.5 for e in edges})
+    model = _exact_fit(dom, p, [("b", "a"), ("b", "c"), ("d", "b"), ("d", "e")])
+    q = model.project(dom.names) / model.total
+    assert 0.5 * np.abs(q - p).sum() < 1e-6
+
+
+def test_recovers_a_triangle_model_from_its_exact_pair_marginals():
+    rng = np.random.default_rng(2)
+    dom = Domain(names=("a", "b", "c", "d"), sizes=(3, 4, 2, 3))
+    factors = {("a", "b"): rng.normal(size=(3, 4)), ("b", "c"): rng.normal(size=(4, 2)),
+               ("a", "c"): rng.normal(size=(3, 2)), ("c", "d"): rng.normal(size=(2, 3))}
+    p = _joint(dom, factors)
+    model = _exact_fit(dom, p, list(factors))
+    assert ("a", "b", "c") in model.tree.cliques
+    assert 0.5 * np.abs(model.project(dom.names) / model.total - p).sum() < 1e-6
+
+
+def test_a_pair_marginal_alone_does_not_recover_a_triangle():
+    """The TVD test above can fail: without the (a, c) measurement the fit is a tree."""
+    rng = np.random.default_rng(2)
+    dom = Domain(names=("a", "b", "c"), sizes=(3, 4, 2))
+    factors = {("a", "b"): rng.normal(size=(3, 4)), ("b", "c"): rng.normal(size=(4, 2)),
+               ("a", "c"): 2 * rng.normal(size=(3, 2))}
+    p = _joint(dom, factors)
+    model = _exact_fit(dom, p, [("a", "b"), ("b", "c")])
+    assert 0.5 * np.abs(model.project(dom.names) / model.total - p).sum() > 1e-3
+
+
+def test_queries_outside_a_clique_match_brute_force():
+    rng = np.random.default_rng(3)
+    dom = Domain(names=("a", "b", "c", "d", "e"), sizes=(2, 3, 4, 2, 3))
+    obs = [Observation(attrs=c, counts=rng.integers(5, 60, dom.shape(c)).astype(float), stddev=2.0)
+           for c in [("a", "b"), ("b", "c"), ("c", "d"), ("c", "e")]]
+    model = estimate(dom, obs)
+    full = model.project(dom.names)
+    for q in [("a", "e"), ("e", "a", "d"), ("d",), ("a", "c", "e")]:
+        assert np.allclose(model.project(q), _marg(dom, full, q), rtol=1e-9, atol=1e-9)
+
+
+def test_noisy_fit_lowers_the_objective_and_is_consistent():
+    rng = np.random.default_rng(4)
+    dom = Domain(names=("a", "b", "c"), sizes=(4, 3, 5))
+    obs = [Observation(attrs=c, counts=rng.normal(50, 20, dom.shape(c)), stddev=5.0)
+           for c in [("a",), ("b",), ("a", "b"), ("b", "c")]]
+    first = estimate(dom, obs, options=EstimatorOptions(iters=1))
+    model = estimate(dom, obs)
+    assert fit_loss(model, obs) < fit_loss(first, obs)
+    # One distribution: every query of b agrees, whichever clique answers it.
+    assert np.allclose(model.project(("a", "b")).sum(0), model.project(("b", "c")).sum(1))
+
+
+def test_junction_tree_has_running_intersection():
+    rng = np.random.default_rng(5)
+    names = tuple(f"x{j}" for j in range(9))
+    dom = Domain(names=names, sizes=(3,) * 9)
+    cliques = [tuple(rng.choice(names, 3, replace=False)) for _ in range(8)]
+    tree = build_junction_tree(dom, cliques)
+    assert all(any(set(c) <= set(k) for k in tree.cliques) for c in cliques)
+    for a in names:  # the cliques holding a form a connected subtree
+        holding = {i for i, c in enumerate(tree.cliques) if a in c}
+        sub_edges = [(i, j) for i, j in tree.edges if i in holding and j in holding]
+        assert len(sub_edges) == len(holding) - 1
+
+
+def test_model_over_the_full_national2019_domain_works_on_cliques():
+    schema = load_schema(ROOT / "schemas" / "nist.yaml")
+    dom = Domain(names=tuple(schema.names), sizes=tuple(schema.cardinalities))
+    assert float(np.prod(np.array(dom.sizes, dtype=float))) > 1e19
+    rng = np.random.default_rng(6)
+    pairs = list(zip(dom.names[:-1], dom.names[1:]))
+    obs = [Observation(attrs=c, counts=rng.integers(0, 40, dom.shape(c)).astype(float), stddev=3.0) for c in pairs]
+    model = estimate(dom, obs, options=EstimatorOptions(iters=20))
+    assert model.tree.total_cells() < 10_000
+    codes = model.sample(500, rng)
+    assert codes.shape == (500, 24) and (codes >= 0).all() and (codes < np.array(dom.sizes)).all()
+    assert model.project(("PUMA", "PWGTP")).shape == (31, dom.size("PWGTP"))
+
+
+def test_a_clique_above_the_cell_limit_is_refused():
+    dom = Domain(names=("a", "b", "c"), sizes=(100, 100, 100))
+    obs = [Observation(attrs=("a", "b", "c"), counts=np.ones((100, 100, 100)), stddev=1.0)]
+    with pytest.raises(ModelTooLarge, match="1,000,000 cells"):
+        estimate(dom, obs, options=EstimatorOptions(max_cells=999_999))
+
+
+def test_allocate_gives_floor_or_ceiling_and_exact_totals():
+    rng = np.random.default_rng(7)
+    prob = rng.dirichlet(np.full(7, 0.4), size=50)
+    # A transposed (Fortran-ordered) table was once allocated into a discarded copy.
+    prob = np.asfortranarray(prob)
+    n = rng.integers(0, 500, 50)
+    counts = allocate(n, prob, rng)
+    assert (counts.sum(axis=1) == n).all()
+    expected = n[:, None] * prob
+    assert (counts >= np.floor(expected) - 1e-9).all() and (counts <= np.ceil(expected) + 1e-9).all()
+
+
+def _chain_model(rng):
+    dom = Domain(names=("a", "b", "c", "d"), sizes=(3, 4, 3, 2))
+    obs = [Observation(attrs=c, counts=rng.integers(20, 400, dom.shape(c)).astype(float), stddev=4.0)
+           for c in [("a", "b"), ("b", "c"), ("c", "d")]]
+    return dom, estimate(dom, obs)
+
+
+def _chi2_pvalue(codes: np.ndarray, dom: Domain, p: np.ndarray) -> float:
+    emp = np.zeros(dom.sizes)
+    np.add.at(emp, tuple(codes.T), 1)
+    p = p.ravel() / p.sum()
+    return float(stats.chisquare(emp.ravel(), p * codes.shape[0]).pvalue)
+
+
+def test_forward_sampling_matches_the_model():
+    rng = np.random.default_rng(8)
+    dom, model = _chain_model(rng)
+    codes = model.sample(40_000, np.random.default_rng(9))
+    joint = model.project(dom.names)
+    assert _chi2_pvalue(codes, dom, joint) > ALPHA
+    # ... and the same test rejects a wrong model: columns sampled independently.
+    indep = np.einsum("i,j,k,l->ijkl", *[model.project((a,)) for a in dom.names])
+    assert _chi2_pvalue(codes, dom, indep) < ALPHA
+
+
+def test_sampling_is_seeded():
+    rng = np.random.default_rng(10)
+    _, model = _chain_model(rng)
+    a = model.sample(1000, np.random.default_rng(5))
+    b = model.sample(1000, np.random.default_rng(5))
+    c = model.sample(1000, np.random.default_rng(6))
+    assert (a == b).all() and not (a == c).all()
+
+
+def test_fit_measurement_of_the_marginals_method():
+    """The estimator as post-processing of another method's measurement."""
+    rng = np.random.default_rng(11)
+    schema = schema_from_dict({"name": "t", "columns": [
+        {"name": f"c{j}", "type": "categorical", "values": [str(i) for i in range(4)]} for j in range(3)]})
+    codes = rng.integers(0, 4, (3000, 3)).astype(np.uint8)
+    b = Budget(epsilon=1.0, delta=1e-6)
+    method = MarginalsMethod()
+    m = method.measure(EncodedTable(schema=schema, codes=codes), Ledger(b, method.plan(schema, b)), rng)
+    model = fit_measurement(m, schema)
+    for (col,), noisy in m.marginals.items():
+        fitted = model.project((col,))
+        # Least squares on the simplex times the total: the fit moves each cell by
+        # at most the noise it removes (the cells are far from zero here).
+        assert np.allclose(fitted - fitted.mean(), noisy - noisy.mean(), atol=1e-3 * noisy.sum())
+    assert abs(model.total - 3000) < 6 * 2 * max(nm.stddev for nm in m.measured)
+
+
+# --- the same estimate as mbi 2.0, when a Python with mbi is at hand -------------------------
+
+MBI_SCRIPT = """
+import json, sys, numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+import mbi
+spec = json.load(sys.stdin)
+dom = mbi.Domain.fromdict(spec["sizes"])
+ms = [mbi.LinearMeasurement(np.array(o["y"]), tuple(o["attrs"]), stddev=o["sd"]) for o in spec["obs"]]
+model = mbi.estimation.MirrorDescent().estimate(dom, ms, iters=5000)
+print(json.dumps({",".join(q): model.project(tuple(q)).datavector().tolist() for q in spec["queries"]}))
+"""
+
+
+def _mbi_python() -> str | None:
+    path = os.environ.get("MBI_PYTHON")
+    if path and Path(path).is_file():
+        return path
+    try:
+        import mbi  # noqa: F401
+    except ImportError:
+        return None
+    return sys.executable
+
+
+def test_noisy_fit_matches_mbi():
+    """Fitted marginals agree with mbi 2.0's MirrorDescent on the same noisy measurements
+    within 1e-3 of the total, cell by cell (both solve the same convex problem)."""
+    python = _mbi_python()
+    if python is None:
+        pytest.skip("mbi is absent (set MBI_PYTHON to a Python that has it)")
+    rng = np.random.default_rng(12)
+    dom = Domain(names=("a", "b", "c", "d"), sizes=(3, 4, 5, 2))
+    cliques = [("a",), ("b",), ("c",), ("d",), ("a", "b"), ("b", "c"), ("a", "c"), ("c", "d")]
+    obs = [Observation(attrs=c, counts=rng.normal(80, 30, dom.shape(c)), stddev=float(rng.uniform(2, 10)))
+           for c in cliques]
+    queries = [("a", "b"), ("b", "c"), ("a", "d"), ("c",)]
+    spec = {"sizes": dict(zip(dom.names, dom.sizes)), "queries": queries,
+            "obs": [{"attrs": o.attrs, "y": o.counts.ravel().tolist(), "sd": o.stddev} for o in obs]}
+    out = subprocess.run([python, "-c", MBI_SCRIPT], input=json.dumps(spec), capture_output=True, text=True,
+                         timeout=600, check=True)
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    model = estimate(dom, obs, options=EstimatorOptions(iters=5000, tol=1e-12, patience=50))
+    for q in queries:
+        ours = model.project(q).ravel()
+        assert np.abs(ours - np.array(theirs[",".join(q)])).max() < 1e-3 * model.total, q
