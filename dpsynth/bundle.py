@@ -29,7 +29,6 @@ __all__ = ["fsync_path", "publish_release", "package_versions", "sha256_file", "
 MANIFEST = "manifest.json"
 #: HMAC-SHA256 of manifest.json under the publisher's key (optional; see docs/verify.md).
 SIGNATURE = "manifest.sig"
-_MIN_KEY_BYTES = 16
 
 
 def manifest_signature(manifest_text: str, key: bytes) -> str:
@@ -38,14 +37,9 @@ def manifest_signature(manifest_text: str, key: bytes) -> str:
 
 def read_sign_key(path: str | Path) -> bytes:
     """The publisher's signing key (a secret of at least 16 bytes, kept apart from releases)."""
-    p = Path(path)
-    try:
-        key = p.read_bytes().strip()
-    except OSError as exc:
-        raise ValueError(f"--sign-key {p}: cannot be read ({exc.strerror})") from None
-    if len(key) < _MIN_KEY_BYTES:
-        raise ValueError(f"--sign-key {p}: a signing key needs at least {_MIN_KEY_BYTES} bytes")
-    return key
+    from .privacy.rng import read_secret_file
+
+    return read_secret_file(path, "--sign-key", "a signing key")
 
 
 _PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great_expectations", "cvxpy")

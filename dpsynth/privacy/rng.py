@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MIN_SEED_BYTES", "read_seed_file", "stage_rng", "seed_commitment", "seed_tag"]
+__all__ = ["MIN_SEED_BYTES", "read_secret_file", "read_seed_file", "stage_rng", "seed_commitment", "seed_tag"]
 
 MIN_SEED_BYTES = 16
 
@@ -31,19 +31,22 @@ _COMMIT_LABEL = b"dpsynth/seed-commitment/v2\x00"
 _TAG_LABEL = b"dpsynth/seed-tag/v1\x00"
 
 
-def read_seed_file(path: str | Path) -> bytes:
-    """Reads a secret seed; refuses one too short to be secret."""
+def read_secret_file(path: str | Path, option: str, what: str, hint: str = "") -> bytes:
+    """Reads a secret (seed or key) of at least MIN_SEED_BYTES bytes; errors name ``option``."""
     p = Path(path)
     try:
-        seed = p.read_bytes().strip()
+        secret = p.read_bytes().strip()
     except OSError as exc:
-        raise ValueError(f"--seed-file {p}: cannot be read ({exc.strerror})") from None
-    if len(seed) < MIN_SEED_BYTES:
-        raise ValueError(
-            f"--seed-file {p}: a secret seed needs at least {MIN_SEED_BYTES} bytes "
-            "(e.g. `head -c 32 /dev/urandom | base64 > seed`)"
-        )
-    return seed
+        raise ValueError(f"{option} {p}: cannot be read ({exc.strerror})") from None
+    if len(secret) < MIN_SEED_BYTES:
+        raise ValueError(f"{option} {p}: {what} needs at least {MIN_SEED_BYTES} bytes{hint}")
+    return secret
+
+
+def read_seed_file(path: str | Path) -> bytes:
+    """Reads a secret seed; refuses one too short to be secret."""
+    return read_secret_file(path, "--seed-file", "a secret seed",
+                            " (e.g. `head -c 32 /dev/urandom | base64 > seed`)")
 
 
 def _mac(seed: bytes, label: bytes, *parts: bytes) -> bytes:
