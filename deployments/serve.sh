@@ -43,6 +43,9 @@ launch() {  # name, command...: in its own session, so stop can end the whole gr
 }
 
 start() {
+  for d in data schemas flows; do  # the deployments run in DPSYNTH_HOME: refuse a home they cannot run in
+    [ -e "$DPSYNTH_HOME/$d" ] || { echo "serve: DPSYNTH_HOME=$DPSYNTH_HOME has no $d/ (set it to the folder holding data/, schemas/ and flows/)" >&2; exit 2; }
+  done
   if ! answers; then
     launch server "$bin/prefect" server start --host 127.0.0.1 --port "$port" --no-ui --analytics-off
     for _ in $(seq 1 240); do answers && break; sleep 0.5; done

@@ -11,8 +11,9 @@ artifacts in the private workspace; their results are persisted there too.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from prefect.filesystems import LocalFileSystem
 from dpsynth.pipeline import (
     DEFAULT_DELTA,
     ReleaseConfig,
+    ReleaseError,
     ReleasePlan,
     charge_dataset,
     claim_name,
@@ -49,18 +51,30 @@ def _workspace_storage(workspace: Path) -> str:
     return f"local-file-system/{name}"
 
 
-def _resolve_name(name: str | None) -> str | None:
-    """``{scheduled}`` in a name becomes the run's scheduled time (UTC).
+def scheduled_name(template: str, when: datetime, run_id: str) -> str:
+    """``{scheduled}`` becomes the run's scheduled time (UTC, to the second) and the first
+    eight characters of its flow-run id: two runs never share a name, even in one minute,
+    and a retry of the same run keeps its name (and so resumes from the cache)."""
+    stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return template.replace("{scheduled}", f"{stamp}-{str(run_id).replace('-', '')[:8]}")
 
-    A scheduled deployment needs a new release name per run; a retry of the same run
-    keeps its scheduled time, so it keeps its name and resumes from the cache.
-    """
+
+def _resolve_name(name: str | None) -> str | None:
     if not name or "{scheduled}" not in name:
         return name
     from prefect.runtime import flow_run
 
-    when = flow_run.scheduled_start_time  # an aware datetime
-    return name.replace("{scheduled}", when.astimezone(timezone.utc).strftime("%Y%m%dT%H%MZ"))
+    return scheduled_name(name, flow_run.scheduled_start_time, flow_run.id)
+
+
+def _check_deployment_home() -> None:
+    """A deployment created without DPSYNTH_HOME runs at the filesystem root: say so at once."""
+    ws = os.environ.get("DPSYNTH_WORKSPACE", "")
+    if ws.startswith("/.dpsynth") or Path.cwd() == Path("/"):
+        raise ReleaseError(
+            "this deployment was created without DPSYNTH_HOME (its workspace would be at the filesystem "
+            "root): redeploy with DPSYNTH_HOME set to the folder holding data/ and schemas/, e.g. `make serve`"
+        )
 
 
 def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
@@ -118,6 +132,10 @@ def release_flow(
     beside the dataset's own caps.
     """
     t_flow = time.perf_counter()
+    from prefect.runtime import deployment
+
+    if deployment.id:  # a deployed run: its working folder must be DPSYNTH_HOME
+        _check_deployment_home()
     config = ReleaseConfig(
         data=Path(data),
         schema=Path(schema_path),
@@ -175,4 +193,29 @@ def _run_stages(plan: ReleasePlan, timings: dict[str, float], t_flow: float) -> 
     timings["orchestration"] = round(max(0.0, elapsed - work), 6)
     with spent_on_failure("publish"):
         folder = publish_task(plan, measured, synthesized, validated, timings, dataset.to_manifest())
+    _release_artifact(folder)
     return {"release": folder, "timings": timings, "cached": cached, "warnings": list(plan.warnings)}
+
+
+def _release_artifact(folder: str) -> None:
+    """A Prefect artifact for the run: where the release is and what it spent (public facts only)."""
+    import json
+
+    from prefect.artifacts import create_markdown_artifact
+
+    manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    privacy = manifest["privacy"]
+    lines = [
+        f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
+        "",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- guarantee: {privacy.get('headline', '')}",
+        f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
+    ]
+    ds = privacy.get("dataset")
+    if ds:
+        cap = ds.get("cap_epsilon")
+        lines.append(f"- dataset `{ds['name']}`: epsilon {ds['spent_epsilon_including_this']:.6g} spent over "
+                     f"{ds['releases_including_this']} release(s), cap {'none declared' if cap is None else cap}")
+    create_markdown_artifact(key="dpsynth-release", markdown="\n".join(lines),
+                             description=f"dpsynth release {manifest['name']}")

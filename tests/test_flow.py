@@ -60,9 +60,34 @@ def test_retry_reuses_cached_measurement(prefect_harness, tmp_path, demo_paths, 
 
 
 def test_scheduled_name_placeholder(prefect_harness, tmp_path, demo_paths):
+    import re
+
     result = _run(tmp_path, demo_paths, name="nightly-{scheduled}")
     name = result["release"].rsplit("/", 1)[1]
-    assert name.startswith("nightly-20") and name.endswith("Z") and "{" not in name
+    assert re.fullmatch(r"nightly-20\d{6}T\d{6}Z-[0-9a-f]{8}", name), name
+
+
+def test_scheduled_names_are_unique_per_run_and_stable_per_retry():
+    from datetime import datetime, timezone
+
+    from flows.release import scheduled_name
+
+    when = datetime(2026, 11, 23, 2, 0, 0, tzinfo=timezone.utc)
+    a = scheduled_name("demo-{scheduled}", when, "1f0e2d3c-aaaa-bbbb-cccc-000000000001")
+    b = scheduled_name("demo-{scheduled}", when, "9a8b7c6d-aaaa-bbbb-cccc-000000000002")
+    assert a == "demo-20261123T020000Z-1f0e2d3c" and a != b  # two runs in the same second differ
+    assert scheduled_name("demo-{scheduled}", when, "1f0e2d3c-aaaa-bbbb-cccc-000000000001") == a  # a retry keeps it
+
+
+def test_a_deployment_without_dpsynth_home_is_refused_with_the_fix(monkeypatch):
+    from dpsynth.pipeline import ReleaseError
+    from flows.release import _check_deployment_home
+
+    monkeypatch.setenv("DPSYNTH_WORKSPACE", "/.dpsynth/workspace")  # "{{ $DPSYNTH_HOME }}" was empty at deploy
+    with pytest.raises(ReleaseError, match="DPSYNTH_HOME"):
+        _check_deployment_home()
+    monkeypatch.setenv("DPSYNTH_WORKSPACE", "/srv/dpsynth/.dpsynth/workspace")
+    _check_deployment_home()  # a real home passes
 
 
 def test_flow_parameters_cover_every_config_field(tmp_path, demo_paths):

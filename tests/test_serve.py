@@ -62,6 +62,18 @@ def test_serve_deploys_runs_and_stops(tmp_path):
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         manifest = json.loads((home / "releases" / "served-1" / "manifest.json").read_text())
         assert manifest["method"] == "marginals" and manifest["validation"]["success"]
+        art = subprocess.run(
+            [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "artifact", "inspect", "dpsynth-release",
+             "-o", "json"], env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True, timeout=120)
+        assert art.returncode == 0 and "served-1" in art.stdout and "epsilon spent" in art.stdout
+        # the parameterised deployment has working defaults: no parameter needed
+        run2 = subprocess.run(
+            [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "deployment", "run",
+             "dpsynth-release/release", "--watch", "--watch-timeout", "300"],
+            env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True, timeout=400,
+        )
+        assert run2.returncode == 0, run2.stdout[-2000:] + run2.stderr[-2000:]
+        assert [p.name for p in (home / "releases").iterdir() if p.name.startswith("release-")]
     finally:
         subprocess.run(["bash", str(SERVE), "stop"], env=env, capture_output=True, timeout=120)
     assert not (state / "server.pid").exists() and not (state / "worker.pid").exists()
