@@ -90,7 +90,7 @@ def test_methods_shows_description_guarantee_and_parameters(capsys):
     assert "DP 1-way histogram" in blocks["marginals"] and "parameters: none" in blocks["marginals"]
     assert "guarantee: Differentially private (neighbouring tables: add or remove one record)" in blocks["sds"]
     assert "--param reporting_length=  whole number  (default 3)" in blocks["sds"]
-    assert "--param accuracy_mode=  one of prioritize_long, prioritize_short, balanced  (default prioritize_long)" in blocks["sds"]
+    assert "--param accuracy_mode=  one of prioritize_long, prioritize_short, balanced  (default prioritize_short)" in blocks["sds"]
     assert "--param fabrication_mode=  one of uncontrolled, progressive, balanced, minimize, or none" in blocks["sds"]
     assert "NOT DP" in blocks["private-sampling"] and "--param heuristic=  true or false  (default false)" in out
     assert "replace one record" in blocks["private-sampling"]  # the same relation its releases state

@@ -189,7 +189,12 @@ _COMPLETE_ROUNDS = 8
 
 @dataclass(frozen=True, kw_only=True)
 class SdsParams:
-    """Parameters of ``sds``; names, meanings and defaults as in pac-synth 0.0.8.
+    """Parameters of ``sds``; names and meanings as in pac-synth 0.0.8, three defaults changed.
+
+    The domain is public, so ``one_way="public"`` measures every code at k=1 without the
+    paper's tau_1, ``empty_cells="value"`` treats a missing code as an ordinary value, and
+    ``accuracy_mode`` defaults to ``prioritize_short`` (pac-synth: ``"paper"``, ``"deficit"``,
+    ``prioritize_long``; see docs/sds-generalisation.md).
 
     ``epsilon=None`` uses the release's whole budget. ``thresholds`` are per length
     k = 2 .. R (fixed values >= 0, or adaptive eta in (0, 1]); without them
