@@ -167,17 +167,20 @@ def part1(quick: bool) -> dict[str, Any]:
 METHODS = [
     ("marginals", "marginals", {}),
     ("sds", "sds", {}),
+    ("pgm", "pgm", {}),
     ("ma-dp paper", "microaggregation-dp", {"preset": "paper"}),
     ("ma-dp tuned", "microaggregation-dp", {}),
     ("ma anonymous (NOT DP)", "microaggregation", {"anonymous_only": "true"}),
 ]
 
 
-def part2(datasets: list[str]) -> list[dict[str, Any]]:
+def part2(datasets: list[str], only: set[str] | None = None) -> list[dict[str, Any]]:
     out, rows = [], []
     for name in datasets:
         for eps in (1.0, 4.0):
             for label, method, params in METHODS:
+                if only and label not in only:
+                    continue
                 if method == "microaggregation" and eps != 1.0:
                     continue  # spends no budget: one run
                 r = in_process(name, method, params, eps)
@@ -225,6 +228,8 @@ def main() -> None:
     ap.add_argument("--parts", default="1,2,3")
     ap.add_argument("--data", default="adult,nist")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--methods", default="", help="part 2: only these labels (comma-separated), e.g. pgm")
+    ap.add_argument("--out", default="microaggregation", help="name of the JSON in benchmarks/results/")
     args = ap.parse_args()
     parts = {int(p) for p in args.parts.split(",")}
     datasets = [d for d in args.data.split(",") if d]
@@ -233,11 +238,11 @@ def main() -> None:
     if 1 in parts:
         payload["scaling"] = part1(args.quick)
     if 2 in parts:
-        payload["side_by_side"] = part2(datasets)
+        payload["side_by_side"] = part2(datasets, {m for m in args.methods.split(",") if m} or None)
     if 3 in parts:
         payload["defaults"] = part3(datasets)
     payload["total_s"] = time.perf_counter() - t0
-    write_json("microaggregation", payload)
+    write_json(args.out, payload)
 
 
 if __name__ == "__main__":
