@@ -7,7 +7,6 @@ inside other pipelines and for tests of the library alone.
 Workspace layout (private: it holds codes of raw rows; never publish it)::
 
     WORKSPACE/
-      secret.key                                          key of names derived from the input
       encoded/<HMAC of data sha256 and schema>/codes.parquet   encode cache
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
@@ -16,7 +15,7 @@ Workspace layout (private: it holds codes of raw rows; never publish it)::
       names/<release name>.json                           name -> release key
       names/<release name>.lock                           held (flock) for a whole run
       registry.sqlite                                     lifetime budget per dataset
-      secret.key                                          keys the release key
+      secret.key                                          keys the release key and names derived from the input
 
 A measurement folder is written to a temporary name and renamed once complete, so a
 crash never leaves a half measurement, and a completed one is never redrawn: a
@@ -70,6 +69,7 @@ __all__ = [
     "prepare",
     "claim_name",
     "charge_dataset",
+    "utility_warning",
     "encode_stage",
     "measure_stage",
     "synthesize_stage",
@@ -320,6 +320,13 @@ def _bind_name(plan: ReleasePlan, record: Path) -> None:
                 "a second measurement would spend the budget again: choose a new --name"
             )
     _write_atomic(record, json.dumps({"key": plan.key}) + "\n")
+
+
+def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
+    """The small-sample guard's warning when the measurement predicts a release below the
+    independent-columns baseline (public information only; see :mod:`dpsynth.guidance`)."""
+    advice = assess(Measurement.load(measurement_dir), plan.schema)
+    return advice.message if advice is not None and advice.below_baseline else None
 
 
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
@@ -593,9 +600,8 @@ def run_release(config: ReleaseConfig, progress: Callable[[str], None] | None = 
         dataset = charge_dataset(plan)
         with spent_on_failure("measure"):
             mdir = timed("measure", measure_stage, plan, codes)
-        advice = assess(Measurement.load(mdir), plan.schema)
-        if advice is not None and advice.below_baseline:  # before anything is published
-            say(f"warning: {advice.message}")
+        if (advice := utility_warning(plan, mdir)) is not None:  # before anything is published
+            say(f"warning: {advice}")
         with spent_on_failure("synthesize"):
             sdir = timed("synthesize", synthesize_stage, plan, mdir)
         with spent_on_failure("validate"):

@@ -30,6 +30,7 @@ from dpsynth.pipeline import (
     default_workspace,
     prepare,
     spent_on_failure,
+    utility_warning,
 )
 from tasks.encode import encode_task
 from tasks.internal_report import internal_report_task
@@ -177,6 +178,7 @@ def _run_stages(plan: ReleasePlan, timings: dict[str, float], t_flow: float) -> 
         measured, hit = _run(measure_task, storage, plan, encoded)
     timings["measure"] = 0.0 if hit else measured["seconds"]
     cached += ["measure"] if hit else []
+    advice = utility_warning(plan, Path(measured["measurement"]))  # the small-sample guard, as the local engine
     with spent_on_failure("synthesize"):
         synthesized, hit = _run(synthesize_task, storage, plan, measured)
     timings["synthesize"] = 0.0 if hit else synthesized["seconds"]
@@ -194,7 +196,8 @@ def _run_stages(plan: ReleasePlan, timings: dict[str, float], t_flow: float) -> 
     with spent_on_failure("publish"):
         folder = publish_task(plan, measured, synthesized, validated, timings, dataset.to_manifest())
     _release_artifact(folder)
-    return {"release": folder, "timings": timings, "cached": cached, "warnings": list(plan.warnings)}
+    warnings = list(plan.warnings) + ([advice] if advice else [])
+    return {"release": folder, "timings": timings, "cached": cached, "warnings": warnings}
 
 
 def _release_artifact(folder: str) -> None:

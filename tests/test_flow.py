@@ -138,3 +138,19 @@ def test_flow_holds_the_name_and_charges_the_dataset(prefect_harness, tmp_path, 
         with pytest.raises(pipeline.ReleaseError, match="being built by another run"):
             _run(tmp_path, demo_paths, name="night-3")
     assert [r.name for r in registry.state(tmp_path / "ws", "demo-table").releases] == ["night-1"]
+
+
+def test_flow_reports_the_small_sample_guard_like_the_local_engine(prefect_harness, tmp_path, demo_paths, monkeypatch):
+    """The Prefect path asks the same guard as run_release, and returns its warning for the CLI."""
+    import flows.release as release_module
+
+    seen = []
+
+    def guard(plan, measurement_dir):
+        seen.append(measurement_dir.name)
+        return "expected utility below the independent baseline"
+
+    monkeypatch.setattr(release_module, "utility_warning", guard)
+    result = _run(tmp_path, demo_paths, name="guarded")
+    assert seen == ["measurement"]
+    assert "expected utility below the independent baseline" in result["warnings"]
