@@ -266,7 +266,7 @@ def test_stated_noise_scales_pass_a_variance_test(name, table):
 
 # The sampler each noisy method draws its marginal noise from.
 SAMPLERS = {"marginals": "dpsynth.privacy.mechanisms.discrete_gaussian",
-            "sds": "dpsynth.methods.sds.discrete_gaussian"}
+            "sds": "dpsynth.methods.sds.aggregation.discrete_gaussian"}
 
 
 @pytest.mark.parametrize("factor", [0.7, 1.3])

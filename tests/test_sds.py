@@ -14,8 +14,6 @@ from dpsynth.methods import ParamError, get_method
 from dpsynth.methods.base import Measurement
 from dpsynth.methods.sds import (
     SdsParams,
-    _capped_counts,
-    _sample_strict,
     adaptive_etas,
     aggregate,
     aggregates_frame,
@@ -28,6 +26,8 @@ from dpsynth.methods.sds import (
     tables_from_frame,
 )
 from dpsynth.counting import column_major
+from dpsynth.methods.sds.aggregation import _capped_counts
+from dpsynth.methods.sds.strict import _sample_strict
 from dpsynth.privacy.budget import Budget, BudgetExceeded, Ledger
 from dpsynth.schema import schema_from_dict
 

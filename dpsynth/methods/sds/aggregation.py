@@ -1,0 +1,359 @@
+"""DP aggregation of ``sds``: noisy k-tuple counts for k = 1 .. R under per-record caps, their
+normalisation, and the publishable aggregates table (one row per reported tuple).
+
+The steps, thresholds and sensitivities are described in docs/sds.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from ...counting import column_major, count_marginals, flat_index
+from ...privacy.mechanisms import dp_percentile
+from ...privacy.noise import discrete_gaussian, discrete_laplace
+from ...schema import Schema
+from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records
+from .params import SdsParams, _threshold_rule
+
+Combo = tuple[int, ...]
+#: Elements (rows x combos, or rows x values x sub-combinations) per vectorised chunk.
+_CHUNK = 1 << 22
+
+
+def _threshold_k1(sigma1: float, delta1: int, delta: float) -> float:
+    # (1 - delta/2)^(1/Delta) computed in logs: 1 - that is tiny.
+    tail = -math.expm1(math.log1p(-delta / 2.0) / delta1)
+    return 1.0 + sigma1 * math.sqrt(delta1) * float(norm.isf(tail))
+
+
+def _threshold(k: int, rule: tuple[str, tuple[float, ...]], sigma_k: float, delta_k: int) -> float:
+    kind, values = rule
+    v = values[k - 2]
+    if kind == "fixed":
+        return float(v)
+    return sigma_k * math.sqrt(delta_k) * float(norm.isf(min(v / 2.0, 0.5)))
+
+
+
+def _shape(cards: Sequence[int], combo: Combo) -> tuple[int, ...]:
+    return tuple(int(cards[j]) for j in combo)
+
+
+def _bcast(arr: np.ndarray, combo: Combo, sub: Combo) -> np.ndarray:
+    """View of a table over ``sub`` broadcastable against a table over ``combo``."""
+    shape = [1] * len(combo)
+    for j, s in zip(sub, arr.shape):
+        shape[combo.index(j)] = s
+    return arr.reshape(shape)
+
+
+def _candidates(prev: dict[Combo, np.ndarray], cards: Sequence[int], k: int, p: int) -> dict[Combo, np.ndarray]:
+    """k-tuples all of whose (k-1)-sub-tuples were reported (dense bool tables)."""
+    out: dict[Combo, np.ndarray] = {}
+    for combo in combinations(range(p), k):
+        subs = list(combinations(combo, k - 1))
+        if any(s not in prev for s in subs):
+            continue
+        cand = np.ones(_shape(cards, combo), dtype=bool)
+        for s in subs:
+            cand &= _bcast(prev[s] > 0, combo, s)
+        if cand.any():
+            out[combo] = cand
+    return out
+
+
+def _row_lookup_sum(cm: np.ndarray, cards, tables: dict[Combo, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """For each selected row, how many of the tables are True at its cell."""
+    total = np.zeros(rows.size, dtype=np.int64)
+    if rows.size == 0:
+        return total
+    buf = np.empty(rows.size, dtype=np.int64)
+    for combo, tab in tables.items():
+        idx = flat_index(cm, cards, combo, rows, out=buf)
+        total += tab.ravel()[idx]
+    return total
+
+
+def _capped_counts(
+    cm: np.ndarray,
+    cards,
+    cand: dict[Combo, np.ndarray],
+    rows: np.ndarray,
+    allowed: int,
+    rng: np.random.Generator,
+) -> dict[Combo, np.ndarray]:
+    """Counts contributed by records that keep a random ``allowed`` of their valid tuples."""
+    combos = list(cand)
+    flat = [cand[c].ravel() for c in combos]
+    out = {c: np.zeros(cand[c].size, dtype=np.int64) for c in combos}
+    if rows.size == 0 or allowed <= 0 or not combos:
+        return {c: v.reshape(cand[c].shape) for c, v in out.items()}
+    step = max(1, _CHUNK // len(combos))
+    for start in range(0, rows.size, step):
+        r = rows[start : start + step]
+        keys = np.empty((r.size, len(combos)), dtype=np.int64)
+        valid = np.empty((r.size, len(combos)), dtype=bool)
+        for t, c in enumerate(combos):
+            keys[:, t] = flat_index(cm, cards, c, r)
+            valid[:, t] = flat[t][keys[:, t]]
+        u = rng.random(valid.shape)
+        u[~valid] = 2.0  # invalid tuples sort last: never picked (rows here have > allowed valid)
+        if allowed < len(combos):
+            pick = np.argpartition(u, allowed - 1, axis=1)[:, :allowed]
+            keep = np.zeros(valid.shape, dtype=bool)
+            np.put_along_axis(keep, pick, True, axis=1)
+            keep &= valid
+        else:
+            keep = valid
+        for t, c in enumerate(combos):
+            sel = keys[keep[:, t], t]
+            if sel.size:
+                out[c] += np.bincount(sel, minlength=out[c].size)
+    return {c: v.reshape(cand[c].shape) for c, v in out.items()}
+
+
+def normalise(levels: list[dict[Combo, np.ndarray]]) -> None:
+    """In place: every k-tuple's count <= each of its (k-1)-sub-tuples' counts.
+
+    Done in increasing k, so each bound is an already normalised count: the result is
+    count(t) := min(count(t), min over all present proper sub-tuples).
+    """
+    for k in range(2, len(levels) + 1):
+        prev = levels[k - 2]
+        for combo, tab in levels[k - 1].items():
+            present = tab > 0
+            for sub in combinations(combo, k - 1):
+                if sub in prev:
+                    np.minimum(tab, _bcast(prev[sub], combo, sub), out=tab, where=present)
+
+
+
+@dataclass
+class AggregateResult:
+    """The DP aggregates: per length k the reported tuples' counts, the DP record count,
+    the per-length statistics (``info``) and, with ``one_way="public"``, every column's
+    noisy 1-way counts over all its codes (the missing code too)."""
+
+    levels: list[dict[Combo, np.ndarray]]  # per k: combo -> int64 counts (0 = not reported)
+    records: int
+    info: dict[str, Any]
+    #: ``one_way="public"``: each column's noisy 1-way counts over all its codes (missing too)
+    one_way: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def _eligibility(cm: np.ndarray, cards: Sequence[int], miss: Sequence[int | None], n: int,
+                 as_value: bool) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per column, the codes a tuple may hold; per record, how many of its cells are such codes."""
+    eligible = []
+    nonmissing = np.zeros(n, dtype=np.int64)
+    for j in range(len(cards)):
+        e = np.ones(cards[j], dtype=bool)
+        if miss[j] is not None and not as_value:
+            e[miss[j]] = False
+            nonmissing += cm[j] != miss[j]
+        else:
+            nonmissing += 1
+        eligible.append(e)
+    return eligible, nonmissing
+
+
+def _level_candidates(
+    k: int, prev: dict[Combo, np.ndarray], cm: np.ndarray, cards: Sequence[int],
+    eligible: list[np.ndarray], nonmissing: np.ndarray, public: bool,
+) -> tuple[dict[Combo, np.ndarray], np.ndarray]:
+    """The candidate k-tuples (dense bool tables) and each record's number of valid ones."""
+    n, p = nonmissing.size, len(cards)
+    if k == 1 and public:
+        # The domain is public: every code of every column, the missing code too, is
+        # a candidate; each record holds exactly p of them.
+        return {(j,): np.ones(cards[j], dtype=bool) for j in range(p)}, np.full(n, p, dtype=np.int64)
+    if k == 1:
+        return {(j,): eligible[j].copy() for j in range(p) if eligible[j].any()}, nonmissing.copy()
+    cand = _candidates(prev, cards, k, p) if prev else {}
+    # A record whose (k-1)-tuples all survived has C(m, k) valid k-tuples; only the
+    # others ("dirty") need a per-tuple lookup.
+    survived = _row_lookup_sum(cm, cards, {c: t > 0 for c, t in prev.items()}, np.arange(n))
+    m = nonmissing
+    expected = np.array([math.comb(int(v), k - 1) for v in range(p + 1)], dtype=np.int64)[m]
+    dirty = np.flatnonzero(survived != expected)
+    valid = np.array([math.comb(int(v), k) for v in range(p + 1)], dtype=np.int64)[m]
+    if dirty.size:
+        valid[dirty] = _row_lookup_sum(cm, cards, cand, dirty)
+    return cand, valid
+
+
+def _level_counts(cm: np.ndarray, cards: Sequence[int], cand: dict[Combo, np.ndarray], valid: np.ndarray,
+                  allowed: int, rng: np.random.Generator) -> dict[Combo, np.ndarray]:
+    """Exact candidate counts, each record contributing at most ``allowed`` tuples."""
+    capped = np.flatnonzero(valid > allowed)
+    free = np.flatnonzero(valid <= allowed)
+    counts: dict[Combo, np.ndarray] = {}
+    if cand and allowed > 0:
+        sub_cm = cm if capped.size == 0 else np.ascontiguousarray(cm[:, free])
+        exact = count_marginals(sub_cm, cards, list(cand))
+        extra = _capped_counts(cm, cards, cand, capped, allowed, rng)
+        for c in cand:
+            counts[c] = np.where(cand[c], exact[c] + extra[c], 0)
+    return counts
+
+
+def _report_level(
+    k: int, counts: dict[Combo, np.ndarray], cand: dict[Combo, np.ndarray], eligible: list[np.ndarray],
+    sd: float, tau: float, noise: bool, public: bool, one_way: dict[int, np.ndarray], rng: np.random.Generator,
+) -> dict[Combo, np.ndarray]:
+    """Noisy counts of the candidates; those > tau and > 0 are reported (others become 0).
+
+    With ``one_way="public"`` the 1-way noisy counts are also kept whole in ``one_way``.
+    """
+    level: dict[Combo, np.ndarray] = {}
+    for c, cnt in counts.items():
+        noisy = cnt.copy()
+        mask = cand[c]
+        if noise:
+            noisy[mask] += discrete_gaussian(sd, int(mask.sum()), rng)
+        if k == 1 and public:
+            one_way[c[0]] = noisy.copy()
+            mask = mask & eligible[c[0]]  # empty cells belong to no tuple from here on
+        keep = mask & (noisy > tau) & (noisy > 0)
+        if keep.any():
+            level[c] = np.where(keep, noisy, 0).astype(np.int64)
+    return level
+
+
+def aggregate(
+    codes: np.ndarray,
+    schema: Schema,
+    params: SdsParams,
+    split: NoiseSplit,
+    rng: np.random.Generator,
+    *,
+    spend: Any = None,
+    _noise: bool = True,
+    _allowed: Sequence[int] | None = None,
+) -> AggregateResult:
+    """The DP aggregates of ``codes`` (n, p).
+
+    ``spend(stage)`` is called as each planned part of the budget is used. ``_noise=False``
+    is a test-only path (exact counts, Delta_k = the maximum unless ``_allowed`` fixes it,
+    no thresholds): it is not reachable from parameters or the command line and is never
+    a release.
+    """
+    spend = spend or (lambda stage: None)
+    n, p = codes.shape
+    R = params.reporting_length
+    cards = list(schema.cardinalities)
+    cm = column_major(codes)
+    eligible, nonmissing = _eligibility(cm, cards, list(schema.missing_codes), n, params.empty_cells == "value")
+
+    # 1. protected number of records
+    spend(_stage_records())
+    if _noise:
+        n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0]))
+    else:
+        n_p = n
+    delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
+    rule = _threshold_rule(params)
+    public = params.one_way == "public"
+    one_way: dict[int, np.ndarray] = {}
+
+    levels: list[dict[Combo, np.ndarray]] = []
+    info: dict[str, Any] = {"allowed_sensitivity": [], "thresholds": [], "noise_sd": [], "candidates": [],
+                            "reported": []}
+    for k in range(1, R + 1):
+        cand, valid = _level_candidates(k, levels[-1] if levels else {}, cm, cards, eligible, nonmissing, public)
+        spend(_stage_percentile(k))
+        if _noise:
+            allowed = dp_percentile(valid, params.percentile_percentage, split.percentile_epsilon,
+                                    math.comb(p, k), rng)
+        elif _allowed is not None:
+            allowed = int(_allowed[k - 1])
+        else:
+            allowed = int(valid.max()) if valid.size else 0
+        counts = _level_counts(cm, cards, cand, valid, allowed, rng)
+        spend(_stage_gaussian(k))
+        sd = split.sigmas[k - 1] * math.sqrt(max(allowed, 0))
+        level: dict[Combo, np.ndarray] = {}
+        if counts:
+            if _noise and k == 1:
+                # tau_1 hides values that only the data could reveal: with a public domain
+                # there are none, and suppressing a real value (tau_1 is several noise sd)
+                # only moves its records into the column's deficit.
+                tau = 0.0 if public else _threshold_k1(split.sigmas[0], allowed, delta_t)
+            elif _noise:
+                tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
+            else:
+                tau = 0.0
+            level = _report_level(k, counts, cand, eligible, sd, tau, _noise, public, one_way, rng)
+        else:
+            tau = float("nan")
+        levels.append(level)
+        info["allowed_sensitivity"].append(int(allowed))
+        info["thresholds"].append(float(tau))
+        info["noise_sd"].append(float(sd))
+        info["candidates"].append(int(sum(int(t.sum()) for t in cand.values())))
+        info["reported"].append(int(sum(int(np.count_nonzero(t)) for t in level.values())))
+    normalise(levels)
+    info["threshold_delta"] = float(delta_t)
+    return AggregateResult(levels=levels, records=int(n_p), info=info, one_way=one_way)
+
+
+# --- the publishable table ------------------------------------------------------------------
+
+_LEN, _COUNT = "length", "count"
+
+
+def _attr_col(name: str) -> str:
+    return f"col:{name}"
+
+
+def aggregates_frame(levels: list[dict[Combo, np.ndarray]], schema: Schema) -> pd.DataFrame:
+    """One row per reported tuple: its length, one code column per schema column
+    (``col:<name>``, -1 when the column is not in the tuple) and its count."""
+    p = len(schema.columns)
+    parts_codes, parts_len, parts_cnt = [], [], []
+    for k, level in enumerate(levels, start=1):
+        for combo, tab in level.items():
+            idx = np.nonzero(tab)
+            if not idx[0].size:
+                continue
+            block = np.full((idx[0].size, p), -1, dtype=np.int32)
+            for axis, j in enumerate(combo):
+                block[:, j] = idx[axis]
+            parts_codes.append(block)
+            parts_len.append(np.full(idx[0].size, k, dtype=np.int8))
+            parts_cnt.append(tab[idx].astype(np.int64))
+    codes = np.concatenate(parts_codes) if parts_codes else np.empty((0, p), dtype=np.int32)
+    data: dict[str, Any] = {_LEN: np.concatenate(parts_len) if parts_len else np.empty(0, dtype=np.int8)}
+    for j, c in enumerate(schema.columns):
+        data[_attr_col(c.name)] = codes[:, j]
+    data[_COUNT] = np.concatenate(parts_cnt) if parts_cnt else np.empty(0, dtype=np.int64)
+    return pd.DataFrame(data)
+
+
+def tables_from_frame(df: pd.DataFrame, schema: Schema, reporting_length: int) -> list[dict[Combo, np.ndarray]]:
+    """Dense tables (full cardinalities, 0 = not reported) back from :func:`aggregates_frame`."""
+    cards = schema.cardinalities
+    p = len(cards)
+    codes = np.stack([df[_attr_col(c.name)].to_numpy(dtype=np.int64) for c in schema.columns], axis=1) \
+        if len(df) else np.empty((0, p), dtype=np.int64)
+    counts = df[_COUNT].to_numpy(dtype=np.int64) if len(df) else np.empty(0, dtype=np.int64)
+    present = codes >= 0
+    levels: list[dict[Combo, np.ndarray]] = [dict() for _ in range(reporting_length)]
+    if not len(df):
+        return levels
+    keys, inverse = np.unique(present, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    for g, key in enumerate(keys):
+        combo = tuple(int(j) for j in np.flatnonzero(key))
+        rows = np.flatnonzero(inverse == g)
+        tab = np.zeros(_shape(cards, combo), dtype=np.int64)
+        tab[tuple(codes[rows, j] for j in combo)] = counts[rows]
+        levels[len(combo) - 1][combo] = tab
+    return levels

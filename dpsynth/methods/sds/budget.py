@@ -1,0 +1,177 @@
+"""The budget of ``sds``: the paper's split of (epsilon, delta) or of a zCDP budget into the
+record count, R percentiles and R Gaussian lengths, and the plan's charges.
+
+Everything here reads public information only (schema, budget, parameters).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ...precheck import max_table_bytes
+from ...privacy.budget import Budget, Charge
+from ...schema import Schema
+from .params import SdsParams, sigma_proportions
+
+#: Largest total number of dense cells over all k-tuples (k <= R) that ``plan`` accepts.
+MAX_TUPLE_CELLS = 1 << 26
+#: Peak bytes per dense tuple cell while measuring (exact counts, noisy copy, masks).
+_BYTES_PER_TUPLE_CELL = 48
+
+
+@dataclass(frozen=True)
+class NoiseSplit:
+    """How a budget is divided: record count, R percentiles, R Gaussian lengths."""
+
+    epsilon: float
+    records_epsilon: float  # eps_N
+    marginals_rho: float  # rho_M, zCDP spent on percentiles + Gaussians
+    percentile_epsilon: float  # eps_Q, each length's percentile
+    sigma: float  # base sigma
+    sigmas: tuple[float, ...]  # sigma_k = p_k sigma
+
+    @property
+    def reporting_length(self) -> int:
+        return len(self.sigmas)
+
+    @property
+    def records_rho(self) -> float:
+        return 0.5 * self.records_epsilon**2
+
+    @property
+    def percentile_rho(self) -> float:
+        return 0.5 * self.percentile_epsilon**2
+
+    def gaussian_rho(self, k: int) -> float:
+        return 1.0 / (2.0 * self.sigmas[k - 1] ** 2)
+
+    @property
+    def total_rho(self) -> float:
+        R = self.reporting_length
+        return self.records_rho + R * self.percentile_rho + sum(self.gaussian_rho(k) for k in range(1, R + 1))
+
+
+def paper_rho(marginals_epsilon: float, delta: float) -> float:
+    """rho = (sqrt(eps_M + ln(2/delta)) - sqrt(ln(2/delta)))^2 (the paper's EQ1 right side)."""
+    if not marginals_epsilon > 0:
+        raise ValueError(f"marginals epsilon must be > 0, got {marginals_epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    L = math.log(2.0 / delta)
+    return (math.sqrt(marginals_epsilon + L) - math.sqrt(L)) ** 2
+
+
+def split_marginals_rho(
+    rho: float, reporting_length: int, percentile_epsilon_proportion: float, proportions: Sequence[float]
+) -> tuple[float, float, tuple[float, ...]]:
+    """(eps_Q, sigma, sigma_k) with R eps_Q^2 / 2 = rho Q_p and sum 1/(2 sigma_k^2) = rho (1 - Q_p)."""
+    R, Qp = int(reporting_length), float(percentile_epsilon_proportion)
+    if len(proportions) != R:
+        raise ValueError(f"{len(proportions)} sigma proportions for reporting length {R}")
+    if not rho > 0:
+        raise ValueError(f"rho must be > 0, got {rho!r}")
+    eps_q = math.sqrt(2.0 * rho * Qp / R)
+    base = math.sqrt(sum(1.0 / (p * p) for p in proportions) / (2.0 * rho * (1.0 - Qp)))
+    return eps_q, base, tuple(p * base for p in proportions)
+
+
+def split_budget(
+    epsilon: float,
+    delta: float,
+    reporting_length: int,
+    percentile_epsilon_proportion: float = 0.01,
+    number_of_records_epsilon_proportion: float = 0.005,
+    proportions: Sequence[float] | None = None,
+) -> NoiseSplit:
+    """The paper's split of (epsilon, delta): eps_N = N_p eps, eps_M = eps - eps_N, rho from eps_M."""
+    R = int(reporting_length)
+    props = tuple(proportions) if proportions is not None else tuple(1.0 / k for k in range(1, R + 1))
+    eps_n = number_of_records_epsilon_proportion * epsilon
+    rho = paper_rho(epsilon - eps_n, delta)
+    eps_q, base, sigmas = split_marginals_rho(rho, R, percentile_epsilon_proportion, props)
+    return NoiseSplit(float(epsilon), eps_n, rho, eps_q, base, sigmas)
+
+
+def _stage_records() -> str:
+    return "measure/sds/records"
+
+
+def _stage_percentile(k: int) -> str:
+    return f"measure/sds/percentile/k={k}"
+
+
+def _stage_gaussian(k: int) -> str:
+    return f"measure/sds/gaussian/k={k}"
+
+
+def _elementary_symmetric(values: Sequence[int], k: int) -> int:
+    e = [1] + [0] * k
+    for v in values:
+        for i in range(k, 0, -1):
+            e[i] += e[i - 1] * int(v)
+    return e[k]
+
+
+def _check_domain(params: SdsParams, schema: Schema) -> None:
+    """Refuse a reporting length or domain too large to measure, before any row is read."""
+    R = params.reporting_length
+    p = len(schema.columns)
+    if R > p:
+        raise ValueError(f"parameter 'reporting_length' must be <= the number of columns ({p}), got {R}")
+    cells = sum(_elementary_symmetric(schema.cardinalities, k) for k in range(1, R + 1))
+    if cells > MAX_TUPLE_CELLS:
+        big = sorted(schema.columns, key=lambda c: -c.cardinality)[:3]
+        raise ValueError(
+            f"domain too large for sds with reporting_length={R}: {cells} tuple cells exceed "
+            f"{MAX_TUPLE_CELLS}; coarsen columns {[c.name for c in big]} or lower reporting_length"
+        )
+    need, limit = cells * _BYTES_PER_TUPLE_CELL, max_table_bytes()
+    if need > limit:
+        raise ValueError(
+            f"parameter 'reporting_length' = {R} needs about {need / (1 << 30):.3g} GiB to hold {cells} tuple "
+            f"cells while measuring, over the limit of {limit / (1 << 30):.3g} GiB (DPSYNTH_MAX_TABLE_BYTES); "
+            "lower reporting_length or coarsen the widest columns"
+        )
+
+
+def noise_split(params: SdsParams, schema: Schema, budget: Budget) -> NoiseSplit:
+    """The budget split of ``sds`` for a release budget, from public information only."""
+    pr = params
+    _check_domain(pr, schema)
+    R = pr.reporting_length
+    eps = float(pr.epsilon) if pr.epsilon is not None else float(budget.epsilon)
+    props = sigma_proportions(pr)
+    eps_n = pr.number_of_records_epsilon_proportion * eps
+    if pr.accounting == "paper":
+        delta = float(pr.delta) if pr.delta is not None else float(budget.delta)
+        rho_m = paper_rho(eps - eps_n, delta)
+    else:
+        total = budget.rho if pr.epsilon is None else Budget(epsilon=eps, delta=budget.delta).rho
+        rho_m = total - 0.5 * eps_n**2
+        if rho_m <= 0:
+            raise ValueError(
+                "parameter 'number_of_records_epsilon_proportion' leaves no budget for the marginals"
+            )
+    eps_q, base, sigmas = split_marginals_rho(rho_m, R, pr.percentile_epsilon_proportion, props)
+    return NoiseSplit(eps, eps_n, rho_m, eps_q, base, sigmas)
+
+
+def plan_charges(params: SdsParams, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+    """Every charge of ``sds`` (record count, then per length its percentile and its Gaussian)."""
+    s = noise_split(params, schema, budget)
+    R = params.reporting_length
+    p = len(schema.columns)
+    charges = [Charge(stage=_stage_records(), rho=s.records_rho, mechanism="discrete_laplace",
+                      detail={"epsilon": s.records_epsilon, "sensitivity_l1": 1})]
+    for k in range(1, R + 1):
+        charges.append(Charge(
+            stage=_stage_percentile(k), rho=s.percentile_rho, mechanism="report_noisy_max",
+            detail={"epsilon": s.percentile_epsilon, "percentile": params.percentile_percentage,
+                    "candidates": f"0..{math.comb(p, k)}", "score_sensitivity": 1}))
+        charges.append(Charge(
+            stage=_stage_gaussian(k), rho=s.gaussian_rho(k), mechanism="discrete_gaussian",
+            detail={"sigma_k": s.sigmas[k - 1], "noise_sd": "sigma_k * sqrt(Delta_k)",
+                    "sensitivity_l2": "sqrt(Delta_k)"}))
+    return tuple(charges)

@@ -1,0 +1,123 @@
+"""The registered method ``sds``: plan (budget split), measure (DP aggregates) and synthesize
+(strict or complete sampler) behind the common method interface.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from ...encoding import EncodedTable, code_dtype
+from ...privacy.budget import Budget, Charge, Ledger
+from ...privacy.noise import discrete_laplace_sd
+from ...schema import Schema
+from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, NoisyMarginal, PrivacyStatement, params_to_dict
+from .aggregation import aggregate, aggregates_frame, tables_from_frame
+from .budget import NoiseSplit, noise_split, plan_charges
+from .complete import _Model, _rake_to_one_way, _sample_complete, public_one_way
+from .params import SdsParams
+from .strict import _sample_strict
+
+
+class SdsMethod(MethodBase):
+    """DP k-way marginals ("aggregates", k = 1 .. R) and aggregate-seeded synthesis."""
+
+    name: ClassVar[str] = "sds"
+    params_type: ClassVar[type] = SdsParams
+    provides_marginals: ClassVar[bool] = True
+    guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
+
+    def __init__(self, params: SdsParams | None = None):
+        self.params = params or SdsParams()
+
+    # -- budget ---------------------------------------------------------------------------
+    def split(self, schema: Schema, budget: Budget) -> NoiseSplit:
+        """The budget split, from public information only."""
+        return noise_split(self.params, schema, budget)
+
+    def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """Every charge before any row is read: the record count, then per length k its
+        percentile (report-noisy-max) and its discrete Gaussian counts."""
+        return plan_charges(self.params, schema, budget)
+
+    # -- DP aggregates --------------------------------------------------------------------
+    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        schema = codes.schema
+        split = self.split(schema, ledger.budget)
+        charges: list[Charge] = []
+
+        def spend(stage: str) -> None:
+            charges.append(ledger.spend(stage))
+
+        res = aggregate(codes.codes, schema, self.params, split, rng, spend=spend)
+        frame = aggregates_frame(res.levels, schema)
+        sd1 = float(res.info["noise_sd"][0]) if res.info["noise_sd"] else 0.0
+        # 1-counts at or below max(tau_1, 0) were suppressed (see aggregate).
+        tau1 = max(0.0, res.info["thresholds"][0]) if math.isfinite(res.info["thresholds"][0]) else 0.0
+        measured = []
+        for j, col in enumerate(schema.columns):
+            if j in res.one_way:  # measured directly, every code, no threshold: a plain marginal
+                measured.append(NoisyMarginal(attrs=(col.name,), counts=res.one_way[j].astype(np.float64),
+                                              stddev=sd1 if math.isfinite(sd1) else 0.0))
+                continue
+            t = res.levels[0].get((j,), np.zeros(col.cardinality, dtype=np.int64)).astype(np.float64)
+            if col.missing_code is not None:
+                t[col.missing_code] = max(0.0, res.records - float(t.sum()))
+            measured.append(NoisyMarginal(
+                attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0, threshold=tau1,
+                derived=() if col.missing_code is None else (col.missing_code,)))
+        meta = {
+            "reporting_length": self.params.reporting_length,
+            "accounting": self.params.accounting,
+            "epsilon": split.epsilon,
+            "records_epsilon": split.records_epsilon,
+            "marginals_rho": split.marginals_rho,
+            "percentile_epsilon": split.percentile_epsilon,
+            "sigmas": list(split.sigmas),
+            "one_way": self.params.one_way,
+            "empty_cells": self.params.empty_cells,
+            "synthesis_choice": self.params.synthesis,
+            "one_way_marginals": (
+                "every code measured (the missing code too), no threshold" if res.one_way else
+                "reported 1-counts; a missing code holds records - sum (post-processing)"),
+            **res.info,
+        }
+        records = NoisyCount(value=res.records, stddev=discrete_laplace_sd(1.0 / split.records_epsilon),
+                             mechanism="laplace")
+        return Measurement(
+            method=self.name, params=params_to_dict(self.params), charges=tuple(charges),
+            measured=tuple(measured), records=records, tables={"aggregates": frame}, meta=meta,
+        )
+
+    # -- synthesis ------------------------------------------------------------------------
+    def synthesize(
+        self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
+    ) -> EncodedTable:
+        R = int(m.meta.get("reporting_length", self.params.reporting_length))
+        levels = tables_from_frame(m.tables["aggregates"], schema, R)
+        n = int(m.records.value) if rows is None else int(rows)
+        if n < 0:
+            raise ValueError(f"rows must be >= 0, got {n}")
+        cards = schema.cardinalities
+        mode = self.params.synthesis
+        if mode == "strict":
+            raw = _sample_strict(levels, cards, n, self.params, rng)
+            for j, col in enumerate(schema.columns):
+                empty = col.missing_code if col.missing_code is not None else col.fill_code
+                raw[:, j] = np.where(raw[:, j] < 0, empty, raw[:, j])
+        else:
+            th = m.meta.get("thresholds") or [None]
+            one_way, total = None, float(m.records.value)
+            if m.meta.get("one_way") == "public":
+                one_way, total = public_one_way(m, schema)
+            model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
+                           one_way=one_way, missing_measured=m.meta.get("empty_cells") == "value")
+            raw = _sample_complete(model, n, self.params, rng)
+            if self.params.rake_one_way and n > 0:
+                targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
+                                      if (c.name,) in m.marginals}
+                raw = _rake_to_one_way(raw, targets, rng)
+        codes = raw.astype(code_dtype(cards))
+        return EncodedTable(schema=schema, codes=codes)
