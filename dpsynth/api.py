@@ -67,21 +67,24 @@ def release(
     workspace: str | os.PathLike[str] | None = None,
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
+    **settings: Any,
 ) -> Release:
     """Runs a DP release and returns it, read back from the published folder.
 
     ``seed`` is the secret for a reproducible build: bytes (at least 16) or the path of a
     seed file. Every public problem (schema, unreviewed draft, method, parameter, budget,
-    name) raises before any budget is spent; the error names what to change.
+    name) raises before any budget is spent; the error names what to change. Any other
+    release setting (``sign_key``, ``dataset``, ...: the fields of
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
     with _seed_file(seed, ws) as seed_path:
-        config = ReleaseConfig(
+        config = ReleaseConfig.from_arguments(
             data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
-            epsilon=epsilon, delta=delta, rows=rows, params=dict(params or {}), seed_file=seed_path,
-            name=name, out=Path(out), workspace=ws, internal_report=internal_report, gate=dict(gate or {}),
+            epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
+            workspace=ws, internal_report=internal_report, gate=gate, **settings,
         )
         folder = run_release(config)
     return _read_release(folder)

@@ -66,25 +66,11 @@ def _prefect_env() -> None:
 
 def _cmd_release(args: argparse.Namespace) -> int:
     from .bundle import MANIFEST
-    from .pipeline import ReleaseConfig, default_workspace
+    from .pipeline import ReleaseConfig
 
-    config = ReleaseConfig(
-        data=Path(args.data),
-        schema=Path(args.schema),
-        method=args.method,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        rows=args.rows,
-        params=_parse_kv(args.param),
-        seed_file=Path(args.seed_file) if args.seed_file else None,
-        out=Path(args.out),
-        name=args.name,
-        workspace=Path(args.workspace) if args.workspace else default_workspace(),
-        internal_report=args.internal_report,
-        gate=_parse_gate(args.gate),
-        sign_key=Path(args.sign_key) if args.sign_key else None,
-        dataset=args.dataset,
-    )
+    settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
+    settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
+    config = ReleaseConfig.from_arguments(**settings)
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
     total = time.perf_counter() - t0
@@ -303,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
     r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
     r.add_argument("--epsilon", required=True, type=float)
-    r.add_argument("--delta", type=float, default=1e-6, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--delta", type=float, default=None, help="default 1e-6; keep it well below 1/rows")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")

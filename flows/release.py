@@ -1,11 +1,12 @@
 """The release flow: encode -> measure -> synthesize -> validate -> publish.
 
-Only orchestration lives here. The public checks (schema, method parameters, budget
-plan, seed, release name) run first, in the flow itself, so a bad request fails
-before any task reads a row. The flow then holds the release name's lock (tasks run
-in the flow's process) from claim to publish, and charges the release to its
-dataset's lifetime registry before measuring. Tasks exchange paths to Parquet
-artifacts in the private workspace; their results are persisted there too.
+Only orchestration lives here: the flow builds the config
+(:meth:`dpsynth.pipeline.ReleaseConfig.from_arguments`), runs the public checks
+(:func:`dpsynth.pipeline.prepare`) before any task reads a row, then follows the
+library's one stage sequence (:func:`dpsynth.pipeline.run_stages`: name lock, registry
+charge before measuring, stages in order) with :func:`prefect_runner`, which runs each
+stage as its task. Tasks exchange paths to Parquet artifacts in the private workspace;
+the results of the cached ones are persisted there too.
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ from dpsynth.pipeline import (
     DEFAULT_DELTA,
     ReleaseConfig,
     ReleaseError,
-    ReleasePlan,
-    charge_dataset,
-    claim_name,
-    default_workspace,
+    StageRunner,
     prepare,
-    spent_on_failure,
-    utility_warning,
+    run_stages,
+    timed,
 )
 from tasks.encode import encode_task
 from tasks.internal_report import internal_report_task
@@ -38,6 +36,15 @@ from tasks.measure import measure_task
 from tasks.publish import publish_task
 from tasks.synthesize import synthesize_task
 from tasks.validate import validate_task
+
+# Stage name -> (task, key of its output in the task's result, served from a cache?).
+_TASKS = {
+    "encode": (encode_task, "codes", True),
+    "measure": (measure_task, "measurement", True),
+    "synthesize": (synthesize_task, "synthetic", True),
+    "validate": (validate_task, "summary", False),
+    "internal_report": (internal_report_task, "report", False),
+}
 
 
 def _workspace_storage(workspace: Path) -> str:
@@ -80,30 +87,30 @@ def _check_deployment_home() -> None:
 
 def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
     """The flow's parameters for a config (paths as text: they are stored by the Prefect API)."""
-    return {
-        "data": str(config.data),
-        "schema_path": str(config.schema),
-        "method": config.method,
-        "epsilon": config.epsilon,
-        "delta": config.delta,
-        "rows": config.rows,
-        "params": dict(config.params),
-        "seed_file": str(config.seed_file) if config.seed_file else None,
-        "out": str(config.out),
-        "name": config.name,
-        "workspace": str(config.workspace),
-        "internal_report": config.internal_report,
-        "gate": dict(config.gate),
-        "sign_key": str(config.sign_key) if config.sign_key else None,
-        "dataset": config.dataset,
-        "period": config.period,
-        "period_epsilon": config.period_epsilon,
-    }
+    params = config.to_arguments()
+    params["schema_path"] = params.pop("schema")  # `schema` would shadow a pydantic attribute
+    return params
 
 
-def _run(task, storage: str, *args) -> tuple[dict[str, Any], bool]:
-    state = task.with_options(result_storage=storage)(*args, return_state=True)
-    return state.result(), state.name == "Cached"
+def prefect_runner(workspace: Path) -> StageRunner:
+    """Runs each stage as its Prefect task; the cached ones persist their results (paths
+    and seconds) in the private workspace and report a cache hit as 0 seconds."""
+    storage: list[str] = []
+
+    def run(stage: str, *args: Any) -> tuple[Any, float, bool]:
+        if stage == "publish":
+            return publish_task(*args), 0.0, False
+        task, key, cacheable = _TASKS[stage]
+        if not cacheable:
+            result = task(*args)
+            return result[key], result["seconds"], False
+        if not storage:
+            storage.append(_workspace_storage(workspace))
+        state = task.with_options(result_storage=storage[0])(*args, return_state=True)
+        result, hit = state.result(), state.name == "Cached"
+        return Path(result[key]), 0.0 if hit else result["seconds"], hit
+
+    return run
 
 
 @flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
@@ -132,72 +139,21 @@ def release_flow(
     ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
     beside the dataset's own caps.
     """
+    arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
     t_flow = time.perf_counter()
     from prefect.runtime import deployment
 
     if deployment.id:  # a deployed run: its working folder must be DPSYNTH_HOME
         _check_deployment_home()
-    config = ReleaseConfig(
-        data=Path(data),
-        schema=Path(schema_path),
-        method=method,
-        epsilon=epsilon,
-        delta=delta,
-        rows=rows,
-        params=dict(params or {}),
-        seed_file=Path(seed_file) if seed_file else None,
-        out=Path(out),
-        name=_resolve_name(name),
-        workspace=Path(workspace) if workspace else default_workspace(),
-        internal_report=internal_report,
-        gate=dict(gate or {}),
-        sign_key=Path(sign_key) if sign_key else None,
-        dataset=dataset,
-        period=period,
-        period_epsilon=period_epsilon,
-    )
-    t0 = time.perf_counter()
-    plan = prepare(config)
-    timings: dict[str, float] = {"prepare": round(time.perf_counter() - t0, 6)}
-    with claim_name(plan):
-        return _run_stages(plan, timings, t_flow)
-
-
-def _run_stages(plan: ReleasePlan, timings: dict[str, float], t_flow: float) -> dict[str, Any]:
-    """The tasks of one claimed release, in order (the caller holds the name's lock)."""
-    config = plan.config
-    cached: list[str] = []
-    # Task results (paths and seconds) are persisted in the private workspace.
-    storage = _workspace_storage(config.workspace)
-    encoded, hit = _run(encode_task, storage, plan)
-    timings["encode"] = 0.0 if hit else encoded["seconds"]
-    cached += ["encode"] if hit else []
-    dataset = charge_dataset(plan)  # in the flow's process, before measuring
-    # From the measure stage on, a failure means the budget was spent (exit 1, said so).
-    with spent_on_failure("measure"):
-        measured, hit = _run(measure_task, storage, plan, encoded)
-    timings["measure"] = 0.0 if hit else measured["seconds"]
-    cached += ["measure"] if hit else []
-    advice = utility_warning(plan, Path(measured["measurement"]))  # the small-sample guard, as the local engine
-    with spent_on_failure("synthesize"):
-        synthesized, hit = _run(synthesize_task, storage, plan, measured)
-    timings["synthesize"] = 0.0 if hit else synthesized["seconds"]
-    cached += ["synthesize"] if hit else []
-    with spent_on_failure("validate"):
-        validated = validate_task(plan, synthesized, measured)
-    timings["validate"] = validated["seconds"]
-    if config.internal_report:
-        with spent_on_failure("internal report"):
-            timings["internal_report"] = internal_report_task(plan, encoded, synthesized)
-
-    elapsed = time.perf_counter() - t_flow
-    work = sum(timings.values())
-    timings["orchestration"] = round(max(0.0, elapsed - work), 6)
-    with spent_on_failure("publish"):
-        folder = publish_task(plan, measured, synthesized, validated, timings, dataset.to_manifest())
-    _release_artifact(folder)
-    warnings = list(plan.warnings) + ([advice] if advice else [])
-    return {"release": folder, "timings": timings, "cached": cached, "warnings": warnings}
+    arguments["schema"] = arguments.pop("schema_path")
+    arguments["name"] = _resolve_name(name)
+    config = ReleaseConfig.from_arguments(**arguments)
+    timings: dict[str, float] = {}
+    with timed("prepare", timings):
+        plan = prepare(config)
+    done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    _release_artifact(done.folder)
+    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings}
 
 
 def _release_artifact(folder: str) -> None:

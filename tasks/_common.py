@@ -1,20 +1,17 @@
-"""Shared task plumbing: timing and a logger that never sees data."""
+"""Shared task plumbing: the pipeline's stage timer with Prefect's run logger (which never sees data)."""
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from prefect import get_run_logger
 
+from dpsynth.pipeline import timed
+
 
 @contextmanager
 def stage(name: str, timings: dict[str, float]) -> Iterator[None]:
     """Logs the start and end of a stage (names and seconds only) and records its time."""
-    logger = get_run_logger()
-    logger.info("%s: started", name)
-    t0 = time.perf_counter()
-    yield
-    timings[name] = round(time.perf_counter() - t0, 6)
-    logger.info("%s: done in %.2f s", name, timings[name])
+    with timed(name, timings, get_run_logger().info):
+        yield

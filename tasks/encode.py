@@ -1,11 +1,12 @@
+"""The encode stage as a Prefect task, cached on the input's content and the schema."""
+
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prefect import task
 
-from dpsynth.pipeline import ReleasePlan, encode_stage
+from dpsynth.pipeline import ReleasePlan, encode_release
 from dpsynth.workspace_key import opaque_key
 
 from ._common import stage
@@ -22,5 +23,5 @@ def encode_task(plan: ReleasePlan) -> dict[str, Any]:
     """Raw table -> integer codes (private artifact in the workspace)."""
     timings: dict[str, float] = {}
     with stage("encode", timings):
-        path = encode_stage(Path(plan.config.data), plan.schema, plan.config.workspace, plan.data_sha256)
+        path = encode_release(plan)
     return {"codes": str(path), "seconds": timings["encode"]}

@@ -1,3 +1,5 @@
+"""The internal utility report as a Prefect task (private workspace only, never published)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +14,9 @@ from ._common import stage
 
 
 @task(name="internal-report", cache_policy=NO_CACHE, persist_result=False)
-def internal_report_task(plan: ReleasePlan, encoded: dict[str, Any], synthesized: dict[str, Any]) -> float:
-    """Utility against raw data: private workspace only, never published. Returns seconds."""
+def internal_report_task(plan: ReleasePlan, codes: Path, synthetic: Path) -> dict[str, Any]:
+    """Utility against raw data: private workspace only, never published."""
     timings: dict[str, float] = {}
     with stage("internal-report", timings):
-        internal_report_stage(plan, Path(encoded["codes"]), Path(synthesized["synthetic"]))
-    return timings["internal-report"]
+        path = internal_report_stage(plan, Path(codes), Path(synthetic))
+    return {"report": str(path), "seconds": timings["internal-report"]}

@@ -1,3 +1,5 @@
+"""The measure stage (the DP boundary) as a Prefect task, cached on the release key."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,9 +22,9 @@ def _key(context: Any, args: dict[str, Any]) -> str:
 
 
 @task(name="measure", cache_key_fn=_key, persist_result=True, retries=0)
-def measure_task(plan: ReleasePlan, encoded: dict[str, Any]) -> dict[str, Any]:
+def measure_task(plan: ReleasePlan, codes: Path) -> dict[str, Any]:
     """The DP boundary: the only task that reads private rows."""
     timings: dict[str, float] = {}
     with stage("measure", timings):
-        folder = measure_stage(plan, Path(encoded["codes"]))
+        folder = measure_stage(plan, Path(codes))
     return {"measurement": str(folder), "seconds": timings["measure"]}

@@ -1,3 +1,5 @@
+"""The publish stage as a Prefect task (never cached: a release is written once)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,15 +14,11 @@ from dpsynth.pipeline import ReleasePlan, publish_stage
 @task(name="publish", cache_policy=NO_CACHE, persist_result=False)
 def publish_task(
     plan: ReleasePlan,
-    measured: dict[str, Any],
-    synthesized: dict[str, Any],
-    validated: dict[str, Any],
+    measurement: Path,
+    synthetic: Path,
+    summary: Mapping[str, Any],
     timings: Mapping[str, float],
     dataset: Mapping[str, Any] | None = None,
 ) -> str:
     """Writes the release folder atomically; refuses to overwrite."""
-    folder = publish_stage(
-        plan, Path(measured["measurement"]), Path(synthesized["synthetic"]), validated["summary"], timings,
-        dataset,
-    )
-    return str(folder)
+    return str(publish_stage(plan, Path(measurement), Path(synthetic), summary, timings, dataset))

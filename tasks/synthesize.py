@@ -1,3 +1,5 @@
+"""The synthesize stage as a Prefect task, cached on the release key and the row count."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,9 +17,9 @@ def _key(context: Any, args: dict[str, Any]) -> str:
 
 
 @task(name="synthesize", cache_key_fn=_key, persist_result=True, retries=1)
-def synthesize_task(plan: ReleasePlan, measured: dict[str, Any]) -> dict[str, Any]:
+def synthesize_task(plan: ReleasePlan, measurement: Path) -> dict[str, Any]:
     """Post-processing of the measurement alone (no privacy cost)."""
     timings: dict[str, float] = {}
     with stage("synthesize", timings):
-        folder = synthesize_stage(plan, Path(measured["measurement"]))
+        folder = synthesize_stage(plan, Path(measurement))
     return {"synthetic": str(folder), "seconds": timings["synthesize"]}

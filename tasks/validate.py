@@ -1,3 +1,5 @@
+"""The validation gate as a Prefect task (never cached: it runs on every attempt)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +14,9 @@ from ._common import stage
 
 
 @task(name="validate", cache_policy=NO_CACHE, persist_result=False)
-def validate_task(plan: ReleasePlan, synthesized: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+def validate_task(plan: ReleasePlan, synthetic: Path, measurement: Path) -> dict[str, Any]:
     """Gate: raises (and nothing is published) when a check fails."""
     timings: dict[str, float] = {}
     with stage("validate", timings):
-        summary = validate_stage(plan, Path(synthesized["synthetic"]), Path(measured["measurement"]))
+        summary = validate_stage(plan, Path(synthetic), Path(measurement))
     return {"summary": summary, "seconds": timings["validate"]}

@@ -26,7 +26,7 @@ from dpsynth.cli import main
 from dpsynth.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import METHODS, get_method
 from dpsynth.precheck import PrecheckError
-from dpsynth.privacy.budget import Budget
+from dpsynth.privacy.budget import Budget, Ledger
 from dpsynth.schema import SchemaError, load_schema, schema_from_dict
 from dpsynth.verify import verify_release
 
@@ -74,7 +74,7 @@ def test_sds_small_inputs_never_crash_after_measuring(n):
     for seed in range(6):
         rng = np.random.default_rng(1000 * n + seed)
         sub = EncodedTable(schema=schema, codes=codes[rng.choice(len(codes), n, replace=False)])
-        ledger = pipeline.Ledger(Budget(epsilon=1.0, delta=1e-6), method.plan(schema, Budget(epsilon=1.0, delta=1e-6)))
+        ledger = Ledger(Budget(epsilon=1.0, delta=1e-6), method.plan(schema, Budget(epsilon=1.0, delta=1e-6)))
         m = method.measure(sub, ledger, rng)
         out = method.synthesize(m, schema, None, rng)
         assert out.codes.shape[1] == len(schema.columns)
@@ -681,7 +681,7 @@ def test_seed_reuse_difference_attack_recovers_nothing(tmp_path, seed_file, meth
         assert not _accepts(_difference_statistic(a, b, codes1, codes2, scale=wrong)[0], cells), wrong
 
     # The defect: generators derived from (seed, stage) only. The difference then cancels.
-    monkeypatch.setattr(pipeline, "stage_rng", _old_stage_rng)
+    monkeypatch.setattr(pipeline.config, "stage_rng", _old_stage_rng)
     old_a = _measure(tmp_path / "old", day1, schema, method, params, seed_file, "nightly-1")
     old_b = _measure(tmp_path / "old", day2, schema, method, params, seed_file, "nightly-2")
     old_stat, old_cells = _difference_statistic(old_a, old_b, codes1, codes2)
@@ -735,7 +735,7 @@ def test_name_claim_second_run_during_the_first_is_refused_at_once(tmp_path, mon
     def stop(*a, **k):
         raise KeyboardInterrupt("first run stops after measuring")
 
-    monkeypatch.setattr(pipeline, "synthesize_stage", stop)
+    monkeypatch.setattr(pipeline.stages, "synthesize_stage", stop)
 
     original = MarginalsMethod.measure
     inside, release_first = threading.Event(), threading.Event()
@@ -778,7 +778,7 @@ def test_name_claim_never_deletes_a_complete_measurement(tmp_path):
     folder.mkdir(parents=True)
     (folder / "measurement.parquet").write_bytes(b"winner")
     (folder / "COMPLETE").write_text("")
-    with pipeline._complete_folder(folder) as tmp:
+    with pipeline.stages.complete_folder(folder) as tmp:
         (tmp / "measurement.parquet").write_bytes(b"loser")
     assert (folder / "measurement.parquet").read_bytes() == b"winner"
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary left
@@ -790,7 +790,7 @@ from pathlib import Path
 from dpsynth import pipeline
 def die(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)  # a hard crash while holding the name
-pipeline.synthesize_stage = die
+pipeline.stages.synthesize_stage = die
 pipeline.run_release(pipeline.ReleaseConfig(
     data=Path(sys.argv[1]), schema=Path(sys.argv[2]), method="marginals", epsilon=1.0,
     out=Path(sys.argv[3]), workspace=Path(sys.argv[4]), name="nightly"))
@@ -890,7 +890,7 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     def crash(*a, **k):
         raise RuntimeError("injected crash")
 
-    monkeypatch.setattr(pipeline, "synthesize_stage", crash)
+    monkeypatch.setattr(pipeline.stages, "synthesize_stage", crash)
     with pytest.raises(RuntimeError, match="injected"):
         pipeline.run_release(cfg)
     monkeypatch.undo()

@@ -142,7 +142,7 @@ def test_flow_holds_the_name_and_charges_the_dataset(prefect_harness, tmp_path, 
 
 def test_flow_reports_the_small_sample_guard_like_the_local_engine(prefect_harness, tmp_path, demo_paths, monkeypatch):
     """The Prefect path asks the same guard as run_release, and returns its warning for the CLI."""
-    import flows.release as release_module
+    from dpsynth.pipeline import engine
 
     seen = []
 
@@ -150,7 +150,7 @@ def test_flow_reports_the_small_sample_guard_like_the_local_engine(prefect_harne
         seen.append(measurement_dir.name)
         return "expected utility below the independent baseline"
 
-    monkeypatch.setattr(release_module, "utility_warning", guard)
+    monkeypatch.setattr(engine, "utility_warning", guard)
     result = _run(tmp_path, demo_paths, name="guarded")
     assert seen == ["measurement"]
     assert "expected utility below the independent baseline" in result["warnings"]

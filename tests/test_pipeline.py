@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from dpsynth import bundle, pipeline
-from dpsynth.encoding import DataError
+from dpsynth.encoding import DataError, file_sha256
 from dpsynth.methods import ParamError
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy import BudgetExceeded
@@ -55,7 +55,7 @@ def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     text = (folder / "manifest.json").read_text()
     seed = seed_file.read_bytes()
     assert seed.decode() not in text
-    assert pipeline.file_sha256(demo_paths[0]) not in text  # never a hash of the raw input
+    assert file_sha256(demo_paths[0]) not in text  # never a hash of the raw input
     df = pd.read_parquet(folder / "synthetic.parquet")
     assert list(df.columns) == load_schema(demo_paths[1]).names and len(df) == 777
     csv = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
@@ -86,7 +86,7 @@ def test_retry_after_crash_reuses_the_measurement(tmp_path, demo_paths, monkeypa
     def crash(*a, **k):
         raise RuntimeError("injected crash")
 
-    monkeypatch.setattr(pipeline, "synthesize_stage", crash)
+    monkeypatch.setattr(pipeline.stages, "synthesize_stage", crash)
     with pytest.raises(RuntimeError, match="injected"):
         pipeline.run_release(cfg)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

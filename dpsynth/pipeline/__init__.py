@@ -1,0 +1,102 @@
+"""The release pipeline: config, stages and the one stage sequence, without Prefect.
+
+* :mod:`.config` -- :class:`ReleaseConfig` (every setting of a release, built by the CLI,
+  the flow and the API through :meth:`ReleaseConfig.from_arguments`), :func:`prepare`
+  and the checked :class:`ReleasePlan`;
+* :mod:`.stages` -- encode, measure, synthesize, validate, internal report, publish, as
+  plain functions over files in the private workspace;
+* :mod:`.engine` -- :func:`run_stages`, the stage order every engine follows, the stage
+  timer, and :func:`run_release`, the local engine. ``tasks/`` wraps each stage in a
+  Prefect task and ``flows/release.py`` runs the same sequence over them.
+
+Workspace layout (private: it holds codes of raw rows; never publish it)::
+
+    WORKSPACE/
+      encoded/<HMAC of data sha256 and schema>/codes.parquet   encode cache
+      releases/<release key>/
+        measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
+        synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        validation.json
+      names/<release name>.json                           name -> release key
+      names/<release name>.lock                           held (flock) for a whole run
+      registry.sqlite                                     lifetime budget per dataset
+      secret.key                                          keys the release key and names derived from the input
+
+A measurement folder is written to a temporary name and renamed once complete, so a
+crash never leaves a half measurement, and a completed one is never redrawn: a
+re-run of the same release reuses it and the ledger is charged once (DESIGN.md,
+decision 5). A release name can carry only one measurement: re-using it with
+different inputs is refused before anything is measured, and a run holds its name
+exclusively from claim to publish (decision 11). Before measuring, the release is
+charged to its dataset in the lifetime registry (decision 10, :mod:`dpsynth.registry`).
+"""
+
+from __future__ import annotations
+
+from .config import (
+    DEFAULT_DELTA,
+    POSTPROCESS_OPTIONS,
+    BudgetSpent,
+    ReleaseConfig,
+    ReleaseError,
+    ReleasePlan,
+    ValidationFailed,
+    default_workspace,
+    prepare,
+    split_params,
+)
+from .engine import (
+    StageRunner,
+    StagesDone,
+    charge_dataset,
+    claim_name,
+    local_runner,
+    run_release,
+    run_stages,
+    spent_on_failure,
+    timed,
+    utility_warning,
+)
+from .stages import (
+    INTERNAL_LABEL,
+    correct_to_measurement,
+    encode_release,
+    encode_stage,
+    internal_report_stage,
+    measure_stage,
+    publish_stage,
+    synthesize_stage,
+    validate_stage,
+)
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "INTERNAL_LABEL",
+    "POSTPROCESS_OPTIONS",
+    "BudgetSpent",
+    "ReleaseConfig",
+    "ReleaseError",
+    "ReleasePlan",
+    "StageRunner",
+    "StagesDone",
+    "ValidationFailed",
+    "charge_dataset",
+    "claim_name",
+    "correct_to_measurement",
+    "default_workspace",
+    "encode_release",
+    "encode_stage",
+    "internal_report_stage",
+    "local_runner",
+    "measure_stage",
+    "prepare",
+    "publish_stage",
+    "run_release",
+    "run_stages",
+    "spent_on_failure",
+    "split_params",
+    "synthesize_stage",
+    "timed",
+    "utility_warning",
+    "validate_stage",
+]

@@ -1,0 +1,285 @@
+"""What a release depends on: its config, and the checked plan derived from it.
+
+:class:`ReleaseConfig` is the one definition of a release's settings; the CLI, the
+Prefect flow and :func:`dpsynth.release` all build it through
+:meth:`ReleaseConfig.from_arguments`, and the flow's parameters are
+:meth:`ReleaseConfig.to_arguments`. :func:`prepare` turns a config into a
+:class:`ReleasePlan` with every public check done and no row read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..bundle import read_sign_key
+from ..encoding import check_file, file_sha256
+from ..methods import METHODS, get_method, params_to_dict
+from ..methods.base import Method, convert_param
+from ..precheck import check_options, check_rows, noise_warnings
+from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.rng import read_seed_file, seed_tag, stage_rng
+from ..registry import check_dataset_name, check_period
+from ..schema import Schema, load_schema
+from ..workspace_key import opaque_key, workspace_secret
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "BudgetSpent",
+    "ReleaseConfig",
+    "ReleaseError",
+    "ReleasePlan",
+    "ValidationFailed",
+    "default_workspace",
+    "prepare",
+    "split_params",
+]
+
+DEFAULT_DELTA = 1e-6
+
+
+class ReleaseError(RuntimeError):
+    """A release that must not go on (the message never quotes a row)."""
+
+
+class BudgetSpent(ReleaseError):
+    """A failure after the measure stage began: the release's budget counts as spent.
+
+    The command line exits 1 on it (never 2, which promises that nothing was measured),
+    and its message says that the budget was spent.
+    """
+
+    NOTE = "the privacy budget of this release was spent"
+
+
+class ValidationFailed(BudgetSpent):
+    """The gate failed: the release is not publishable (its budget was spent measuring)."""
+
+
+def default_workspace() -> Path:
+    """The private workspace: ``$DPSYNTH_WORKSPACE``, else ``.dpsynth/workspace``."""
+    return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
+
+
+# Fields holding a path; from_arguments accepts text for them, to_arguments gives text.
+_PATH_FIELDS = ("data", "schema", "out", "seed_file", "workspace", "sign_key")
+_OPTIONAL_PATHS = ("seed_file", "workspace", "sign_key")  # empty text leaves them unset
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseConfig:
+    """Everything a release depends on (public parameters plus paths)."""
+
+    data: Path
+    schema: Path
+    method: str
+    epsilon: float
+    out: Path
+    delta: float = DEFAULT_DELTA
+    rows: int | None = None
+    params: Mapping[str, str] = field(default_factory=dict)
+    seed_file: Path | None = None
+    name: str | None = None
+    workspace: Path = field(default_factory=default_workspace)
+    internal_report: bool = False
+    gate: Mapping[str, float] = field(default_factory=dict)
+    sign_key: Path | None = None
+    dataset: str | None = None  # registry identity (default: the schema's name)
+    period: str | None = None  # a per-period budget declared by the caller (deployments)
+    period_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
+            raise ValueError(f"rows must be a whole number >= 1, got {self.rows!r}")
+        if self.name is not None:
+            check_name(self.name)
+        if self.dataset is not None:
+            check_dataset_name(self.dataset)
+        check_period(self.period, self.period_epsilon)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The config's settings, in declaration order (the flow's parameters follow them)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_arguments(cls, **arguments: Any) -> ReleaseConfig:
+        """The one mapping from loose arguments to a config (CLI, flow and API use it).
+
+        Paths may be text; ``None`` (or empty text for an optional path) stands for a
+        setting's default (the workspace's is ``$DPSYNTH_WORKSPACE``), and ``params``/``gate`` may be any mapping or ``None``.
+        An unknown argument is refused by name.
+        """
+        unknown = sorted(set(arguments) - set(cls.field_names()))
+        if unknown:
+            raise TypeError(f"unknown release settings {unknown}; known: {list(cls.field_names())}")
+        values = {k: v for k, v in arguments.items() if v is not None and not (k in _OPTIONAL_PATHS and v == "")}
+        for key in _PATH_FIELDS:
+            if key in values:
+                values[key] = Path(values[key])
+        for key in ("params", "gate"):
+            if key in values:
+                values[key] = dict(values[key])
+        return cls(**values)
+
+    def to_arguments(self) -> dict[str, Any]:
+        """The config as plain values (paths as text), e.g. for Prefect flow parameters,
+        which the Prefect API stores; ``from_arguments`` maps them back."""
+        out: dict[str, Any] = {}
+        for key in self.field_names():
+            value = getattr(self, key)
+            if key in _PATH_FIELDS:
+                value = str(value) if value is not None else None
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[key] = value
+        return out
+
+
+def check_name(name: str) -> None:
+    """Refuses a release name that is not a plain folder name."""
+    if not name or name.startswith(".") or any(ch in name for ch in "/\\\0") or len(name) > 200:
+        raise ValueError(f"release name {name!r} must be a plain folder name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleasePlan:
+    """The public, checked form of a config: computed before any row is read."""
+
+    config: ReleaseConfig
+    schema: Schema
+    method_name: str
+    params: dict[str, Any]
+    budget: Budget
+    charges: tuple[Charge, ...]
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    seed: bytes | None = field(repr=False)
+    data_sha256: str = field(repr=False)
+
+    @cached_property
+    def material(self) -> bytes:
+        """Digest of everything the release depends on (private: it covers the input's hash).
+
+        Stage generators and the seed commitment are bound to it (DESIGN.md, decision 9).
+        """
+        text = json.dumps(
+            {
+                "name": self.name,
+                "data": self.data_sha256,
+                "schema": self.schema.fingerprint(),
+                "method": self.method_name,
+                "params": self.params,
+                "options": dict(self.options),
+                "epsilon": self.budget.epsilon,
+                "delta": self.budget.delta,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(b"dpsynth/release/v2\x00" + text.encode()).digest()
+
+    @cached_property
+    def key(self) -> str:
+        """Release key: names the workspace folder, cache entries and the registry row.
+
+        A keyed hash (under the workspace's secret) of the release material and the seed's
+        identity, so nothing outside the workspace can test a guessed input against it.
+        Private all the same: never published or logged.
+        """
+        secret = workspace_secret(self.config.workspace)
+        msg = b"dpsynth/release-key/v2\x00" + self.material + seed_tag(self.seed).encode()
+        return hmac.new(secret, msg, hashlib.sha256).hexdigest()[:32]
+
+    @property
+    def dataset(self) -> str:
+        """The registry's dataset identity: declared, or the schema's name (never the rows)."""
+        return self.config.dataset or self.schema.name
+
+    def rng(self, stage: str) -> np.random.Generator:
+        """The generator of one stage, bound to the seed and the release material."""
+        return stage_rng(self.seed, self.material, stage)
+
+    def opaque(self, label: str) -> str:
+        """A name for this release safe to hand to Prefect: keyed by the workspace secret,
+        so it is not a hash of the raw input (DESIGN.md, decision 6)."""
+        return opaque_key(self.config.workspace, label, self.key)
+
+    def method(self) -> Method:
+        """The configured method instance."""
+        return get_method(self.method_name, self.params)
+
+    def release_dir(self) -> Path:
+        """This release's private folder in the workspace."""
+        return self.config.workspace / "releases" / self.key
+
+
+# Post-processing options any method accepts through --param (they cost no privacy).
+POSTPROCESS_OPTIONS = {"correct_marginals": bool}
+
+
+def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separates post-processing options from method parameters; passes --rows to methods
+    whose measurement itself is the rows (e.g. private sampling's k)."""
+    method_params = {k: v for k, v in params.items() if k not in POSTPROCESS_OPTIONS}
+    options = {
+        key: convert_param(key, str(params[key]).strip(), typ)
+        for key, typ in POSTPROCESS_OPTIONS.items()
+        if key in params
+    }
+    cls = METHODS.get(method)
+    rows_key = cls.takes_rows_as if cls is not None else None
+    if rows_key and rows_key not in method_params and rows is not None:
+        method_params[rows_key] = str(rows)
+    return method_params, options
+
+
+def prepare(config: ReleaseConfig) -> ReleasePlan:
+    """All public checks: schema, method, parameters, post-processing options, budget
+    plan, memory of the synthetic table, seed, the input's columns and types, name.
+
+    Raises before any budget is spent; reads no row (only the file's header or Parquet
+    schema, and its hash).
+    """
+    schema = load_schema(config.schema)
+    schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
+    method_params, options = split_params(config.method, config.params, config.rows)
+    method = get_method(config.method, method_params)
+    check_options(type(method), options)
+    budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
+    charges = method.plan(schema, budget)
+    Ledger(budget, charges)  # refuses a plan over budget
+    check_rows(config.rows, schema)
+    seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
+    if config.sign_key is not None:
+        read_sign_key(config.sign_key)  # refused now, not at publishing
+    if not Path(config.data).is_file():
+        raise ReleaseError(f"input {config.data}: no such file")
+    check_file(config.data, schema)
+    name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
+    check_name(name)
+    target = Path(config.out) / name
+    if target.exists():
+        raise ReleaseError(f"release {target} already exists: releases are never overwritten")
+    return ReleasePlan(
+        config=config,
+        schema=schema,
+        method_name=method.name,
+        params=params_to_dict(method.params),
+        options=options,
+        warnings=noise_warnings(charges, budget.epsilon),
+        budget=budget,
+        charges=charges,
+        name=name,
+        seed=seed,
+        data_sha256=file_sha256(config.data),
+    )

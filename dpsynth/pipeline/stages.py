@@ -1,0 +1,282 @@
+"""The release stages as plain functions over files in a private workspace.
+
+Each stage reads the previous stage's files and writes its own: encode (raw table to
+codes, cached), measure (the DP boundary, never redrawn), synthesize, validate (the
+gate), the optional internal report, and publish. :mod:`dpsynth.pipeline.engine` runs
+them in order; ``tasks/`` wraps each one in a Prefect task for ``flows/release.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from ..bundle import fsync_path, publish_release, read_sign_key
+from ..encoding import EncodedTable, decode, encode, read_table, write_csv
+from ..measurement import Measurement, PrivacyStatement
+from ..privacy.budget import Ledger
+from ..privacy.rng import seed_commitment
+from ..schema import Schema
+from ..workspace_key import opaque_key
+from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
+
+__all__ = [
+    "COMPLETE",
+    "INTERNAL_LABEL",
+    "complete_folder",
+    "correct_to_measurement",
+    "encode_release",
+    "encode_stage",
+    "internal_report_stage",
+    "measure_stage",
+    "publish_stage",
+    "synthesize_stage",
+    "validate_stage",
+    "write_atomic",
+]
+
+COMPLETE = "COMPLETE"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a flushed temporary file and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str) -> Path:
+    """Encodes the raw table to codes; cached on (content hash, schema)."""
+    folder = workspace / "encoded" / opaque_key(workspace, "encode", data_sha256, schema.fingerprint())
+    path = folder / "codes.parquet"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    enc = encode(read_table(data, schema), schema)
+    tmp = folder / f".codes.{os.getpid()}.parquet"
+    enc.to_parquet(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def encode_release(plan: ReleasePlan) -> Path:
+    """The encode stage for a plan's input (the form the engines call)."""
+    return encode_stage(Path(plan.config.data), plan.schema, plan.config.workspace, plan.data_sha256)
+
+
+def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
+    """The DP boundary. Returns the measurement folder; never measures twice."""
+    folder = plan.release_dir() / "measurement"
+    if (folder / COMPLETE).exists():
+        return folder
+    codes = EncodedTable.from_parquet(codes_path, plan.schema)
+    ledger = Ledger(plan.budget, plan.charges)
+    m = plan.method().measure(codes, ledger, plan.rng("measure"))
+    unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
+    if unspent:
+        raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    with complete_folder(folder) as tmp:
+        m.save(tmp)
+        (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
+    return folder
+
+
+def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
+    """Post-processing of the measurement only: synthetic codes, then values."""
+    folder = plan.release_dir() / "synthetic"
+    if (folder / COMPLETE).exists():
+        return folder
+    m = Measurement.load(measurement_dir)
+    rng = plan.rng("synthesize")
+    synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
+    if plan.options.get("correct_marginals"):
+        synth = correct_to_measurement(synth, m, plan.rng("correct"))
+    with complete_folder(folder) as tmp:
+        synth.to_parquet(tmp / "synthetic-codes.parquet")
+        table = decode(synth, plan.rng("decode"))
+        table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
+        write_csv(table, plan.schema, tmp / "synthetic.csv")
+    return folder
+
+
+def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedTable:
+    """Marginal correction (post-processing): reweight the synthetic rows so that their
+    marginals come as close as possible to the measurement's DP marginals (QP, since
+    noisy marginals are rarely exactly reachable), then resample as many rows."""
+    from ..postprocess import correct_marginals
+
+    if not m.marginals:
+        raise ReleaseError(
+            f"correct_marginals needs a measurement with marginals; method {m.method!r} has none"
+        )
+    schema = synth.schema
+    targets = {
+        tuple(schema.index(c) for c in attrs): np.clip(np.asarray(counts, dtype=float), 0.0, None)
+        for attrs, counts in m.marginals.items()
+    }
+    result = correct_marginals(synth.codes.astype(np.int64), targets, rng=rng, method="qp")
+    return EncodedTable(schema=schema, codes=np.asarray(result.samples).astype(synth.codes.dtype))
+
+
+def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
+    """The Great Expectations gate: record validity and accuracy against the DP measurement.
+
+    The result is kept in the private workspace; a failed gate raises and nothing is
+    published. Data Docs are rendered for the bundle only when the gate passes.
+    """
+    from ..gate import run_gate
+
+    m = Measurement.load(measurement_dir)
+    codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+    table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
+    folder = plan.release_dir()
+    docs = folder / "data-docs"
+    if docs.exists():
+        shutil.rmtree(docs)
+    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None, docs=docs)
+    write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if not summary["success"]:
+        worst = sorted(
+            (e for e in summary["marginal_errors"] if e["tvd"] > e["threshold"]),
+            key=lambda e: e["threshold"] - e["tvd"],
+        )
+        detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
+        raise ValidationFailed(
+            f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
+            f"{BudgetSpent.NOTE} (details: validation.json in the private workspace's release folder, "
+            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names)"
+        )
+    return summary
+
+
+INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
+
+
+def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path) -> Path:
+    """Utility against the raw data, written only to the private workspace."""
+    from ..metrics import complete_share, tvd_by_k
+
+    real = EncodedTable.from_parquet(codes_path, plan.schema)
+    synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+    ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
+    missing = plan.schema.missing_codes
+    report = {
+        "label": INTERNAL_LABEL,
+        "release": plan.name,
+        "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
+        "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+    }
+    path = plan.release_dir() / "internal-utility-report.json"
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def publish_stage(
+    plan: ReleasePlan,
+    measurement_dir: Path,
+    synthetic_dir: Path,
+    validation: Mapping[str, Any],
+    timings: Mapping[str, float],
+    dataset: Mapping[str, Any] | None = None,
+) -> Path:
+    """Writes the release folder; ``dataset`` is the registry's summary for the manifest."""
+    ledger = json.loads((measurement_dir / "ledger.json").read_text())
+    m_meta = json.loads((measurement_dir / "measurement.json").read_text())
+    files = {
+        "synthetic.parquet": synthetic_dir / "synthetic.parquet",
+        "synthetic.csv": synthetic_dir / "synthetic.csv",
+        "measurement.parquet": measurement_dir / "measurement.parquet",
+        "measurement.json": measurement_dir / "measurement.json",
+    }
+    for t in m_meta.get("tables", []):
+        files[f"measurement-{t}.parquet"] = measurement_dir / f"measurement-{t}.parquet"
+    folder = plan.release_dir()
+    schema_copy = folder / "schema.yaml"
+    schema_copy.write_text(plan.schema.to_yaml())
+    files["schema.yaml"] = schema_copy
+    files["validation.json"] = folder / "validation.json"
+    if (folder / "data-docs").is_dir():
+        files["data-docs"] = folder / "data-docs"
+    rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
+    manifest = {
+        "name": plan.name,
+        "method": plan.method_name,
+        "parameters": plan.params,
+        "schema": plan.schema.name,
+        "schema_sha256": plan.schema.fingerprint(),
+        "privacy": {
+            "epsilon": plan.budget.epsilon,
+            "delta": plan.budget.delta,
+            "rho": plan.budget.rho,
+            "rho_spent": ledger["rho_spent"],
+            "epsilon_spent": ledger["epsilon_spent"],
+            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
+            "ledger": ledger["stages"],
+            **_privacy_statement(m_meta),
+            **({"notes": list(plan.warnings)} if plan.warnings else {}),
+            **({"dataset": dict(dataset)} if dataset is not None else {}),
+        },
+        "postprocessing": dict(plan.options),
+        "rows": rows,
+        "rows_requested": plan.config.rows,
+        "seed_commitment": seed_commitment(plan.seed, plan.material),
+        "validation": {k: validation[k] for k in ("success", "statistics", "thresholds") if k in validation},
+        "timings": dict(timings),
+    }
+
+    def report(full_manifest: Mapping[str, Any]) -> str:
+        from ..report import build_report
+
+        codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+        return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation)
+
+    key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
+    return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
+                           sign_key=key)
+
+
+def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's statement fields, from the measurement's typed statement."""
+    st = PrivacyStatement.from_dict(m_meta["statement"])
+    out: dict[str, Any] = {"differentially_private": st.differentially_private, "guarantee": st.kind,
+                           "headline": st.headline()}
+    if st.neighbours:
+        out["neighbours"] = st.neighbours
+    if st.detail:
+        out["statement"] = st.detail
+    return out
+
+
+@contextmanager
+def complete_folder(folder: Path) -> Iterator[Path]:
+    """Fills a temporary sibling of ``folder``, marks it complete, flushes it to disk and
+    renames it into place: a crash leaves either nothing or a complete folder."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    try:
+        yield tmp
+        (tmp / COMPLETE).write_text("")
+        for p in tmp.iterdir():
+            fsync_path(p)
+        fsync_path(tmp)
+        if (folder / COMPLETE).exists():  # never replace (nor delete) a complete folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        if folder.exists():  # an incomplete leftover (no COMPLETE marker)
+            shutil.rmtree(folder)
+        os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
