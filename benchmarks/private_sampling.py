@@ -1,4 +1,4 @@
-"""Benchmark: private sampling (dpsynth.private_sampling) as the reduced space grows.
+"""Benchmark: private sampling (dpsynth.methods.private_sampling) as the reduced space grows.
 
 Two Boolean tables, d = 2:
   * asia: ../shared/data/asia/asia.csv, 20,000 rows, the 8 yes/no columns as 8 bits;
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, write_json  # noqa: E402
 
-from dpsynth.private_sampling import (  # noqa: E402
+from dpsynth.methods.private_sampling import (  # noqa: E402
     ConditioningError,
     PrivateSamplingParams,
     empirical_sup_density,

@@ -239,7 +239,7 @@ def _type_text(typ: object) -> str:
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
-    from .private_sampling import bounds_report
+    from .methods.private_sampling import bounds_report
 
     report = bounds_report(n=args.n, p=args.p, d=args.d, m=args.m, delta=args.delta, Delta=args.Delta,
                            gamma=args.gamma, epsilon=args.epsilon, k=args.k)

@@ -432,7 +432,7 @@ def test_heuristic_private_sampling_is_labelled_not_dp_everywhere(tmp_path, caps
     """Defect 5: in heuristic mode the report header said "Differentially private", verify
     said the ledger is within budget, the CLI printed no warning, and measurement.json's
     epsilon_theorem revealed n exactly."""
-    from dpsynth.private_sampling import epsilon_for_k
+    from dpsynth.methods.private_sampling import epsilon_for_k
 
     data, schema = _tiny(tmp_path, 500)
     assert main(["release", "--data", str(data), "--schema", str(schema), "--method", "private-sampling",

@@ -17,7 +17,7 @@ from dpsynth.postprocess import (
     unpack_codes,
     walsh_to_tables,
 )
-from dpsynth.private_sampling import walsh_means, walsh_subsets
+from dpsynth.methods.private_sampling import walsh_means, walsh_subsets
 
 PAIRS6 = list(itertools.combinations(range(6), 2))
 

@@ -1,4 +1,4 @@
-"""Tests of dpsynth.private_sampling (Algorithm 2 of "Private sampling", and the privacy /
+"""Tests of dpsynth.methods.private_sampling (Algorithm 2 of "Private sampling", and the privacy /
 accuracy calculators checked against "Practical considerations on using private sampling
 for synthetic data", Tables 1-3)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsynth.private_sampling import (
+from dpsynth.methods.private_sampling import (
     ConditioningError,
     PrivateSamplingParams,
     accuracy_conditions,

@@ -89,7 +89,7 @@ def test_bounds_cli(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"max_k", "m_min", "m_max", "n_min", "k_min", "holds"} <= set(out)
     assert out["max_k"] == 0 and out["holds"] is False
-    from dpsynth.private_sampling import privacy_k_bound
+    from dpsynth.methods.private_sampling import privacy_k_bound
 
     assert out["privacy"]["k_bound"] == pytest.approx(privacy_k_bound(20000, 8, 2, 1000, 0.25, 5.9, 1.0))
 

@@ -1,4 +1,4 @@
-"""Private sampling on the Boolean cube (Boedihardjo, Strohmer & Vershynin).
+"""The private sampling algorithm on the Boolean cube (Boedihardjo, Strohmer & Vershynin).
 
 The mechanism releases ``k`` points drawn i.i.d. from a density ``h*`` that lives on a
 *reduced space* ``S``: ``m`` points drawn uniformly at random from ``{0,1}^p``,
@@ -54,7 +54,6 @@ data. :func:`empirical_sup_density` exists to reproduce the paper's tables.
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
@@ -62,8 +61,10 @@ from typing import Any
 
 import numpy as np
 
+from .bounds import check_release, epsilon_for_k, n_walsh
+from .params import PrivateSamplingParams, _as_boolean_matrix, _check_int
+
 __all__ = [
-    "PrivateSamplingParams",
     "SampleDiagnostics",
     "SampleResult",
     "PrivateDensity",
@@ -72,8 +73,6 @@ __all__ = [
     "ShrinkageLP",
     "LPSolution",
     "QPSolution",
-    "AccuracyConditions",
-    "n_walsh",
     "walsh_subsets",
     "walsh_matrix",
     "walsh_means",
@@ -87,126 +86,10 @@ __all__ = [
     "solve_proximal_qp",
     "fit_private_density",
     "private_sample",
-    "privacy_k_bound",
-    "max_k",
-    "epsilon_for_k",
-    "accuracy_conditions",
-    "bounds_report",
-    "check_release",
-    "empirical_sup_density",
 ]
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
-
-
-def _check_positive(name: str, value: Any) -> float:
-    v = _check_real(name, value)
-    if v <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return v
-
-
-def _as_boolean_matrix(name: str, X: Any) -> np.ndarray:
-    """Validates a 2-D 0/1 (or bool) matrix and returns it as uint8."""
-    arr = np.asarray(X)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (rows x Boolean columns), got shape {arr.shape}")
-    if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one row and one column, got shape {arr.shape}")
-    if arr.dtype == np.bool_:
-        return arr.astype(np.uint8)
-    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ValueError(f"{name} must be numeric 0/1 or bool, got dtype {arr.dtype}")
-    if not np.all((arr == 0) | (arr == 1)):
-        raise ValueError(f"{name} must contain only 0 and 1 (one-hot encode categorical columns first)")
-    return arr.astype(np.uint8)
-
-
-def _safe_exp(log_value: float) -> float:
-    """exp that returns inf instead of raising on overflow."""
-    return math.exp(log_value) if log_value < 709.0 else math.inf
-
-
-# --------------------------------------------------------------------------- parameters
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivateSamplingParams:
-    """Public parameters of Algorithm 2.
-
-    d:         Walsh degree = largest dimension of the marginals matched (>= 1).
-    m:         size of the reduced space S (>= 1; must be >= C(p, <=d) to ever be well
-               conditioned).
-    delta:     lower density bound: h* >= delta/m on S. Needs 0 < delta <= 1/2 so that
-               the uniform density 1/m lies in the shrinkage cube [2 delta/m, ...].
-    Delta:     upper density bound of the theorem: h* <= Delta/m on S, and the data
-               density is assumed <= Delta/2^p. Needs Delta >= 1 + delta so that 1/m
-               lies in the shrinkage cube [..., (Delta - delta)/m].
-    k:         number of synthetic rows released (>= 1).
-    gamma:     failure probability of the accuracy theorem, 0 < gamma < 1 (used by the
-               accuracy calculator; the theorem is meaningful for gamma < 1/4).
-    max_tries: how many reduced spaces may be drawn before giving up on conditioning.
-    heuristic: when True, releasing more rows than Theorem 12.2 allows for the requested
-               epsilon is permitted (:func:`check_release` does not raise); such a release
-               is NOT certified differentially private.
-    """
-
-    d: int
-    m: int
-    delta: float
-    Delta: float
-    k: int
-    gamma: float
-    max_tries: int
-    heuristic: bool = False
-
-    def __post_init__(self) -> None:
-        _check_int("d", self.d, 1)
-        _check_int("m", self.m, 1)
-        _check_int("k", self.k, 1)
-        _check_int("max_tries", self.max_tries, 1)
-        delta = _check_positive("delta", self.delta)
-        if delta > 0.5:
-            raise ValueError(f"delta must be <= 1/2 (the shrinkage cube starts at 2*delta/m <= 1/m), got {delta}")
-        Delta = _check_positive("Delta", self.Delta)
-        if Delta < 1.0 + delta:
-            raise ValueError(
-                f"Delta must be >= 1 + delta = {1.0 + delta} (the shrinkage cube ends at (Delta - delta)/m >= 1/m), "
-                f"got {Delta}"
-            )
-        gamma = _check_real("gamma", self.gamma)
-        if not 0.0 < gamma < 1.0:
-            raise ValueError(f"gamma must be in (0, 1), got {gamma}")
-        if not isinstance(self.heuristic, bool):
-            raise ValueError(f"heuristic must be a bool, got {self.heuristic!r}")
-
-
 # --------------------------------------------------------------------------- Walsh basis
-
-
-def n_walsh(p: int, d: int) -> int:
-    """L = C(p, <= d) = number of parity functions of degree at most d on p bits."""
-    p = _check_int("p", p, 1)
-    d = _check_int("d", d, 0)
-    return sum(math.comb(p, j) for j in range(min(d, p) + 1))
 
 
 def walsh_subsets(p: int, d: int) -> list[tuple[int, ...]]:
@@ -571,9 +454,9 @@ def fit_private_density(
     t0 = time.perf_counter()
     space = draw_well_conditioned_space(p, params.d, params.m, rng, params.max_tries)
     conditioning_seconds = time.perf_counter() - t0
-    lp = build_shrinkage_lp(space.walsh, c_X, params.delta, params.Delta)
+    lp = build_shrinkage_lp(space.walsh, c_X, params.delta, params.density_bound)
     lp_sol, _ = solve_shrinkage_lp(lp, solver=lp_solver)
-    qp_sol, h = solve_proximal_qp(space.walsh, c_X, lp_sol.lam, params.delta, params.Delta)
+    qp_sol, h = solve_proximal_qp(space.walsh, c_X, lp_sol.lam, params.delta, params.density_bound)
     # Solver noise may leave values a hair outside the box or the sum a hair off 1;
     # h >= delta/m > 0 holds up to tolerance, so clipping at 0 and renormalising only
     # removes that noise.
@@ -595,7 +478,7 @@ def fit_private_density(
         lp_seconds=lp_sol.seconds,
         qp_seconds=qp_sol.seconds,
         total_seconds=time.perf_counter() - t_start,
-        epsilon_theorem=epsilon_for_k(n, p, params.d, params.m, params.delta, params.Delta, params.k),
+        epsilon_theorem=epsilon_for_k(n, p, params.d, params.m, params.delta, params.density_bound, params.rows),
     )
     return PrivateDensity(reduced_space=space.points, h_star_confidential=h, diagnostics=diag)
 
@@ -620,224 +503,9 @@ def private_sample(
         check_release(x.shape[0], x.shape[1], params, epsilon)
     t0 = time.perf_counter()
     dens = fit_private_density(x, params, rng, lp_solver=lp_solver)
-    idx = rng.choice(dens.reduced_space.shape[0], size=params.k, replace=True, p=dens.h_star_confidential)
+    idx = rng.choice(dens.reduced_space.shape[0], size=params.rows, replace=True, p=dens.h_star_confidential)
     samples = dens.reduced_space[idx].copy()
     samples.setflags(write=False)
     diag = dens.diagnostics
     diag = SampleDiagnostics(**{**diag.to_dict(), "total_seconds": time.perf_counter() - t0})
     return SampleResult(samples=samples, diagnostics=diag, heuristic=params.heuristic)
-
-
-# --------------------------------------------------------------------------- calculators
-
-
-def _check_common(n: Any, p: Any, d: Any, m: Any, delta: Any, Delta: Any) -> tuple[int, int, int, int, float, float]:
-    return (
-        _check_int("n", n, 1),
-        _check_int("p", p, 1),
-        _check_int("d", d, 1),
-        _check_int("m", m, 1),
-        _check_positive("delta", delta),
-        _check_positive("Delta", Delta),
-    )
-
-
-def _log_k_bound(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> float:
-    n, p, d, m, delta, Delta = _check_common(n, p, d, m, delta, Delta)
-    epsilon = _check_positive("epsilon", epsilon)
-    return (
-        math.log(epsilon)
-        - math.log(4.0 * math.sqrt(2.0))
-        + 1.5 * (math.log(delta) - math.log(Delta))
-        - d / 2.0
-        - 0.25 * math.log(n_walsh(p, d))
-        + 0.5 * math.log(n)
-        - 0.75 * math.log(m)
-    )
-
-
-def privacy_k_bound(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> float:
-    """Right-hand side of Theorem 12.2 (practical paper, Theorem 4.1):
-
-        k <= 1/(4 sqrt 2) * epsilon * (delta/Delta)^{3/2} * e^{-d/2} * L^{-1/4} * sqrt(n) / m^{3/4}
-
-    with L = C(p, <= d). Computed in logs (p, n and Delta may be huge)."""
-    return _safe_exp(_log_k_bound(n, p, d, m, delta, Delta, epsilon))
-
-
-def max_k(n: int, p: int, d: int, m: int, delta: float, Delta: float, epsilon: float) -> int:
-    """Largest k for which Algorithm 2 is epsilon-DP by Theorem 12.2 (0 = no release)."""
-    bound = privacy_k_bound(n, p, d, m, delta, Delta, epsilon)
-    if not math.isfinite(bound):
-        raise ValueError("the Theorem 12.2 bound on k overflows a float; check n, m and epsilon")
-    return int(math.floor(bound * (1.0 + 1e-12)))
-
-
-def epsilon_for_k(n: int, p: int, d: int, m: int, delta: float, Delta: float, k: int) -> float:
-    """Smallest epsilon for which Theorem 12.2 certifies releasing k rows (linear in k;
-    inf when it overflows a float)."""
-    k = _check_int("k", k, 1)
-    return _safe_exp(math.log(k) - _log_k_bound(n, p, d, m, delta, Delta, 1.0))
-
-
-@dataclass(frozen=True, kw_only=True)
-class AccuracyConditions:
-    """Sufficient conditions of Theorem 12.4 (practical paper, Theorem 4.2 and eq. (2)):
-
-        n >= n_min = 16 delta^-2 gamma^-1 e^{2d} L
-        m_min = 16 delta^-2 gamma^-1 Delta^2 e^{2d} L  <=  m  <=  m_max = 2^{p/4}
-        k >= k_min = 4 delta^-2 (log(2/gamma) + log L)
-        data density <= Delta / 2^p
-
-    Under them, with probability >= 1 - 4 gamma - 2^{-p/2}, the algorithm succeeds and
-    every marginal of dimension <= d of the k synthetic rows is within 4 delta of the
-    data's."""
-
-    n_walsh: int
-    n_min: float
-    m_min: float
-    m_max: float
-    k_min: float
-    accuracy: float  # 4 delta
-    success_probability: float  # 1 - 4 gamma - 2^{-p/2} (may be <= 0: vacuous)
-    m_range_nonempty: bool
-    n_ok: bool
-    m_ok: bool
-    k_ok: bool | None  # None when k was not given
-    all_ok: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def accuracy_conditions(
-    n: int, p: int, d: int, m: int, delta: float, Delta: float, gamma: float, k: int | None = None
-) -> AccuracyConditions:
-    """Evaluates the conditions of Theorem 12.4 (see :class:`AccuracyConditions`)."""
-    n, p, d, m, delta, Delta = _check_common(n, p, d, m, delta, Delta)
-    gamma = _check_real("gamma", gamma)
-    if not 0.0 < gamma < 1.0:
-        raise ValueError(f"gamma must be in (0, 1), got {gamma}")
-    if k is not None:
-        k = _check_int("k", k, 1)
-    L = n_walsh(p, d)
-    log_base = math.log(16.0) - 2.0 * math.log(delta) - math.log(gamma) + 2.0 * d + math.log(L)
-    n_min = _safe_exp(log_base)
-    m_min = _safe_exp(log_base + 2.0 * math.log(Delta))
-    m_max = _safe_exp(p / 4.0 * math.log(2.0))
-    k_min = 4.0 / delta**2 * (math.log(2.0 / gamma) + math.log(L))
-    n_ok = n >= n_min
-    m_ok = m_min <= m <= m_max
-    k_ok = None if k is None else k >= k_min
-    return AccuracyConditions(
-        n_walsh=L,
-        n_min=n_min,
-        m_min=m_min,
-        m_max=m_max,
-        k_min=k_min,
-        accuracy=4.0 * delta,
-        success_probability=1.0 - 4.0 * gamma - _safe_exp(-p / 2.0 * math.log(2.0)),
-        m_range_nonempty=m_min <= m_max,
-        n_ok=n_ok,
-        m_ok=m_ok,
-        k_ok=k_ok,
-        all_ok=n_ok and m_ok and (k_ok is not False),
-    )
-
-
-def _json_number(x: float) -> float | str:
-    """Infinity is not JSON: report it as a string."""
-    return x if math.isfinite(x) else "inf"
-
-
-def bounds_report(
-    *,
-    n: int,
-    p: int,
-    d: int,
-    m: int,
-    delta: float,
-    Delta: float,
-    gamma: float,
-    epsilon: float,
-    k: int | None = None,
-) -> dict[str, Any]:
-    """JSON-ready summary of what Theorems 12.2 and 12.4 say for these numbers
-    (for ``dpsynth bounds``). Everything is computed from public quantities."""
-    k_bound = privacy_k_bound(n, p, d, m, delta, Delta, epsilon)
-    acc = accuracy_conditions(n, p, d, m, delta, Delta, gamma, k)
-    privacy: dict[str, Any] = {
-        "theorem": "12.2",
-        "k_bound": _json_number(k_bound),
-        "max_k": max_k(n, p, d, m, delta, Delta, epsilon) if math.isfinite(k_bound) else "inf",
-        "epsilon_per_row": _json_number(epsilon_for_k(n, p, d, m, delta, Delta, 1)),
-    }
-    if k is not None:
-        privacy["k"] = k
-        privacy["epsilon_for_k"] = _json_number(epsilon_for_k(n, p, d, m, delta, Delta, k))
-        privacy["holds"] = k <= k_bound * (1.0 + 1e-12)
-    accuracy = {key: (_json_number(v) if isinstance(v, float) else v) for key, v in acc.to_dict().items()}
-    accuracy["theorem"] = "12.4"
-    notes = []
-    if not (2.0 * delta <= 1.0 <= Delta - delta):
-        notes.append("the algorithm needs 2*delta <= 1 <= Delta - delta; these delta/Delta cannot be run")
-    if not acc.m_range_nonempty:
-        notes.append("m_min > m_max: no m satisfies the accuracy theorem for these p, delta, Delta, gamma")
-    if acc.success_probability <= 0:
-        notes.append("1 - 4*gamma - 2^(-p/2) <= 0: the accuracy guarantee is vacuous")
-    if m < acc.n_walsh:
-        notes.append(f"m < L = {acc.n_walsh}: the reduced space can never be well conditioned")
-    return {
-        "inputs": {
-            "n": n,
-            "p": p,
-            "d": d,
-            "m": m,
-            "delta": delta,
-            "Delta": Delta,
-            "gamma": gamma,
-            "epsilon": epsilon,
-            "k": k,
-        },
-        "n_walsh": acc.n_walsh,
-        # the headline numbers, also at the top level for scripts
-        "max_k": privacy["max_k"],
-        "m_min": accuracy["m_min"],
-        "m_max": accuracy["m_max"],
-        "n_min": accuracy["n_min"],
-        "k_min": accuracy["k_min"],
-        **({"holds": privacy["holds"]} if k is not None else {}),
-        "privacy": privacy,
-        "accuracy": accuracy,
-        "notes": notes,
-    }
-
-
-def check_release(n: int, p: int, params: PrivateSamplingParams, epsilon: float) -> float:
-    """Checks that Theorem 12.2 certifies releasing params.k rows from n rows of p bits at
-    ``epsilon``. Raises ValueError (stating the largest k allowed) when it does not, unless
-    params.heuristic is True. Returns the epsilon the theorem certifies for params.k
-    (which exceeds ``epsilon`` in heuristic mode when the check would have failed)."""
-    if not isinstance(params, PrivateSamplingParams):
-        raise ValueError("params must be a PrivateSamplingParams")
-    eps_k = epsilon_for_k(n, p, params.d, params.m, params.delta, params.Delta, params.k)
-    allowed = max_k(n, p, params.d, params.m, params.delta, params.Delta, epsilon)
-    if params.k > allowed and not params.heuristic:
-        bound = privacy_k_bound(n, p, params.d, params.m, params.delta, params.Delta, epsilon)
-        raise ValueError(
-            f"k = {params.k} rows are not covered at epsilon = {epsilon:g}: Theorem 12.2 allows at most "
-            f"k = {allowed} (bound {bound:.3g}) for n = {n}, p = {p}, d = {params.d}, m = {params.m}, "
-            f"delta = {params.delta:g}, Delta = {params.Delta:g}; releasing k = {params.k} rows needs "
-            f"epsilon >= {eps_k:.4g}. Lower k, raise epsilon, or set heuristic=True (not certified DP)."
-        )
-    return eps_k
-
-
-def empirical_sup_density(X: Any) -> float:
-    """||f_n||_inf: the largest fraction of rows equal to one point of the cube.
-
-    This reads the private rows; use it to reproduce published tables, not to set Delta
-    for a release (Delta = 2^p ||f_n||_inf computed this way is not private)."""
-    x = _as_boolean_matrix("X", X)
-    _, counts = np.unique(x, axis=0, return_counts=True)
-    return float(counts.max()) / x.shape[0]

@@ -1,7 +1,7 @@
 """Method ``private-sampling``: noiseless private sampling on the Boolean cube.
 
-Wraps :mod:`dpsynth.private_sampling` (Boedihardjo, Strohmer and Vershynin) for the
-release pipeline. The encoded table's one-hot view is the point set in {0,1}^p; the
+Wraps :mod:`.algorithm` (Boedihardjo, Strohmer and Vershynin) for the release
+pipeline. The encoded table's one-hot view is the point set in {0,1}^p; the
 density h* fitted to it is private and never leaves this module; only the k sampled
 points are the DP output (Theorem 12.2: pure epsilon-DP for k up to a bound that
 depends on n, p, d, m, delta and Delta).
@@ -29,72 +29,26 @@ Assumptions made explicit:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-from .. import private_sampling as ps
-from ..encoding import EncodedTable, code_dtype, onehot
-from ..privacy.budget import Budget, Charge, Ledger
-from ..schema import Schema
-from .base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
+from ...encoding import EncodedTable, code_dtype, onehot
+from ...privacy.budget import Budget, Charge, Ledger
+from ...schema import Schema
+from ..base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
+from .algorithm import private_sample
+from .bounds import check_release, epsilon_for_k, n_walsh
+from .params import PrivateSamplingParams
 
-__all__ = ["PrivateSamplingMethodParams", "PrivateSamplingMethod", "bits_to_codes"]
+__all__ = ["N_PUBLIC", "NOT_DP", "REPLACE_ONE", "PrivateSamplingMethod", "bits_to_codes"]
 
 STAGE = "measure/private-sampling"
 # Theorem 12.2 compares tables of equal size (n is public): neighbours differ in one record's values.
 N_PUBLIC = "n declared public by the data owner; neighbours: replace one record"
 REPLACE_ONE = PrivacyStatement(kind="dp", neighbours="replace one record", detail=N_PUBLIC)
 NOT_DP = "This release is NOT differentially private"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivateSamplingMethodParams:
-    """Parameters of Algorithm 2 (see :class:`dpsynth.private_sampling.PrivateSamplingParams`).
-
-    k: rows released (defaults to --rows). public_n: the record count, declared public by
-    the data owner (required unless heuristic). d: Walsh degree. m: size of the reduced space
-    (must be at least the number of Walsh functions of degree <= d). delta/Delta: density
-    bounds of the theorem. gamma: failure probability of the accuracy theorem.
-    compact: a two-value column is one bit instead of two one-hot bits (fewer invalid
-    cube points; the encoding the papers use for yes/no columns).
-    """
-
-    k: int | None = None
-    public_n: int | None = None
-    d: int = 2
-    m: int = 4096
-    delta: float = 0.05
-    Delta: float | None = None
-    gamma: float = 0.125
-    max_tries: int = 10
-    heuristic: bool = False
-    compact: bool = False
-
-    def __post_init__(self) -> None:
-        if self.k is None:
-            raise ValueError("private-sampling needs the number of rows to release: pass --rows K (or --param k=K)")
-        if self.public_n is not None and (isinstance(self.public_n, bool) or int(self.public_n) < 1):
-            raise ValueError(f"parameter 'public_n' must be a whole number >= 1, got {self.public_n!r}")
-        if self.public_n is None and not self.heuristic:
-            raise ValueError(
-                "private-sampling treats the record count n as public (neighbours: replace one record): "
-                "the data owner must declare it with --param public_n=N (or run heuristic=true, NOT DP)"
-            )
-        if self.Delta is None and not self.heuristic:
-            raise ValueError(
-                "private-sampling needs Delta, a public bound on the data density (density <= Delta/2^p); "
-                "dpsynth does not derive it from the rows. Pass --param Delta=..."
-            )
-        self.core()  # validates every range, naming the parameter
-
-    def core(self) -> ps.PrivateSamplingParams:
-        return ps.PrivateSamplingParams(
-            d=self.d, m=self.m, delta=self.delta, Delta=float(self.Delta if self.Delta is not None else self.m),
-            k=int(self.k), gamma=self.gamma, max_tries=self.max_tries, heuristic=self.heuristic,
-        )
 
 
 def _widths(schema: Schema, compact: bool) -> list[int]:
@@ -136,7 +90,7 @@ def bits_to_codes(
 
 class PrivateSamplingMethod(MethodBase):
     name: ClassVar[str] = "private-sampling"
-    params_type: ClassVar[type] = PrivateSamplingMethodParams
+    params_type: ClassVar[type] = PrivateSamplingParams
     takes_rows_as: ClassVar[str] = "k"
     provides_marginals: ClassVar[bool] = False  # only sampled points: nothing to correct towards
     guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
@@ -144,12 +98,26 @@ class PrivateSamplingMethod(MethodBase):
         detail="the data owner declares n public (public_n); pure epsilon-DP only when Theorem 12.2 covers "
                "k rows (else refused); heuristic=true runs it anyway and the release is then NOT DP")
 
-    def __init__(self, params: PrivateSamplingMethodParams):
+    def __init__(self, params: PrivateSamplingParams):
+        """Takes the parameters; refuses, before anything runs, a release they leave unstated
+        (the row count k, the public record count, the density bound Delta)."""
+        if params.k is None:
+            raise ParamError("private-sampling needs the number of rows to release: pass --rows K (or --param k=K)")
+        if params.public_n is None and not params.heuristic:
+            raise ParamError(
+                "private-sampling treats the record count n as public (neighbours: replace one record): "
+                "the data owner must declare it with --param public_n=N (or run heuristic=true, NOT DP)"
+            )
+        if params.Delta is None and not params.heuristic:
+            raise ParamError(
+                "private-sampling needs Delta, a public bound on the data density (density <= Delta/2^p); "
+                "dpsynth does not derive it from the rows. Pass --param Delta=..."
+            )
         self.params = params
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
         p = sum(_widths(schema, self.params.compact))
-        L = ps.n_walsh(p, self.params.d)
+        L = n_walsh(p, self.params.d)
         if self.params.m < L:
             raise ParamError(
                 f"parameter 'm' = {self.params.m} is below the {L} Walsh functions of degree <= "
@@ -160,7 +128,7 @@ class PrivateSamplingMethod(MethodBase):
         if self.params.public_n is not None:
             # Checked now, on the declared n: refuses before any row is read (or, in
             # heuristic mode, only records what the theorem certifies).
-            ps.check_release(int(self.params.public_n), p, self.params.core(), float(budget.epsilon))
+            check_release(int(self.params.public_n), p, self.params, float(budget.epsilon))
             detail["public_n"] = int(self.params.public_n)
         # Theorem 12.2 gives pure epsilon-DP: charged by basic composition.
         return (Charge(stage=STAGE, epsilon=float(budget.epsilon), mechanism="private-sampling", detail=detail),)
@@ -168,18 +136,18 @@ class PrivateSamplingMethod(MethodBase):
     def statement(self, p: int, epsilon: float) -> tuple[PrivacyStatement, float | None]:
         """The guarantee, from public information only (declared n, p, parameters, epsilon),
         and the epsilon Theorem 12.2 certifies for the declared n (None without one)."""
-        core = self.params.core()
+        core = self.params
         if self.params.public_n is None:
             return PrivacyStatement(kind="heuristic", detail=(
                 f"{NOT_DP} at epsilon = {epsilon:g}: heuristic mode without a declared record count, "
                 "so Theorem 12.2 was not checked.")), None
         n = int(self.params.public_n)
-        certified = ps.epsilon_for_k(n, p, core.d, core.m, core.delta, core.Delta, core.k)
+        certified = epsilon_for_k(n, p, core.d, core.m, core.delta, core.density_bound, core.rows)
         if certified <= epsilon * (1 + 1e-12):
             return REPLACE_ONE, certified
         return PrivacyStatement(kind="heuristic", detail=(
             f"{NOT_DP} at epsilon = {epsilon:g}: it was run in heuristic mode; Theorem 12.2 certifies "
-            f"epsilon = {certified:.4g} for k = {core.k} rows and the declared n = {n}. {N_PUBLIC}.")), certified
+            f"epsilon = {certified:.4g} for k = {core.rows} rows and the declared n = {n}. {N_PUBLIC}.")), certified
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         X, features = onehot(codes, binary_as_bit=self.params.compact)
@@ -188,11 +156,11 @@ class PrivateSamplingMethod(MethodBase):
             # Under the declared model n is public, so this refusal reveals nothing it does not.
             raise ValueError("the input's record count differs from the declared public_n: "
                              "the guarantee would rest on a false declaration (nothing was sampled)")
-        core = self.params.core()
+        core = self.params
         epsilon = float(ledger.budget.epsilon)
         statement, certified = self.statement(p, epsilon)
         charge = ledger.spend(STAGE)
-        result = ps.private_sample(X, core, rng)
+        result = private_sample(X, core, rng)
         bits = pd.DataFrame(result.samples, columns=[f"f{i}" for i in range(p)])
         meta = {
             "features": [f"{c}={k}" for c, k in features],
