@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 # target: (module, attribute) wrapped; when: "before" or "after" the original call
 KILL_POINTS = {
     "measure": ("dpsynth.measurement", "Measurement.save", "after"),  # written, not marked complete
-    "synthesize": ("dpsynth.pipeline", "decode", "before"),
+    "synthesize": ("dpsynth.pipeline.stages", "decode", "before"),
     "validate": ("dpsynth.gate", "run_gate", "before"),
     "publish": ("dpsynth.bundle", "_before_rename", "before"),  # bundle complete, not renamed
 }
