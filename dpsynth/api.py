@@ -45,10 +45,12 @@ class Release:
 
     @property
     def name(self) -> str:
+        """The release's name (its folder's name)."""
         return str(self.manifest["name"])
 
     @property
     def epsilon_spent(self) -> float:
+        """The epsilon the release's ledger spent, as its manifest states it."""
         return float(self.manifest["privacy"]["epsilon_spent"])
 
 

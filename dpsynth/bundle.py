@@ -32,6 +32,7 @@ SIGNATURE = "manifest.sig"
 
 
 def manifest_signature(manifest_text: str, key: bytes) -> str:
+    """``hmac-sha256:<hex>`` of the manifest's text under the publisher's key."""
     return "hmac-sha256:" + hmac.new(key, manifest_text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
@@ -46,6 +47,8 @@ _PACKAGES = ("dpsynth", "numpy", "pandas", "pyarrow", "scipy", "prefect", "great
 
 
 class PublishError(RuntimeError):
+    """A release folder that cannot be published (e.g. it exists already)."""
+
     pass
 
 
@@ -68,6 +71,7 @@ def code_version() -> str:
 
 
 def package_versions() -> dict[str, str]:
+    """Python's and the key packages' versions, for the manifest."""
     out = {"python": platform.python_version()}
     for name in _PACKAGES:
         try:
@@ -78,6 +82,7 @@ def package_versions() -> dict[str, str]:
 
 
 def fsync_path(path: Path) -> None:
+    """Flushes a file, or a folder's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -280,10 +280,8 @@ def _cmd_test_two_proportions(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data releases.")
-    sub = ap.add_subparsers(dest="command", required=True)
-
+def _add_release(sub: argparse._SubParsersAction) -> None:
+    """``dpsynth release``: each option's dest is the ReleaseConfig field it sets."""
     r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
     r.add_argument("--data", required=True, help="input table (.csv or .parquet)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
@@ -307,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dataset", default=None,
                    help="dataset identity in the lifetime privacy registry (default: the schema's name)")
     r.set_defaults(func=_cmd_release)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dpsynth`` argument parser with every subcommand."""
+    ap = argparse.ArgumentParser(prog="dpsynth", description="Differentially private synthetic data releases.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_release(sub)
 
     bg = sub.add_parser("budget", help="a dataset's lifetime privacy budget (registry in the workspace)")
     bsub = bg.add_subparsers(dest="budget_command", required=True)
@@ -373,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; returns the exit code (one error line on stderr, never a traceback)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

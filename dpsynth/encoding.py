@@ -64,23 +64,29 @@ class EncodedTable:
 
     @property
     def n(self) -> int:
+        """Number of rows."""
         return int(self.codes.shape[0])
 
     @property
     def cardinalities(self) -> tuple[int, ...]:
+        """Codes per column (the schema's)."""
         return self.schema.cardinalities
 
     def column(self, name: str) -> np.ndarray:
+        """The codes of one column, by name."""
         return self.codes[:, self.schema.index(name)]
 
     def to_arrow(self) -> pa.Table:
+        """The codes as an Arrow table, one column per schema column."""
         return pa.table({c.name: pa.array(self.codes[:, j]) for j, c in enumerate(self.schema.columns)})
 
     def to_parquet(self, path: str | Path) -> None:
+        """Writes the codes as a zstd-compressed Parquet file."""
         pq.write_table(self.to_arrow(), str(path), compression="zstd")
 
     @classmethod
     def from_parquet(cls, path: str | Path, schema: Schema) -> "EncodedTable":
+        """Reads codes written by :meth:`to_parquet`; refuses a file lacking a schema column."""
         table = pq.read_table(str(path))
         missing = [c for c in schema.names if c not in table.column_names]
         if missing:
@@ -173,6 +179,7 @@ def _csv_header(p: Path) -> list[str]:
 
 
 def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
+    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
     dupes = sorted({c for c in found if list(found).count(c) > 1})
     if dupes:
         raise DataError(f"input {source}: columns {dupes} appear more than once")
@@ -336,6 +343,7 @@ def encode_column(col: Column, arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def encode(table: pa.Table, schema: Schema) -> EncodedTable:
+    """Raw table to integer codes under the schema (checks columns and types first)."""
     check_columns(table.column_names, schema, "table")
     for col in schema.columns:
         check_type(col, table.schema.field(col.name).type)

@@ -49,6 +49,7 @@ class Advice:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The advice as plain JSON values."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 

@@ -110,6 +110,7 @@ def draft_from_dataframe(
 def draft_from_table(
     table: pa.Table, name: str, max_categories: int = 50, bins: int = 10, min_count: int = 20
 ) -> Draft:
+    """A draft schema from an Arrow table (reads private data: the draft is marked for review)."""
     for key, value in (("max_categories", max_categories), ("bins", bins), ("min_count", min_count)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")

@@ -61,6 +61,7 @@ def check_options(method_cls: Any, options: Mapping[str, Any]) -> None:
 
 
 def max_table_bytes() -> int:
+    """The memory cap of a synthetic table: ``$DPSYNTH_MAX_TABLE_BYTES`` or the default."""
     raw = os.environ.get("DPSYNTH_MAX_TABLE_BYTES")
     if raw is None:
         return DEFAULT_MAX_TABLE_BYTES

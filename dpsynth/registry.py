@@ -79,6 +79,7 @@ class RegistryRefused(BudgetExceeded):
 
 
 def check_dataset_name(name: str) -> str:
+    """Refuses a dataset name that is empty, too long or spans lines; returns it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or any(ch in name for ch in "\0\n\r"):
         raise ValueError(f"dataset name {name!r} must be a non-empty line of at most 200 characters")
     return name
@@ -138,6 +139,7 @@ class DatasetState:
 
     @property
     def remaining_epsilon(self) -> float | None:
+        """Epsilon left under the lifetime cap (None without a cap)."""
         return None if self.cap is None else max(0.0, self.cap.epsilon - self.spent_epsilon)
 
     def to_manifest(self) -> dict[str, object]:
@@ -161,6 +163,7 @@ class DatasetState:
 
 
 def registry_path(workspace: Path) -> Path:
+    """The registry's SQLite file inside a workspace."""
     return Path(workspace) / REGISTRY_FILE
 
 
@@ -211,6 +214,7 @@ def _cap(conn: sqlite3.Connection, dataset: str) -> Cap | None:
 
 
 def get_cap(workspace: Path, dataset: str) -> Cap | None:
+    """The dataset's declared cap, or None."""
     with closing(_connect(registry_path(workspace))) as conn:
         return _cap(conn, dataset)
 

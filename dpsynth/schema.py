@@ -81,6 +81,9 @@ def _as_label(value: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Column:
+    """One column of the public domain: categorical values, or numeric/datetime bin edges,
+    with the optional ``other`` and missing codes."""
+
     name: str
     type: ColumnType
     values: tuple[str, ...] = ()
@@ -97,6 +100,7 @@ class Column:
     # --- domain -------------------------------------------------------------
     @property
     def nullable(self) -> bool:
+        """Whether the column may be missing (it then has a missing code)."""
         return bool(self.missing)
 
     @property
@@ -106,18 +110,22 @@ class Column:
 
     @property
     def other_code(self) -> int | None:
+        """The code of values outside the listed categories (None without ``other``)."""
         return self.n_regular if self.other else None
 
     @property
     def missing_code(self) -> int | None:
+        """The code of missing values (None when the column is not nullable)."""
         return self.n_regular + int(self.other) if self.nullable else None
 
     @property
     def cardinality(self) -> int:
+        """Number of codes: regular values or bins, then ``other``, then missing."""
         return self.n_regular + int(self.other) + int(self.nullable)
 
     @property
     def bounds(self) -> tuple[float, float]:
+        """The lowest and highest bin edge of a numeric or datetime column."""
         if self.type == "categorical":
             raise AttributeError(f"column {self.name!r} is categorical: it has no bounds")
         return (self.edges[0], self.edges[-1])
@@ -148,6 +156,7 @@ class Column:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The column as it is written in a schema file."""
         d: dict[str, Any] = {"name": self.name, "type": self.type}
         if self.type == "categorical":
             d["values"] = list(self.values)
@@ -174,6 +183,8 @@ class Column:
 
 @dataclass(frozen=True, kw_only=True)
 class Schema:
+    """The public domain of a table: its name and columns (no data)."""
+
     name: str
     columns: tuple[Column, ...]
     description: str = ""
@@ -185,23 +196,28 @@ class Schema:
 
     @property
     def names(self) -> list[str]:
+        """Column names in order."""
         return [c.name for c in self.columns]
 
     @property
     def cardinalities(self) -> tuple[int, ...]:
+        """Codes per column, in order."""
         return tuple(c.cardinality for c in self.columns)
 
     @property
     def missing_codes(self) -> tuple[int | None, ...]:
+        """Each column's missing code (None where it cannot be missing)."""
         return tuple(c.missing_code for c in self.columns)
 
     def column(self, name: str) -> Column:
+        """A column by name; refuses an unknown name."""
         try:
             return self.columns[self._index[name]]
         except KeyError:
             raise SchemaError(f"schema {self.name!r} has no column {name!r}") from None
 
     def index(self, name: str) -> int:
+        """A column's position by name; refuses an unknown name."""
         self.column(name)
         return self._index[name]
 
@@ -230,6 +246,7 @@ class Schema:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The schema as it is written in a schema file."""
         d: dict[str, Any] = {"draft": True} if self.draft else {}
         d["name"] = self.name
         if self.description:
@@ -243,6 +260,7 @@ class Schema:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def to_yaml(self) -> str:
+        """The schema file's text."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
 
 
@@ -452,6 +470,7 @@ def _parse_datetime(raw: Mapping[str, Any], name: str, **common: Any) -> Column:
 
 
 def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
+    """Builds and checks a schema from parsed YAML; errors name ``source`` and the column."""
     if not isinstance(raw, Mapping):
         raise SchemaError(f"{source}: must be a mapping with 'name' and 'columns'")
     unknown = sorted(set(raw) - {"name", "columns", "description", "draft"})
@@ -475,6 +494,7 @@ def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
 
 
 def load_schema(path: str | Path) -> Schema:
+    """Reads and checks a schema file."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

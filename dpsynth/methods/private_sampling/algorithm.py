@@ -278,6 +278,8 @@ def build_shrinkage_lp(W_S: np.ndarray, c_X: np.ndarray, delta: float, Delta: fl
 
 @dataclass(frozen=True, kw_only=True)
 class LPSolution:
+    """The shrinkage LP's result: lambda, solver status, seconds and residual (data-dependent: never published)."""
+
     lam: float
     status: str
     seconds: float
@@ -331,6 +333,8 @@ def solve_shrinkage_lp(lp: ShrinkageLP, solver: str | None = None) -> tuple[LPSo
 
 @dataclass(frozen=True, kw_only=True)
 class QPSolution:
+    """The proximal QP's result: status, seconds, residual and the range of m h (data-dependent: never published)."""
+
     status: str
     seconds: float
     residual: float  # max |M^T h - target|
@@ -408,6 +412,7 @@ class SampleDiagnostics:
     epsilon_theorem: float  # epsilon Theorem 12.2 certifies for (n, p, params), public
 
     def to_dict(self) -> dict[str, Any]:
+        """The diagnostics as plain values (private: log them, do not publish them)."""
         return asdict(self)
 
 

@@ -116,6 +116,7 @@ class AccuracyConditions:
     all_ok: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """The conditions as plain values."""
         return asdict(self)
 
 

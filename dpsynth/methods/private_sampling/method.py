@@ -89,6 +89,8 @@ def bits_to_codes(
 
 
 class PrivateSamplingMethod(MethodBase):
+    """Method ``private-sampling``: noiseless private sampling on the Boolean cube."""
+
     name: ClassVar[str] = "private-sampling"
     params_type: ClassVar[type] = PrivateSamplingParams
     takes_rows_as: ClassVar[str] = "k"
@@ -116,6 +118,8 @@ class PrivateSamplingMethod(MethodBase):
         self.params = params
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """One pure-epsilon charge; refuses an m below the Walsh basis and, with a declared n,
+        a k that Theorem 12.2 does not cover (before any row is read)."""
         p = sum(_widths(schema, self.params.compact))
         L = n_walsh(p, self.params.d)
         if self.params.m < L:
@@ -150,6 +154,8 @@ class PrivateSamplingMethod(MethodBase):
             f"epsilon = {certified:.4g} for k = {core.rows} rows and the declared n = {n}. {N_PUBLIC}.")), certified
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """Samples k points of the one-hot cube from the private density h*; only the points
+        are kept (table ``sample``), with the statement the declared n supports."""
         X, features = onehot(codes, binary_as_bit=self.params.compact)
         n, p = X.shape
         if self.params.public_n is not None and n != int(self.params.public_n):
@@ -176,6 +182,7 @@ class PrivateSamplingMethod(MethodBase):
                            statement=statement, tables={"sample": bits}, meta=meta)
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """The sampled points back to codes (post-processing), resampled to ``rows`` if asked."""
         bits = m.tables["sample"].to_numpy(dtype=np.uint8)
         enc = bits_to_codes(bits, schema, rng, compact=bool(m.params.get("compact", False)))
         if rows is None or rows == enc.n:

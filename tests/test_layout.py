@@ -1,0 +1,163 @@
+"""The library's layout stays readable (issue 10): modules under 600 lines, functions
+under 80, and every public module, class, function and method has a docstring."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LIBRARY = Path(__file__).resolve().parents[1] / "dpsynth"
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+# Over the limit today, in a module another helper is changing this session: split it there.
+LONG_FUNCTIONS = {"dpsynth/schema.py _parse_column"}
+
+# Public definitions still without a docstring: in modules other helpers change this session
+# (sds, pgm/inference, one-step, report) and in microaggregation (not reached). The test fails
+# on any new one; remove an entry once it is documented.
+UNDOCUMENTED = {  # issue 10 item 4, what is left: shrink, never grow
+    "dpsynth/inference/estimate.py": {
+        "options_from",
+    },
+    "dpsynth/inference/junction_tree.py": {
+        "Domain.from_dict", "Domain.index", "Domain.size", "Domain.shape", "Domain.cells",
+        "JunctionTree.separator", "JunctionTree.neighbours", "JunctionTree.cells",
+        "JunctionTree.total_cells", "UnionFind.find", "UnionFind.components",
+    },
+    "dpsynth/inference/model.py": {
+        "GraphicalModel.from_potentials", "GraphicalModel.domain", "GraphicalModel.clique_marginal",
+    },
+    "dpsynth/methods/microaggregation.py": {
+        "anonymous_statement", "MicroaggregationMethod", "MicroaggregationMethod.plan",
+        "MicroaggregationMethod.measure", "MicroaggregationMethod.synthesize",
+    },
+    "dpsynth/methods/microaggregation_common.py": {
+        "coordinate_names", "blocks_from_frame", "check_numeric", "synthesize_blocks",
+    },
+    "dpsynth/methods/microaggregation_dp.py": {
+        "MicroaggregationDPParams.epsilons", "MicroaggregationDPMethod", "MicroaggregationDPMethod.plan",
+        "MicroaggregationDPMethod.measure", "MicroaggregationDPMethod.synthesize",
+    },
+    "dpsynth/methods/one_step.py": {
+        "OneStepParams.family_of", "OneStepMethod", "OneStepMethod.plan", "OneStepMethod.measure",
+        "OneStepMethod.synthesize",
+    },
+    "dpsynth/methods/pgm.py": {
+        "PgmMethod", "PgmMethod.plan", "PgmMethod.measure", "PgmMethod.synthesize",
+    },
+    "dpsynth/methods/sds/budget.py": {
+        "NoiseSplit.reporting_length", "NoiseSplit.records_rho", "NoiseSplit.percentile_rho",
+        "NoiseSplit.gaussian_rho", "NoiseSplit.total_rho",
+    },
+    "dpsynth/methods/sds/method.py": {
+        "SdsMethod.measure", "SdsMethod.synthesize",
+    },
+    "dpsynth/methods/sds/params.py": {
+        "sigma_proportions",
+    },
+    "dpsynth/microaggregation/aggregate.py": {
+        "NoisyMeans",
+    },
+    "dpsynth/microaggregation/defaults.py": {
+        "Design", "damping_level", "paper_design", "tuned_design", "anonymous_net",
+    },
+    "dpsynth/microaggregation/embedding.py": {
+        "Embedding.blocks", "Embedding.dim", "Embedding.embed",
+    },
+    "dpsynth/microaggregation/net.py": {
+        "covering_radius", "largest_feasible_t",
+    },
+    "dpsynth/microaggregation/pvec.py": {
+        "acg_proposal",
+    },
+    "dpsynth/onestep/dp.py": {
+        "DpBeta", "DpNormal", "BinnedBurr.seed", "BinnedBurr.sample", "BinnedBurr.estimate",
+        "BinnedBurr.project",
+    },
+    "dpsynth/onestep/families.py": {
+        "Normal.seed", "Normal.sample", "Normal.estimate", "Normal.project", "BurrXII.seed",
+        "BurrXII.sample", "BurrXII.estimate", "BurrXII.project", "Beta.seed", "Beta.sample", "Beta.estimate",
+        "Beta.project",
+    },
+    "dpsynth/onestep/loglinear.py": {
+        "check_table_size", "marginals_of", "LogLinear.split", "LogLinear.table", "LogLinear.seed",
+        "LogLinear.sample", "LogLinear.estimate",
+    },
+    "dpsynth/onestep/tulap.py": {
+        "TwoProportions",
+    },
+    "dpsynth/report.py": {
+        "privacy_meta_tags",
+    },
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(LIBRARY.rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(LIBRARY.parent))
+
+
+def _functions(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _public_definitions(tree: ast.Module):
+    """Public classes and functions at module level, and the public methods of public classes."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            yield node.name, node
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("_"):
+                        yield f"{node.name}.{item.name}", item
+
+
+def _overridden(name: str, node: ast.AST) -> bool:
+    """A property setter or an ``@overload`` stub carries no docstring of its own."""
+    decorators = getattr(node, "decorator_list", [])
+    return any(ast.unparse(d).endswith((".setter", "overload")) for d in decorators)
+
+
+def test_modules_and_functions_stay_small():
+    long_modules = {}
+    long_functions = {}
+    for path in _modules():
+        text = path.read_text()
+        n = len(text.splitlines())
+        if n > MAX_MODULE_LINES:
+            long_modules[_name(path)] = n
+        for fn in _functions(ast.parse(text)):
+            length = fn.end_lineno - fn.lineno + 1
+            if length > MAX_FUNCTION_LINES and f"{_name(path)} {fn.name}" not in LONG_FUNCTIONS:
+                long_functions[f"{_name(path)}:{fn.lineno} {fn.name}"] = length
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+def test_every_public_definition_has_a_docstring():
+    missing = []
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        allowed = UNDOCUMENTED.get(_name(path), set())
+        if ast.get_docstring(tree) is None:
+            missing.append(f"{_name(path)} (module)")
+        for name, node in _public_definitions(tree):
+            if ast.get_docstring(node) is None and not _overridden(name, node) and name not in allowed:
+                missing.append(f"{_name(path)}:{node.lineno} {name}")
+    assert not missing, f"{len(missing)} public definitions without a docstring:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def f():\n    pass\n", ["f"]),
+    ("class A:\n    '''doc'''\n    def m(self):\n        pass\n    def _p(self):\n        pass\n", ["A.m"]),
+])
+def test_the_docstring_walk_finds_what_lacks_one(source, expected):
+    tree = ast.parse(source)
+    assert [n for n, node in _public_definitions(tree) if ast.get_docstring(node) is None] == expected
