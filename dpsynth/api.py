@@ -22,6 +22,7 @@ import pandas as pd
 from .bundle import MANIFEST, sha256_file
 from .encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
+from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import MIN_SEED_BYTES
 from .schema import Schema, load_schema, schema_from_dict
@@ -143,7 +144,7 @@ def _schema_file(raw: Any, schema: Schema, workspace: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{schema.fingerprint()[:24]}.yaml"
     if not path.exists():
-        _write_file(path, schema.to_yaml().encode())
+        write_atomic(path, schema.to_yaml().encode())
     return path
 
 
@@ -211,10 +212,3 @@ def _seed_file(seed: bytes | str | os.PathLike[str] | None, workspace: Path) -> 
         yield Path(tmp)
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

@@ -47,11 +47,11 @@ __all__ = [
 COMPLETE = "COMPLETE"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a flushed temporary file and a rename."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Writes ``data`` (text or bytes) to ``path`` through a flushed temporary file and a rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -255,13 +255,20 @@ class ShrinkageLP:
     c_S: np.ndarray
 
 
-def build_shrinkage_lp(W_S: np.ndarray, c_X: np.ndarray, delta: float, Delta: float) -> ShrinkageLP:
-    """Assembles the LP of step 4 (see :class:`ShrinkageLP`) from the Walsh matrix of S."""
+def _walsh_inputs(W_S: Any, c_X: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The Walsh matrix of S and the data's coefficients as floats, with m and L; checks
+    that they agree in L."""
     W_S = np.asarray(W_S, dtype=np.float64)
     c_X = np.asarray(c_X, dtype=np.float64)
     m, L = W_S.shape
     if c_X.shape != (L,):
         raise ValueError(f"c_X must have shape ({L},), got {c_X.shape}")
+    return W_S, c_X, m, L
+
+
+def build_shrinkage_lp(W_S: np.ndarray, c_X: np.ndarray, delta: float, Delta: float) -> ShrinkageLP:
+    """Assembles the LP of step 4 (see :class:`ShrinkageLP`) from the Walsh matrix of S."""
+    W_S, c_X, m, L = _walsh_inputs(W_S, c_X)
     if not np.allclose(W_S[:, 0], 1.0) or abs(c_X[0] - 1.0) > 1e-12:
         raise ValueError("the first Walsh column must be the constant function (empty subset)")
     c_S = W_S.mean(axis=0)
@@ -354,11 +361,7 @@ def solve_proximal_qp(
     """
     import cvxpy as cp
 
-    W_S = np.asarray(W_S, dtype=np.float64)
-    c_X = np.asarray(c_X, dtype=np.float64)
-    m, L = W_S.shape
-    if c_X.shape != (L,):
-        raise ValueError(f"c_X must have shape ({L},), got {c_X.shape}")
+    W_S, c_X, m, L = _walsh_inputs(W_S, c_X)
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be in [0, 1], got {lam}")
     c_S = W_S.mean(axis=0)
