@@ -305,7 +305,8 @@ def _labels(col: str, key: str, raw: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _parse_column(raw: Any, position: int) -> Column:
+def _column_name(raw: Any, position: int) -> str:
+    """A column entry's name, checked (the entry must be a mapping)."""
     if not isinstance(raw, Mapping):
         raise SchemaError(f"column #{position + 1}: must be a mapping with name and type")
     name = raw.get("name")
@@ -317,6 +318,12 @@ def _parse_column(raw: Any, position: int) -> Column:
             f"column {name!r}: its name contains {bad}, which the measurement files use as a separator "
             "(or cannot print): rename the column"
         )
+    return name
+
+
+def _parse_column(raw: Any, position: int) -> Column:
+    """One column entry of a schema file, checked; errors name the column and the key."""
+    name = _column_name(raw, position)
     unknown = sorted(set(raw) - _COLUMN_KEYS)
     if unknown:
         raise SchemaError(f"column {name!r}: unknown keys {unknown}")
