@@ -47,6 +47,7 @@ STAGE = "measure/microaggregation (anonymous, no DP budget)"
 
 
 def anonymous_statement(group_size: int) -> PrivacyStatement:
+    """The release's statement: group_size-anonymous, NOT differentially private."""
     return PrivacyStatement(kind="anonymous", detail=(
         f"{group_size}-anonymous microaggregation: every published block mean averages at least "
         f"{group_size} records; this release is NOT differentially private"))
@@ -83,6 +84,8 @@ class MicroaggregationParams:
 
 
 class MicroaggregationMethod(MethodBase):
+    """Method ``microaggregation``: (n/k)-anonymous PCA microaggregation. NOT differentially private."""
+
     name: ClassVar[str] = "microaggregation"
     provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationParams
@@ -91,6 +94,7 @@ class MicroaggregationMethod(MethodBase):
         self.params = params or MicroaggregationParams()
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """Refuses unless ``anonymous_only=true`` and checks the net's size; states one zero-cost charge."""
         if not self.params.anonymous_only:
             raise ParamError(
                 "method 'microaggregation' is (n/k)-anonymous and NOT differentially private: it spends no "
@@ -106,6 +110,8 @@ class MicroaggregationMethod(MethodBase):
                        detail={"guarantee": "anonymous, not DP", "group_size": self.params.group_size}),)
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """The block means and sizes of the records' microaggregation (every block holds at
+        least ``group_size`` records)."""
         p = self.params
         charge = ledger.spend(STAGE)
         geo, emb = embeddings(codes.schema, p.numeric)
@@ -135,6 +141,7 @@ class MicroaggregationMethod(MethodBase):
         )
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """Bootstraps blocks by their sizes and rounds each mean to a valid record."""
         total = float(m.records.value) if m.records is not None else float(m.tables[BLOCKS]["weight"].sum())
         n = int(round(total)) if rows is None else rows
         return synthesize_blocks(schema, str(m.params.get("numeric", "hybrid")), m.tables[BLOCKS], total, n, rng)

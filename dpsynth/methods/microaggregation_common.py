@@ -33,6 +33,7 @@ PAIR_COST_LIMIT = 3e8
 
 
 def coordinate_names(emb: Embedding) -> list[str]:
+    """Column names of the embedding's coordinates, as the published blocks table names them."""
     names = []
     for b in emb.blocks:
         labels = b.column.labels()
@@ -54,6 +55,7 @@ def blocks_frame(emb: Embedding, weights: np.ndarray, means: np.ndarray) -> pd.D
 
 
 def blocks_from_frame(emb: Embedding, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Block weights and means (in embedding units) from a published blocks table."""
     names = coordinate_names(emb)
     return df["weight"].to_numpy(dtype=np.float64), df[names].to_numpy(dtype=np.float64) * emb.scale
 
@@ -93,6 +95,7 @@ def embeddings(schema: Schema, numeric: str) -> tuple[Embedding, Embedding]:
 
 
 def check_numeric(numeric: str) -> None:
+    """Refuses an unknown ``numeric`` mode with a parameter error."""
     try:
         split_numeric_mode(numeric)
     except ValueError as exc:
@@ -102,6 +105,7 @@ def check_numeric(numeric: str) -> None:
 def synthesize_blocks(
     schema: Schema, numeric: str, df: pd.DataFrame, total: float, rows: int, rng: np.random.Generator
 ) -> EncodedTable:
+    """Synthetic records from a blocks table: bootstrap blocks by weight, round each mean."""
     emb = Embedding(schema=schema, numeric=split_numeric_mode(numeric)[1])
     w, Y = block_distribution(emb, df, total)
     return emb.round_records(Y, bootstrap(w, rows, rng), rng)

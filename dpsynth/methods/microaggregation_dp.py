@@ -107,6 +107,7 @@ class MicroaggregationDPParams:
             raise ParamError(f"parameter 'max_net_points' must be >= 100, got {self.max_net_points!r}")
 
     def epsilons(self, epsilon: float) -> tuple[float, float, float, float]:
+        """The epsilon of each stage (records, projection, weights, means) from the total."""
         e_n = epsilon * self.records_share
         rest = epsilon - e_n
         split = self.split or ((1.0, 1.0, 1.0) if self.preset == "paper" else (1.0, 1.0, 12.0))
@@ -114,6 +115,8 @@ class MicroaggregationDPParams:
 
 
 class MicroaggregationDPMethod(MethodBase):
+    """Method ``microaggregation-dp``: noisy damped microaggregation (Section 5, Theorems 5.12-5.15)."""
+
     name: ClassVar[str] = "microaggregation-dp"
     provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationDPParams
@@ -126,6 +129,7 @@ class MicroaggregationDPMethod(MethodBase):
         return min(self.params.max_net_points, _CELL_BUDGET / emb.dim)
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """Four pure-epsilon charges (records, projection, weights, means); checks a given net's size."""
         p = self.params
         _, emb = embeddings(schema, p.numeric)
         if p.t is not None:  # a default t is capped to what fits; a given one is checked here
@@ -153,6 +157,8 @@ class MicroaggregationDPMethod(MethodBase):
         return d
 
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """Noisy count, private projection, noisy cell weights and damped noisy means (each
+        stage spends its charge)."""
         p = self.params
         geo, emb = embeddings(codes.schema, p.numeric)
         G = geo.embed_sparse(codes)  # the partition's geometry (||x|| <= 1)
@@ -186,6 +192,7 @@ class MicroaggregationDPMethod(MethodBase):
                            statement=DP_ADD_REMOVE, tables={BLOCKS: df}, meta=meta)
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """Bootstraps blocks by their noisy weights and rounds each mean to a valid record."""
         total = float(m.records.value) if m.records is not None else 1.0
         n = int(round(total)) if rows is None else rows
         return synthesize_blocks(schema, str(m.params.get("numeric", "hybrid")), m.tables[BLOCKS], total, n, rng)

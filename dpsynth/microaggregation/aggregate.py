@@ -108,6 +108,8 @@ def noisy_counts(counts: np.ndarray, epsilon: float, rng: np.random.Generator) -
 
 @dataclass(frozen=True, kw_only=True)
 class NoisyMeans:
+    """Block means with Laplace noise, with the noise's scale, granularity and L1 sensitivity."""
+
     values: np.ndarray
     scale: float  # Laplace scale per coordinate
     granularity: float

@@ -37,12 +37,15 @@ __all__ = ["Design", "paper_design", "tuned_design", "damping_level", "anonymous
 
 @dataclass(frozen=True, kw_only=True)
 class Design:
+    """A net and damping design: dimension t, net radius alpha, damping level b."""
+
     t: int
     alpha: float
     b: float
 
 
 def damping_level(n: float, p: int, l1_radius: float, s: float, eps_y: float) -> float:
+    """The b that balances the means' noise against the mass of damped cells (Theorem 5.9)."""
     return max(1.0, math.sqrt(math.sqrt(2.0 * p) * l1_radius * max(n, 1.0) / (max(s, 1.0) * eps_y)))
 
 
@@ -55,6 +58,7 @@ def _t_paper(n: float, kappa: float) -> int:
 def paper_design(n: float, p: int, l1_radius: float, eps_y: float, *, kappa: float = 1 / 3,
                  t: int | None = None, alpha: float | None = None, b: float | None = None,
                  b_factor: float = 1.0, t_cap: int = 8) -> Design:
+    """t, alpha and b as the paper chooses them (Section 5.8, our reading)."""
     tt = min(t if t is not None else _t_paper(n, kappa), t_cap, p)
     a = alpha if alpha is not None else 1.0 / math.sqrt(tt)
     s = 1.3 * estimate_net_size(tt, a) + 1
@@ -66,6 +70,7 @@ def tuned_design(n: float, p: int, l1_radius: float, eps_y: float, *, t: int | N
                  t_cap: int = 5) -> Design:
     # Cells that can still hold b = b_factor * sqrt(K n / s) records each: s <= n / b, i.e.
     # s <= n / (b_factor^2 K).
+    """Our defaults: t and alpha capped so that every cell can hold b records."""
     K = math.sqrt(2.0 * p) * l1_radius / eps_y
     s_max = max(n, 1.0) / (b_factor**2 * K)
     if t is None and alpha is None:
@@ -84,6 +89,7 @@ def tuned_design(n: float, p: int, l1_radius: float, eps_y: float, *, t: int | N
 
 
 def anonymous_net(k: int, t: int | None = None, alpha: float | None = None) -> tuple[int, float]:
+    """t and alpha of the net for the anonymous method with k blocks."""
     kp = max(1, math.isqrt(k))
     if t is None:
         t = max(1, math.floor(math.log(kp) / math.log(math.log(kp)))) if kp >= 3 else 1

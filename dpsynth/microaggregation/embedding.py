@@ -90,6 +90,7 @@ class Embedding:
 
     @property
     def blocks(self) -> tuple[_Block, ...]:
+        """The coordinate block of each column, in order."""
         out, start = [], 0
         for col in self.schema.columns:
             scaled = col.type == "numeric" and self.numeric == "scaled"
@@ -100,6 +101,7 @@ class Embedding:
 
     @property
     def dim(self) -> int:
+        """Number of coordinates."""
         return sum(b.width for b in self.blocks)
 
     @property
@@ -113,6 +115,7 @@ class Embedding:
         return len(self.schema.columns) * self.scale
 
     def embed(self, enc: EncodedTable, dtype=np.float64) -> np.ndarray:
+        """Codes to points of the unit ball (one-hot or scaled numeric blocks)."""
         X = np.zeros((enc.n, self.dim), dtype=dtype)
         rows = np.arange(enc.n)
         for j, b in enumerate(self.blocks):

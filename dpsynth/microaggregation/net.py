@@ -36,6 +36,7 @@ class NetTooLarge(ValueError):
 
 
 def covering_radius(t: int) -> float:
+    """Covering radius of the A_t* lattice at unit scale."""
     return math.sqrt(t * (t + 2) / (12.0 * (t + 1)))
 
 
@@ -76,6 +77,7 @@ def alpha_for_size(t: int, target: float) -> float:
 
 
 def largest_feasible_t(alpha: float, max_points: float, t_max: int = 64) -> int:
+    """The largest t whose alpha-net fits in ``max_points`` (0 if none)."""
     best = 0
     for t in range(1, t_max + 1):
         if _fits(t, alpha, max_points):

@@ -42,6 +42,7 @@ class AcgProposal:
 
 
 def acg_proposal(B: np.ndarray) -> AcgProposal:
+    """The angular-central-Gaussian envelope for shifted eigenvalues B."""
     B = np.asarray(B, dtype=np.float64)
     if B.ndim != 1 or B.size == 0 or np.any(B < 0) or not np.all(np.isfinite(B)):
         raise ValueError("B must be a non-empty vector of finite numbers >= 0")
