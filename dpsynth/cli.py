@@ -281,7 +281,9 @@ def _cmd_test_two_proportions(args: argparse.Namespace) -> int:
 
 
 def _add_release(sub: argparse._SubParsersAction) -> None:
-    """``dpsynth release``: each option's dest is the ReleaseConfig field it sets."""
+    """``dpsynth release``: an option whose dest names a ReleaseConfig field sets that field
+    (``--param`` and ``--gate`` are parsed into ``params`` and ``gate`` first); a new config
+    field needs only its option here."""
     r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
     r.add_argument("--data", required=True, help="input table (.csv or .parquet)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
