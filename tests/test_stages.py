@@ -101,3 +101,15 @@ def test_flow_and_local_engine_share_the_sequence():
     src = inspect.getsource(release)
     assert "run_stages(" in src and "claim_name" not in src and "charge_dataset" not in src
     assert set(release._TASKS) | {"publish"} == set(pipeline.engine._STAGE_FUNCTIONS)
+
+
+def test_the_api_passes_other_config_settings_through_the_same_mapping(tmp_path, demo_paths):
+    """dpsynth.release takes any ReleaseConfig field by keyword and refuses an unknown one by
+    name, before anything is read or spent."""
+    import dpsynth
+
+    data, schema = demo_paths
+    with pytest.raises(TypeError, match=r"unknown release settings \['sign_keys'\]"):
+        dpsynth.release(data, schema, method="marginals", epsilon=1.0, out=tmp_path / "out",
+                        workspace=tmp_path / "ws", sign_keys="k")
+    assert not (tmp_path / "ws" / "releases").exists()
