@@ -42,7 +42,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -64,6 +64,27 @@ class SchemaError(ValueError):
 
 def _fmt_number(x: float) -> str:
     return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def format_edges(edges: Sequence[float]) -> list[str]:
+    """Bin edges as short text: the fewest decimals that keep every edge distinct and
+    within 1% of the narrowest bin of its true value (``29.700000000000003`` -> ``29.7``,
+    ``33.333...`` beside ``0`` and ``66.67`` -> ``33.3``); integers stay integers."""
+    e = [float(x) for x in edges]
+    widths = [b - a for a, b in zip(e, e[1:]) if b > a]
+    tol = 0.01 * min(widths) if widths else 0.0
+    for d in range(0, 13):
+        text = [_decimals(x, d) for x in e]
+        if len(set(text)) == len(text) and all(abs(float(t) - x) <= tol for t, x in zip(text, e)):
+            return text
+    return [_fmt_number(x) for x in e]
+
+
+def _decimals(x: float, d: int) -> str:
+    t = f"{x:.{d}f}"
+    if "." in t:
+        t = t.rstrip("0").rstrip(".")
+    return "0" if t == "-0" else t
 
 
 def _as_label(value: Any) -> str:
@@ -143,12 +164,8 @@ class Column:
         if self.type == "categorical":
             out = list(self.values)
         else:
-            fmt = format_seconds if self.type == "datetime" else _fmt_number
-            e = self.edges
-            out = [
-                f"[{fmt(e[i])}, {fmt(e[i + 1])}{']' if i == len(e) - 2 else ')'}"
-                for i in range(len(e) - 1)
-            ]
+            e = [format_seconds(x) for x in self.edges] if self.type == "datetime" else format_edges(self.edges)
+            out = [f"[{e[i]}, {e[i + 1]}{']' if i == len(e) - 2 else ')'}" for i in range(len(e) - 1)]
         if self.other:
             out.append(self.other_label)
         if self.nullable:

@@ -240,11 +240,20 @@ def publish_stage(
         from ..report import build_report
 
         codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
-        return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation)
+        sizes = {rel: _size(Path(src)) for rel, src in files.items()}
+        return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation,
+                            files=sizes)
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
                            sign_key=key)
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
 
 
 def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
