@@ -116,7 +116,7 @@ def _tvd_plot(errors: Sequence[Mapping[str, Any]]) -> str | None:
 def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> str:
     errors = list(gate.get("marginal_errors") or [])
     one_way_tvd = {e["marginal"]: float(e["tvd"]) for e in errors if int(e.get("k", 0)) == 1}
-    out = ["<h2>Plots</h2>"]
+    out = ['<h2 id="plots">Plots</h2>']
     tvd_png = _tvd_plot(errors)
     if tvd_png is not None:
         out.append('<figure style="max-width:820px">' + _img(tvd_png, "TVD by marginal size"))
