@@ -147,7 +147,7 @@ def _release_local(config) -> str:
 
 def _release_prefect(config) -> str:
     _prefect_env()
-    from flows.runner import run_release_flow
+    from .orchestration.runner import run_release_flow
 
     result = run_release_flow(config)
     for warning in result.get("warnings", []):

@@ -1,1 +1,2 @@
-"""Prefect flows: orchestration only (the work is in dpsynth)."""
+"""Repository shims for Prefect deployment entrypoints; the flows are in
+:mod:`dpsynth.orchestration`. Not installed (see pyproject.toml)."""

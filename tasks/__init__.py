@@ -1,5 +1,11 @@
-"""Prefect tasks: thin wrappers around the stages of :mod:`dpsynth.pipeline`.
+"""Repository shim: the Prefect tasks are in :mod:`dpsynth.orchestration.tasks`. Not installed."""
 
-Each task returns only paths and small public summaries, and persists them to the
-private workspace (the flow sets ``result_storage`` there), never to a shared store.
-"""
+from dpsynth.orchestration.tasks.encode import encode_task
+from dpsynth.orchestration.tasks.internal_report import internal_report_task
+from dpsynth.orchestration.tasks.measure import measure_task
+from dpsynth.orchestration.tasks.publish import publish_task
+from dpsynth.orchestration.tasks.synthesize import synthesize_task
+from dpsynth.orchestration.tasks.validate import validate_task
+
+__all__ = ["encode_task", "internal_report_task", "measure_task", "publish_task", "synthesize_task",
+           "validate_task"]

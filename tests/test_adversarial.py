@@ -355,8 +355,8 @@ def test_cache_names_are_keyed_by_a_private_workspace_secret(tmp_path):
     assert digest[:12] not in a
     assert stat.S_IMODE((tmp_path / "w1" / WORKSPACE_SECRET).stat().st_mode) == 0o600
     plan = pipeline.prepare(_config(tmp_path, rows=100))
-    from tasks.encode import _key as encode_key
-    from tasks.measure import _key as measure_key
+    from dpsynth.orchestration.tasks.encode import _key as encode_key
+    from dpsynth.orchestration.tasks.measure import _key as measure_key
 
     for key in (encode_key(None, {"plan": plan}), measure_key(None, {"plan": plan})):
         assert digest[:12] not in key and plan.key[:12] not in key
@@ -538,7 +538,7 @@ def test_prefect_database_holds_no_hash_of_the_raw_input(prefect_harness, tmp_pa
     """Defect 6: the first 32 hex digits of the raw file's sha256 were an encode cache key
     in the Prefect database; the release key (a hash of that hash) was the measure one."""
     import prefect.settings
-    from flows.release import flow_parameters, release_flow
+    from dpsynth.orchestration.release import flow_parameters, release_flow
 
     from dpsynth.encoding import file_sha256
 

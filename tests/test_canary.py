@@ -49,7 +49,7 @@ def test_canary_local(tmp_path, demo_paths, caplog, capsys):
 
 @pytest.mark.flow
 def test_canary_flow(prefect_harness, tmp_path, demo_paths, caplog, capfd):
-    from flows.release import release_flow
+    from dpsynth.orchestration.release import release_flow
 
     caplog.set_level(logging.DEBUG)
     result = release_flow(data=str(_planted(tmp_path, demo_paths)), schema_path=str(demo_paths[1]),

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.flow
 
 
 def _run(tmp_path, demo_paths, **kw):
-    from flows.release import release_flow
+    from dpsynth.orchestration.release import release_flow
 
     data, schema = demo_paths
     args = dict(data=str(data), schema_path=str(schema), method="marginals", epsilon=1.0,
@@ -30,7 +30,7 @@ def test_full_release(prefect_harness, tmp_path, demo_paths, seed_file):
 
 
 def test_retry_reuses_cached_measurement(prefect_harness, tmp_path, demo_paths, monkeypatch):
-    import tasks.synthesize as synth_task
+    import dpsynth.orchestration.tasks.synthesize as synth_task
     from dpsynth.methods.marginals import MarginalsMethod
 
     calls = []
@@ -70,7 +70,7 @@ def test_scheduled_name_placeholder(prefect_harness, tmp_path, demo_paths):
 def test_scheduled_names_are_unique_per_run_and_stable_per_retry():
     from datetime import datetime, timezone
 
-    from flows.release import scheduled_name
+    from dpsynth.orchestration.release import scheduled_name
 
     when = datetime(2026, 11, 23, 2, 0, 0, tzinfo=timezone.utc)
     a = scheduled_name("demo-{scheduled}", when, "1f0e2d3c-aaaa-bbbb-cccc-000000000001")
@@ -81,7 +81,7 @@ def test_scheduled_names_are_unique_per_run_and_stable_per_retry():
 
 def test_a_deployment_without_dpsynth_home_is_refused_with_the_fix(monkeypatch):
     from dpsynth.pipeline import ReleaseError
-    from flows.release import _check_deployment_home
+    from dpsynth.orchestration.release import _check_deployment_home
 
     monkeypatch.setenv("DPSYNTH_WORKSPACE", "/.dpsynth/workspace")  # "{{ $DPSYNTH_HOME }}" was empty at deploy
     with pytest.raises(ReleaseError, match="DPSYNTH_HOME"):
@@ -95,7 +95,7 @@ def test_flow_parameters_cover_every_config_field(tmp_path, demo_paths):
     import inspect
 
     from dpsynth.pipeline import ReleaseConfig
-    from flows.release import flow_parameters, release_flow
+    from dpsynth.orchestration.release import flow_parameters, release_flow
 
     cfg = ReleaseConfig(data=demo_paths[0], schema=demo_paths[1], method="marginals", epsilon=1.0, out=tmp_path)
     params = flow_parameters(cfg)

@@ -93,10 +93,10 @@ def test_every_engine_follows_one_stage_sequence(tmp_path, demo_paths):
 
 
 def test_flow_and_local_engine_share_the_sequence():
-    """flows/release.py holds no stage order of its own: it calls run_stages."""
+    """The flow (dpsynth/orchestration/release.py) holds no stage order of its own: it calls run_stages."""
     import inspect
 
-    import flows.release as release
+    import dpsynth.orchestration.release as release
 
     src = inspect.getsource(release)
     assert "run_stages(" in src and "claim_name" not in src and "charge_dataset" not in src

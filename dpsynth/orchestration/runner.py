@@ -117,7 +117,7 @@ def _drain_api_logs() -> None:
 
 def run_release_flow(config: Any) -> dict[str, Any]:
     """The release flow for a :class:`dpsynth.pipeline.ReleaseConfig`, quiet on failure."""
-    from flows.release import flow_parameters, release_flow
+    from .release import flow_parameters, release_flow
 
     with temporary_server(), quiet_failures():
         return release_flow(**flow_parameters(config))

@@ -1,0 +1,180 @@
+"""The release flow: encode -> measure -> synthesize -> validate -> publish.
+
+Only orchestration lives here: the flow builds the config
+(:meth:`dpsynth.pipeline.ReleaseConfig.from_arguments`), runs the public checks
+(:func:`dpsynth.pipeline.prepare`) before any task reads a row, then follows the
+library's one stage sequence (:func:`dpsynth.pipeline.run_stages`: name lock, registry
+charge before measuring, stages in order) with :func:`prefect_runner`, which runs each
+stage as its task. Tasks exchange paths to Parquet artifacts in the private workspace;
+the results of the cached ones are persisted there too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.filesystems import LocalFileSystem
+
+from dpsynth.pipeline import (
+    DEFAULT_DELTA,
+    ReleaseConfig,
+    ReleaseError,
+    StageRunner,
+    prepare,
+    run_stages,
+    timed,
+)
+from .tasks.encode import encode_task
+from .tasks.internal_report import internal_report_task
+from .tasks.measure import measure_task
+from .tasks.publish import publish_task
+from .tasks.synthesize import synthesize_task
+from .tasks.validate import validate_task
+
+# Stage name -> (task, key of its output in the task's result, served from a cache?).
+_TASKS = {
+    "encode": (encode_task, "codes", True),
+    "measure": (measure_task, "measurement", True),
+    "synthesize": (synthesize_task, "synthetic", True),
+    "validate": (validate_task, "summary", False),
+    "internal_report": (internal_report_task, "report", False),
+}
+
+
+def _workspace_storage(workspace: Path) -> str:
+    """A saved storage block for task results inside the private workspace.
+
+    Prefect 3 only accepts result storage that the API knows about; the block name is
+    derived from the workspace path so each workspace keeps its own results.
+    """
+    base = str((workspace / "prefect-results").resolve())
+    name = "dpsynth-ws-" + hashlib.sha256(base.encode()).hexdigest()[:16]
+    LocalFileSystem(basepath=base).save(name, overwrite=True)
+    return f"local-file-system/{name}"
+
+
+def scheduled_name(template: str, when: datetime, run_id: str) -> str:
+    """``{scheduled}`` becomes the run's scheduled time (UTC, to the second) and the first
+    eight characters of its flow-run id: two runs never share a name, even in one minute,
+    and a retry of the same run keeps its name (and so resumes from the cache)."""
+    stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return template.replace("{scheduled}", f"{stamp}-{str(run_id).replace('-', '')[:8]}")
+
+
+def _resolve_name(name: str | None) -> str | None:
+    if not name or "{scheduled}" not in name:
+        return name
+    from prefect.runtime import flow_run
+
+    return scheduled_name(name, flow_run.scheduled_start_time, flow_run.id)
+
+
+def _check_deployment_home() -> None:
+    """A deployment created without DPSYNTH_HOME runs at the filesystem root: say so at once."""
+    ws = os.environ.get("DPSYNTH_WORKSPACE", "")
+    if ws.startswith("/.dpsynth") or Path.cwd() == Path("/"):
+        raise ReleaseError(
+            "this deployment was created without DPSYNTH_HOME (its workspace would be at the filesystem "
+            "root): redeploy with DPSYNTH_HOME set to the folder holding data/ and schemas/, e.g. `make serve`"
+        )
+
+
+def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
+    """The flow's parameters for a config (paths as text: they are stored by the Prefect API)."""
+    params = config.to_arguments()
+    params["schema_path"] = params.pop("schema")  # `schema` would shadow a pydantic attribute
+    return params
+
+
+def prefect_runner(workspace: Path) -> StageRunner:
+    """Runs each stage as its Prefect task; the cached ones persist their results (paths
+    and seconds) in the private workspace and report a cache hit as 0 seconds."""
+    storage: list[str] = []
+
+    def run(stage: str, *args: Any) -> tuple[Any, float, bool]:
+        if stage == "publish":
+            return publish_task(*args), 0.0, False
+        task, key, cacheable = _TASKS[stage]
+        if not cacheable:
+            result = task(*args)
+            return result[key], result["seconds"], False
+        if not storage:
+            storage.append(_workspace_storage(workspace))
+        state = task.with_options(result_storage=storage[0])(*args, return_state=True)
+        result, hit = state.result(), state.name == "Cached"
+        return Path(result[key]), 0.0 if hit else result["seconds"], hit
+
+    return run
+
+
+@flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
+def release_flow(
+    data: str,
+    schema_path: str,
+    method: str,
+    epsilon: float,
+    out: str,
+    delta: float = DEFAULT_DELTA,
+    rows: int | None = None,
+    params: dict[str, str] | None = None,
+    seed_file: str | None = None,
+    name: str | None = None,
+    workspace: str | None = None,
+    internal_report: bool = False,
+    gate: dict[str, float] | None = None,
+    sign_key: str | None = None,
+    dataset: str | None = None,
+    period: str | None = None,
+    period_epsilon: float | None = None,
+) -> dict[str, Any]:
+    """Runs one release and returns its folder and timings (no data).
+
+    ``dataset`` names the registry's dataset (default: the schema's name); ``period`` and
+    ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
+    beside the dataset's own caps.
+    """
+    arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
+    t_flow = time.perf_counter()
+    from prefect.runtime import deployment
+
+    if deployment.id:  # a deployed run: its working folder must be DPSYNTH_HOME
+        _check_deployment_home()
+    arguments["schema"] = arguments.pop("schema_path")
+    arguments["name"] = _resolve_name(name)
+    config = ReleaseConfig.from_arguments(**arguments)
+    timings: dict[str, float] = {}
+    with timed("prepare", timings):
+        plan = prepare(config)
+    done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    _release_artifact(done.folder)
+    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings}
+
+
+def _release_artifact(folder: str) -> None:
+    """A Prefect artifact for the run: where the release is and what it spent (public facts only)."""
+    import json
+
+    from prefect.artifacts import create_markdown_artifact
+
+    manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    privacy = manifest["privacy"]
+    lines = [
+        f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
+        "",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- guarantee: {privacy.get('headline', '')}",
+        f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
+    ]
+    ds = privacy.get("dataset")
+    if ds:
+        cap = ds.get("cap_epsilon")
+        lines.append(f"- dataset `{ds['name']}`: epsilon {ds['spent_epsilon_including_this']:.6g} spent over "
+                     f"{ds['releases_including_this']} release(s), cap {'none declared' if cap is None else cap}")
+    create_markdown_artifact(key="dpsynth-release", markdown="\n".join(lines),
+                             description=f"dpsynth release {manifest['name']}")

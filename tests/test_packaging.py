@@ -1,0 +1,88 @@
+"""Packaging: what ``pip install dpsynth`` puts into a user's environment (issue 15).
+
+* no top-level package named ``flows`` or ``tasks`` (they would clash with a user's
+  own): the Prefect orchestration installs as ``dpsynth.orchestration``, and the
+  repository's ``flows/``/``tasks/`` are shims that are not installed;
+* test-only tools in the ``test`` extra, never in the runtime dependencies;
+* ``import dpsynth`` loads none of the heavy dependencies, and the library modules
+  never load Prefect, Great Expectations or matplotlib at import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("prefect", "great_expectations", "matplotlib", "scipy", "pandas", "pyarrow", "cvxpy", "sqlalchemy")
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys, json; {statement}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_package_discovery_installs_only_dpsynth():
+    find = _pyproject()["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["dpsynth", "dpsynth.*"]
+    from setuptools import find_packages
+
+    found = find_packages(str(ROOT), include=find["include"])
+    assert "dpsynth.orchestration" in found and "dpsynth.orchestration.tasks" in found
+    assert {p.split(".")[0] for p in found} == {"dpsynth"}
+
+
+def test_test_tools_are_an_extra_not_runtime_dependencies():
+    project = _pyproject()["project"]
+    runtime = " ".join(project["dependencies"]).lower()
+    for tool in ("pytest", "opendp", "pac-synth", "mbi", "jax"):
+        assert tool not in runtime, tool
+    test_extra = " ".join(project["optional-dependencies"]["test"]).lower()
+    assert "pytest" in test_extra and "opendp" in test_extra
+
+
+def test_import_dpsynth_is_light():
+    loaded = _loaded_after("import dpsynth")
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_library_modules_do_not_load_orchestration_or_plotting():
+    loaded = _loaded_after("import dpsynth.api, dpsynth.pipeline, dpsynth.cli, dpsynth.report")
+    assert not loaded & {"prefect", "great_expectations", "matplotlib"}, loaded
+
+
+def test_repository_shims_point_at_the_installed_flow():
+    from dpsynth.orchestration.release import release_flow
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        import flows.release as shim
+    finally:
+        sys.path.remove(str(ROOT))
+    assert shim.release_flow is release_flow
+
+
+@pytest.mark.slow
+def test_wheel_has_no_top_level_flows_or_tasks(tmp_path):
+    """Builds the wheel (pip, isolated build) and lists it."""
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 and "Could not find a version that satisfies" in out.stderr:
+        pytest.skip("no package index to fetch the build backend from")
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("dpsynth-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"dpsynth", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "dpsynth/orchestration/release.py" in names and "dpsynth/py.typed" in names
+    assert not any(n.startswith(("flows/", "tasks/")) for n in names)
