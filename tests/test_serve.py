@@ -15,7 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ROOT / "deployments" / "serve.sh"
 
-pytestmark = [pytest.mark.slow, pytest.mark.flow]
 
 
 def _free_port() -> int:
@@ -32,6 +31,8 @@ def _alive(pid_file: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
+@pytest.mark.flow
 def test_serve_deploys_runs_and_stops(tmp_path):
     home = tmp_path / "home"  # where the deployments run (entrypoint, data, schemas); releases land here
     home.mkdir()
@@ -51,6 +52,24 @@ def test_serve_deploys_runs_and_stops(tmp_path):
                              timeout=400, check=True).stdout.strip()
         assert url.startswith("http://127.0.0.1:")
         assert _alive(state / "server.pid") and _alive(state / "worker.pid")
+        # a deploy by hand without DPSYNTH_HOME (or with one lacking data/) fails at its build
+        # step, before it touches the deployments (their last update stays as it was)
+        prefect = str(Path(sys.executable).parent / "prefect")
+        api = {**env, "PREFECT_API_URL": url}
+
+        def updated() -> str:
+            out = subprocess.run([prefect, "--no-prompt", "deployment", "inspect", "dpsynth-release/demo-nightly",
+                                  "--output", "json"], env=api, capture_output=True, text=True, timeout=120)
+            return json.loads(out.stdout)["updated"]
+
+        before = updated()
+        no_home = {k: v for k, v in api.items() if k != "DPSYNTH_HOME"}
+        for bad_env in (no_home, {**api, "DPSYNTH_HOME": str(tmp_path)}):
+            bad = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml",
+                                  "--all"], cwd=ROOT, env=bad_env, capture_output=True, text=True, timeout=300)
+            assert bad.returncode != 0
+            assert "set DPSYNTH_HOME to the folder holding data/" in bad.stdout + bad.stderr
+        assert updated() == before
         # idempotent: a second start reuses what runs
         again = subprocess.run(["bash", str(SERVE), "start"], env=env, capture_output=True, text=True, timeout=400)
         assert again.returncode == 0 and again.stdout.strip() == url
@@ -79,3 +98,28 @@ def test_serve_deploys_runs_and_stops(tmp_path):
     assert not (state / "server.pid").exists() and not (state / "worker.pid").exists()
     down = subprocess.run(["bash", str(SERVE), "status"], env=env, capture_output=True, text=True, timeout=60)
     assert down.stdout.strip() == "down"
+
+
+def _home_check() -> str:
+    import yaml
+
+    steps = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())["build"]
+    (step,) = [s["prefect.deployments.steps.run_shell_script"] for s in steps
+               if s.get("prefect.deployments.steps.run_shell_script", {}).get("id") == "check-dpsynth-home"]
+    assert step["shell"] is True
+    return step["script"]
+
+
+@pytest.mark.parametrize("layout, ok", [(None, False), ((), False), (("data", "schemas"), False),
+                                        (("data", "schemas", "flows"), True)])
+def test_deploy_build_step_checks_dpsynth_home(tmp_path, layout, ok):
+    """The deploy-time check of deployments/prefect.yaml, run as Prefect runs it (a shell)."""
+    env = {k: v for k, v in os.environ.items() if k != "DPSYNTH_HOME"}
+    if layout is not None:
+        for d in layout:
+            (tmp_path / d).mkdir()
+        env["DPSYNTH_HOME"] = str(tmp_path)
+    out = subprocess.run(_home_check(), shell=True, env=env, capture_output=True, text=True, timeout=30)
+    assert (out.returncode == 0) is ok
+    if not ok:
+        assert "set DPSYNTH_HOME" in out.stderr and ("unset" in out.stderr) is (layout is None)
