@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import minimize_scalar
-
 __all__ = [
     "epsilon_from_rho",
     "rho_from_epsilon",
@@ -43,6 +41,8 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     if rho == 0.0:
         return 0.0
+    from scipy.optimize import minimize_scalar  # here: reading a manifest or ledger need not load scipy
+
     log_inv_delta = math.log(1.0 / delta)
     # The objective is convex in alpha on (1, inf); its minimiser sits near
     # 1 + sqrt(log(1/delta)/rho).  Search on log(alpha - 1) around that point.
