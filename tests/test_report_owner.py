@@ -100,6 +100,7 @@ def test_not_dp_release_says_so_first_and_in_red():
     assert "20-anonymous microaggregation" in box and "No ε bound applies" in box
     assert "cannot learn" not in box  # no DP promise in a non-DP box
     assert "Privacy budget not applicable" in _text(page)
+    assert "DP measurement" not in page[:page.index('id="plots"')]  # never called DP
 
 
 def test_utility_score_and_baseline_by_hand():

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from ..encoding import EncodedTable
 from ..measurement import Measurement
 from ..schema import Schema
-from .accuracy import accuracy_section, utility, validation_section
+from .accuracy import accuracy_section, measurement_words, utility, validation_section
 from .html import CSS, esc
 from .plots import plots_section
 from .privacy import PRIVACY_META, ledger_section, privacy_box, privacy_meta_tags, release_label
@@ -83,8 +83,8 @@ def build_report(
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f"<header><h1>{esc(title)}</h1>",
         f'<p class="muted">{esc(release_label(privacy))} &middot; validation {status} '
-        "&middot; everything on this page is computed from the DP measurement, the synthetic table "
-        "and the public schema.</p></header>",
+        f"&middot; everything on this page is computed from the {esc(measurement_words(measurement))}, the "
+        "synthetic table and the public schema.</p></header>",
         privacy_box(manifest, measurement),
         _guidance_section(measurement, schema),
         accuracy_section(codes, measurement, gate),

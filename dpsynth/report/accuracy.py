@@ -22,7 +22,12 @@ from ..encoding import EncodedTable
 from ..measurement import Measurement, marginal_key
 from .html import esc, kv_table, mark, num, over, table
 
-__all__ = ["Utility", "accuracy_section", "utility", "validation_section"]
+__all__ = ["Utility", "accuracy_section", "measurement_words", "utility", "validation_section"]
+
+
+def measurement_words(m: Measurement) -> str:
+    """How the page names the measurement: a non-DP one is never called "DP"."""
+    return "DP measurement" if m.statement.differentially_private else "measurement (NOT differentially private)"
 
 
 def _distribution(counts: np.ndarray) -> np.ndarray:
@@ -107,6 +112,8 @@ def _score_box(u: Utility, m: Measurement) -> str:
         return (f'<section class="score" id="utility"><h2>Overall utility</h2><p>Not available: {why}. '
                 "The per-column accuracy is below.</p></section>")
     ks = ", ".join(str(k) for k in u.by_k)
+    words = measurement_words(m)
+    noise = ", and the measurement itself carries DP noise" if m.statement.differentially_private else ""
     better = u.synthetic_tvd < u.baseline_tvd
     verdict = ('<span class="ok">better than independent columns</span>' if better
                else '<span class="bad">not better than independent columns</span>')
@@ -116,11 +123,11 @@ def _score_box(u: Utility, m: Measurement) -> str:
         f'<p><span class="big">{num(u.score, 3)}</span> utility score &nbsp; vs &nbsp; '
         f'<span class="big">{num(u.baseline_score, 3)}</span> for the independent-columns baseline: {verdict}.</p>'
         f'<p class="note"><strong>Definition.</strong> Utility score = 1 &minus; the mean total variation distance '
-        f"(TVD, the share of rows that would have to change) between the synthetic table and the DP measurement, "
+        f"(TVD, the share of rows that would have to change) between the synthetic table and the {words}, "
         f"over the {num(u.marginals)} measured marginals of {ks} columns. The baseline is the same score for the "
-        "product of the DP 1-way marginals, i.e. a table that keeps every column's distribution but no "
-        "relationship between columns. Both are computed from the published DP measurement only, never from "
-        "the raw data; 1 means identical to the measurement, and the measurement itself carries DP noise.</p>"
+        "product of the measured 1-way marginals, i.e. a table that keeps every column's distribution but no "
+        "relationship between columns. Both are computed from the published measurement only, never from "
+        f"the raw data; 1 means identical to the measurement{noise}.</p>"
         + table(["k", "marginals", "synthetic mean TVD", "baseline mean TVD", "score", "baseline score"],
                 rows, numeric=(1, 2, 3, 4, 5))
         + "</section>"
@@ -151,10 +158,10 @@ def accuracy_section(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any
                 f'<span class="bad">{n_over}</span>' if n_over else "0",
                 num(base[2]) if base else "—",
             ])
-        out.append('<h2 id="accuracy">Marginal accuracy against the DP measurement</h2>')
+        out.append(f'<h2 id="accuracy">Marginal accuracy against the {measurement_words(m)}</h2>')
         out.append(
             '<p class="note">For each size k of the marginals the method measured: the TVD between the synthetic '
-            "table's marginal and the noisy DP marginal (negative counts clipped, normalised). Each marginal has "
+            "table's marginal and the measured marginal (negative counts clipped, normalised). Each marginal has "
             "its own threshold, from the error that sampling and the DP noise predict for an honest synthesizer: "
             "the larger of twice the predicted mean and the predicted mean plus six standard deviations; the "
             "largest is shown. A method is fitted to what it measured, so a low 1-way TVD is expected; the 2- and "

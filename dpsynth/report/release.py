@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..measurement import Measurement
 from ..schema import Schema
+from .accuracy import measurement_words
 from .html import esc, kv_table, num, size, table
 from .privacy import budget_line
 
@@ -28,7 +29,8 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
     rows = manifest.get("rows", rows_out)
     requested = manifest.get("rows_requested")
     how = (f"requested {num(requested)}" if requested is not None
-           else "automatic: the DP estimate of the input's record count" if m.estimated_records() is not None
+           else f"automatic: the {measurement_words(m)}'s estimate of the input's record count"
+           if m.estimated_records() is not None
            else "automatic: the method's choice")
     asked, spent = budget_line(privacy, m)
     items = [
