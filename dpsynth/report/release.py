@@ -116,7 +116,8 @@ def parameters_section(manifest: Mapping[str, Any], m: Measurement) -> str:
 _DESCRIPTIONS = {
     "synthetic.csv": "the synthetic table as text: one row per synthetic record, values as the schema's labels",
     "synthetic.parquet": "the same synthetic table, typed (Parquet)",
-    "measurement.parquet": "the DP measurement: every noisy marginal count (columns marginal, cell, count)",
+    "measurement.parquet": "the measurement: every marginal count the method published (columns marginal, cell, "
+                           "count); noisy when the release is DP",
     "measurement.json": "how the measurement was made: each marginal's noise standard deviation and mechanism, "
                         "the privacy statement, the budget charges, the method's public details",
     "schema.yaml": "the public schema: columns, categories, bins and bounds (not protected by the DP guarantee)",
