@@ -907,7 +907,7 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     for path in folder.rglob("*"):
         if path.is_file():
             assert plan.key.encode() not in path.read_bytes(), path
-    assert "Lifetime budget" in (folder / "report.html").read_text()
+    assert "The dataset's budget." in (folder / "report.html").read_text()
 
 
 def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, capsys):
