@@ -52,6 +52,12 @@ def test_test_tools_are_an_extra_not_runtime_dependencies():
     assert "pytest" in test_extra and "opendp" in test_extra
 
 
+def test_supported_pythons_are_declared():
+    """3.11-3.13: the pinned stack (prefect 3.8.8 and the rest) installed from the wheel on
+    3.11.7, 3.12.1 and 3.13.0, and the core tests passed on each (issue 15 note)."""
+    assert _pyproject()["project"]["requires-python"] == ">=3.11,<3.14"
+
+
 def test_import_dpsynth_is_light():
     loaded = _loaded_after("import dpsynth")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
