@@ -47,6 +47,7 @@ __all__ = [
     "iter_marginals_many",
     "count_marginals",
     "count_k_marginals",
+    "count_blocks",
     "default_max_cells",
 ]
 
@@ -265,6 +266,18 @@ def _read_off(
         res = cache[src].sum(axis=axes)
         cache[s] = res
         out.append(res)
+    return out
+
+
+def count_blocks(
+    cm: np.ndarray, cards: Sequence[int], plan: Sequence[Block], *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> dict[Subset, np.ndarray]:
+    """Counts of every subset of a block plan (:func:`plan_blocks`) in column-major codes
+    ``cm``: the per-chunk step of counting a table read in pieces, planned once."""
+    out: dict[Subset, np.ndarray] = {}
+    for block in plan:
+        table = _block_counts(cm, block.columns, cards, chunk_rows)
+        out.update(zip(block.subsets, _read_off(table, block.columns, block.subsets, cards)))
     return out
 
 
