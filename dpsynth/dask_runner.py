@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
 __all__ = ["DaskRunner", "connect", "parse_address"]
 
@@ -46,6 +46,7 @@ class DaskRunner:
     """Maps partition functions over a ``distributed.Client``'s workers."""
 
     client: Any
+    local: ClassVar[bool] = False
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
         futures = self._submit(fn, parts, args)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -99,7 +99,10 @@ Part = ArrayPart | ParquetPart
 
 
 class Runner(Protocol):
-    """Maps a module-level function over partitions (``fn(part, *args)``)."""
+    """Maps a module-level function over partitions (``fn(part, *args)``); ``local``:
+    whether the partitions run in this process."""
+
+    local: bool
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
         """Each part's result, in the order of ``parts`` (for small results)."""
@@ -113,6 +116,8 @@ class Runner(Protocol):
 @dataclass(frozen=True)
 class SerialRunner:
     """Runs every partition in this process, one after the other."""
+
+    local: ClassVar[bool] = True
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
         return [fn(p, *args) for p in parts]
@@ -149,7 +154,7 @@ class RowSource:
     @property
     def remote(self) -> bool:
         """Whether partitions run outside this process (then rows never come back)."""
-        return not isinstance(self.runner, SerialRunner)
+        return not self.runner.local
 
     @classmethod
     def from_table(cls, table: EncodedTable, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,

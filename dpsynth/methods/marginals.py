@@ -61,6 +61,7 @@ class MarginalsMethod(MethodBase):
     name: ClassVar[str] = "marginals"
     params_type: ClassVar[type] = MarginalsParams
     provides_marginals: ClassVar[bool] = True
+    measures_counts: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:

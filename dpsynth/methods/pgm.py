@@ -120,6 +120,7 @@ class PgmMethod(MethodBase):
     name: ClassVar[str] = "pgm"
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
+    measures_counts: ClassVar[bool] = True
 
     # --- planning (public information only) --------------------------------------
     def _check_domain(self, schema: Schema) -> None:
