@@ -22,6 +22,7 @@ DP methods count through :func:`count_marginals` on column-major codes
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from itertools import combinations
@@ -42,6 +43,7 @@ __all__ = [
     "flat_index",
     "k_subsets",
     "plan_blocks",
+    "plan_blocks_cached",
     "marginal_counts",
     "iter_marginals",
     "iter_marginals_many",
@@ -200,6 +202,13 @@ def plan_blocks(
         uncovered.difference_update(mine)
         blocks.append(Block(columns=cols, subsets=mine))
     return tuple(blocks)
+
+
+@functools.lru_cache(maxsize=64)
+def plan_blocks_cached(subsets: tuple[Subset, ...], cardinalities: tuple[int, ...],
+                       max_cells: int = DEFAULT_MAX_CELLS) -> tuple[Block, ...]:
+    """:func:`plan_blocks` remembered per process (partitions of one table share a plan)."""
+    return plan_blocks(subsets, cardinalities, max_cells=max_cells)
 
 
 # --- counting ------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TypeVa
 import numpy as np
 import pyarrow.parquet as pq
 
-from .counting import Subset, count_blocks, plan_blocks
+from .counting import Subset, count_blocks, plan_blocks_cached
 from .encoding import DataError, EncodedTable, code_dtype, validate_codes
 from .schema import Schema
 
@@ -234,7 +234,7 @@ def add_counts(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, 
 def _part_marginals(part: Part, schema: Schema, chunk_rows: int, subsets: tuple[Subset, ...],
                     max_cells: int) -> dict[Subset, np.ndarray]:
     cards = schema.cardinalities
-    plan = plan_blocks(subsets, cards, max_cells=max_cells)
+    plan = plan_blocks_cached(subsets, tuple(cards), max_cells)
     out = {s: np.zeros(tuple(cards[j] for j in s), dtype=np.int64) for s in subsets}
     for cm in part.chunks(schema, chunk_rows):
         add_counts(out, count_blocks(cm, cards, plan))

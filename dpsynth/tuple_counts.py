@@ -19,17 +19,19 @@ chunk size draws exactly the numbers one pass over all rows in order would draw.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from .counting import Subset, count_blocks, flat_index, plan_blocks
+from .counting import Subset, count_blocks, flat_index, plan_blocks_cached
 from .rowsource import Part, RowSource, add_counts, advance, set_state
 from .schema import Schema
 
-__all__ = ["LevelSpec", "valid_histogram", "tuple_counts", "row_lookup_sum", "capped_counts", "records_over"]
+__all__ = ["LevelSpec", "valid_histogram", "tuple_counts", "lookup_plan", "row_lookup_sum", "capped_counts",
+           "records_over"]
 
 Combo = Subset
 #: Entries of the (rows x tuples) key buffer of :func:`capped_counts` per step.
@@ -53,19 +55,65 @@ class LevelSpec:
             raise ValueError(f"k must be >= 1, got {self.k}")
 
 
-def row_lookup_sum(cm: np.ndarray, cards, tables: dict[Combo, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """For each selected row, how many of the tables are True at its cell."""
-    total = np.zeros(rows.size, dtype=np.int64)
-    if rows.size == 0:
+def lookup_plan(tables: dict[Combo, np.ndarray], cards: Sequence[int]) -> list[tuple[Combo, np.ndarray]]:
+    """The Boolean tables summed per block of columns (:func:`dpsynth.counting.plan_blocks`):
+    a row's number of True cells over all tables is then one lookup per block, not per table."""
+    out = []
+    for block in plan_blocks_cached(tuple(tables), tuple(int(c) for c in cards)):
+        cols = block.columns
+        acc = np.zeros(tuple(int(cards[j]) for j in cols), dtype=np.int32)
+        for sub in block.subsets:
+            shape = [1] * len(cols)
+            for j, size in zip(sub, tables[sub].shape):
+                shape[cols.index(j)] = size
+            acc += tables[sub].reshape(shape)
+        out.append((cols, acc.ravel()))
+    return out
+
+
+def row_lookup_sum(cm: np.ndarray, cards, tables: dict[Combo, np.ndarray] | list[tuple[Combo, np.ndarray]],
+                   rows: np.ndarray | None = None) -> np.ndarray:
+    """For each selected row (all with ``rows=None``), how many of the tables are True at
+    its cell; ``tables`` may be a :func:`lookup_plan` of them."""
+    plan = lookup_plan(tables, cards) if isinstance(tables, dict) else tables
+    size = cm.shape[1] if rows is None else rows.size
+    total = np.zeros(size, dtype=np.int64)
+    if size == 0:
         return total
-    buf = np.empty(rows.size, dtype=np.int64)
-    for combo, tab in tables.items():
-        idx = flat_index(cm, cards, combo, rows, out=buf)
-        total += tab.ravel()[idx]
+    buf = np.empty(size, dtype=np.int64)
+    for cols, flat in plan:
+        total += flat[flat_index(cm, cards, cols, rows, out=buf)]
     return total
 
 
-def _valid(cm: np.ndarray, cards: Sequence[int], spec: LevelSpec) -> np.ndarray:
+class _Lookups:
+    """A level's lookup plans, built on first use (the candidates' only if a row needs them)."""
+
+    def __init__(self, spec: LevelSpec, cards: Sequence[int]):
+        self.spec, self.cards = spec, cards
+
+    @functools.cached_property
+    def prev(self) -> list[tuple[Combo, np.ndarray]]:
+        return lookup_plan(self.spec.prev, self.cards)
+
+    @functools.cached_property
+    def cand(self) -> list[tuple[Combo, np.ndarray]]:
+        return lookup_plan(self.spec.cand, self.cards)
+
+
+_LOOKUPS: dict[int, tuple[LevelSpec, _Lookups]] = {}
+
+
+def _lookups(spec: LevelSpec, cards: Sequence[int]) -> _Lookups:
+    """The spec's lookup plans, shared by the partitions this process runs for it."""
+    hit = _LOOKUPS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        _LOOKUPS.clear()  # one level at a time: the previous level's plans are done
+        hit = _LOOKUPS[id(spec)] = (spec, _Lookups(spec, cards))
+    return hit[1]
+
+
+def _valid(cm: np.ndarray, cards: Sequence[int], spec: LevelSpec, look: _Lookups) -> np.ndarray:
     """Valid k-tuples of each row of the chunk (column-major codes ``cm``)."""
     p, n = cm.shape
     if spec.k == 1 and spec.public:
@@ -81,20 +129,21 @@ def _valid(cm: np.ndarray, cards: Sequence[int], spec: LevelSpec) -> np.ndarray:
     k = spec.k
     # A record whose (k-1)-tuples all survived has C(m, k) valid k-tuples; only the
     # others ("dirty") need a per-tuple lookup.
-    survived = row_lookup_sum(cm, cards, spec.prev, np.arange(n))
+    survived = row_lookup_sum(cm, cards, look.prev)
     expected = np.array([math.comb(v, k - 1) for v in range(p + 1)], dtype=np.int64)[nonmissing]
     dirty = np.flatnonzero(survived != expected)
     valid = np.array([math.comb(v, k) for v in range(p + 1)], dtype=np.int64)[nonmissing]
     if dirty.size:
-        valid[dirty] = row_lookup_sum(cm, cards, spec.cand, dirty)
+        valid[dirty] = row_lookup_sum(cm, cards, look.cand, dirty)
     return valid
 
 
 def _part_histogram(part: Part, schema: Schema, chunk_rows: int, spec: LevelSpec) -> np.ndarray:
     upper = math.comb(len(schema.columns), spec.k)
     hist = np.zeros(upper + 1, dtype=np.int64)
+    look = _lookups(spec, schema.cardinalities)
     for cm in part.chunks(schema, chunk_rows):
-        hist += np.bincount(np.clip(_valid(cm, schema.cardinalities, spec), 0, upper), minlength=upper + 1)
+        hist += np.bincount(np.clip(_valid(cm, schema.cardinalities, spec, look), 0, upper), minlength=upper + 1)
     return hist
 
 
@@ -147,10 +196,11 @@ def _part_counts(part: Part, schema: Schema, chunk_rows: int, spec: LevelSpec, a
                  rng: np.random.Generator) -> dict[Combo, np.ndarray]:
     cards = schema.cardinalities
     combos = tuple(spec.cand)
-    plan = plan_blocks(combos, cards)
+    plan = plan_blocks_cached(combos, tuple(cards))
     out = {c: np.zeros(spec.cand[c].shape, dtype=np.int64) for c in combos}
+    look = _lookups(spec, cards)
     for cm in part.chunks(schema, chunk_rows):
-        valid = _valid(cm, cards, spec)
+        valid = _valid(cm, cards, spec, look)
         capped = np.flatnonzero(valid > allowed)
         sub = cm if capped.size == 0 else np.ascontiguousarray(cm[:, valid <= allowed])
         add_counts(out, count_blocks(sub, cards, plan))
