@@ -193,13 +193,17 @@ def capped_counts(cm: np.ndarray, cards, cand: dict[Combo, np.ndarray], rows: np
 
 
 def _part_counts(part: Part, schema: Schema, chunk_rows: int, spec: LevelSpec, allowed: int,
-                 rng: np.random.Generator) -> dict[Combo, np.ndarray]:
+                 rng: np.random.Generator, over: int) -> dict[Combo, np.ndarray]:
+    """``over``: the partition's records above ``allowed`` (none: no per-row lookup needed)."""
     cards = schema.cardinalities
     combos = tuple(spec.cand)
     plan = plan_blocks_cached(combos, tuple(cards))
     out = {c: np.zeros(spec.cand[c].shape, dtype=np.int64) for c in combos}
     look = _lookups(spec, cards)
     for cm in part.chunks(schema, chunk_rows):
+        if over == 0:
+            add_counts(out, count_blocks(cm, cards, plan))
+            continue
         valid = _valid(cm, cards, spec, look)
         capped = np.flatnonzero(valid > allowed)
         sub = cm if capped.size == 0 else np.ascontiguousarray(cm[:, valid <= allowed])
@@ -219,15 +223,14 @@ def tuple_counts(source: RowSource, spec: LevelSpec, allowed: int, over: Sequenc
         return {}
     width = len(spec.cand)
     starts = np.concatenate([[0], np.cumsum(np.asarray(over, dtype=np.int64))]) * width
-    rngs = [advance(rng, int(s)) for s in starts[:-1]]
-    parts = list(zip(source.parts, rngs))
-    counts = source.runner.fold(_part_counts_at, parts, add_counts, source.schema, source.chunk_rows, spec,
+    jobs = [(part, advance(rng, int(s)), int(o)) for part, s, o in zip(source.parts, starts[:-1], over)]
+    counts = source.runner.fold(_part_counts_at, jobs, add_counts, source.schema, source.chunk_rows, spec,
                                 int(allowed))
     set_state(rng, advance(rng, int(starts[-1])))
     return {c: np.where(spec.cand[c], counts[c], 0) for c in spec.cand}
 
 
-def _part_counts_at(part_rng: tuple[Part, np.random.Generator], schema: Schema, chunk_rows: int, spec: LevelSpec,
+def _part_counts_at(job: tuple[Part, np.random.Generator, int], schema: Schema, chunk_rows: int, spec: LevelSpec,
                     allowed: int) -> dict[Combo, np.ndarray]:
-    part, rng = part_rng
-    return _part_counts(part, schema, chunk_rows, spec, allowed, rng)
+    part, rng, over = job
+    return _part_counts(part, schema, chunk_rows, spec, allowed, rng, over)
