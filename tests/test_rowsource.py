@@ -248,3 +248,25 @@ def test_dask_local_cluster_gives_the_single_process_measurement(tmp_path):
     assert got == GOLDEN
     want = count_in_memory(column_major(encode(raw, schema).codes), schema.cardinalities, [(0, 1)])
     assert np.array_equal(remote[(0, 1)], want[(0, 1)])
+
+
+@pytest.mark.parametrize("method", ["sds", "pgm", "microaggregation-dp"])
+def test_stages_in_small_chunks_write_todays_measurement(tmp_path, demo_paths, seed_file, method):
+    """encode_stage + measure_stage in chunks of a few rows write the bytes the whole-table
+    path writes (the table read at once, ``measure`` on the EncodedTable)."""
+    from dpsynth import pipeline
+
+    data, schema_path = demo_paths
+    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method=method, epsilon=1.0,
+                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
+    plan = pipeline.prepare(config)
+    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256, chunk_rows=333)
+    assert len(list(codes.glob("part-*.parquet"))) == 1 and RowSource.from_parquet(codes, plan.schema).rows > 333
+    folder = pipeline.measure_stage(plan, codes, chunk_rows=97)
+    whole = encode(read_table(data, plan.schema), plan.schema)
+    assert np.array_equal(EncodedTable.from_parquet(codes, plan.schema).codes, whole.codes)
+    ledger = Ledger(plan.budget, plan.charges)
+    today = plan.method().measure(whole, ledger, plan.rng("measure"))
+    today.save(tmp_path / "today")
+    for name in ("measurement.parquet", "measurement.json"):
+        assert (folder / name).read_bytes() == (tmp_path / "today" / name).read_bytes(), name
