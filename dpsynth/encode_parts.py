@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .encoding import DataError, _csv_header, check_file, code_dtype, encode_column, file_sha256
-from .rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner
+from .rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, row_group_runs
 from .schema import Schema
 
 __all__ = ["InputPart", "input_files", "input_sha256", "input_parts", "encode_part", "encode_to_parts"]
@@ -85,16 +85,7 @@ def input_parts(data: str | Path, schema: Schema, part_rows: int = DEFAULT_CHUNK
             parts.append(InputPart(path=str(f), kind="csv"))
             continue
         meta = pq.ParquetFile(str(f)).metadata
-        group: list[int] = []
-        rows = 0
-        for g in range(meta.num_row_groups):
-            group.append(g)
-            rows += meta.row_group(g).num_rows
-            if rows >= part_rows:
-                parts.append(InputPart(path=str(f), kind="parquet", row_groups=tuple(group)))
-                group, rows = [], 0
-        if group:
-            parts.append(InputPart(path=str(f), kind="parquet", row_groups=tuple(group)))
+        parts += [InputPart(path=str(f), kind="parquet", row_groups=g) for g, _ in row_group_runs(meta, part_rows)]
     return tuple(parts)
 
 

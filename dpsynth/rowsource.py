@@ -183,17 +183,25 @@ class RowSource:
             missing = [c for c in schema.names if c not in meta.schema.names]
             if missing:
                 raise DataError(f"{f}: encoded table lacks columns {missing}")
-            group: list[int] = []
-            rows = 0
-            for g in range(meta.num_row_groups):
-                group.append(g)
-                rows += meta.row_group(g).num_rows
-                if rows >= target:
-                    parts.append(ParquetPart(path=str(f), row_groups=tuple(group), rows=rows))
-                    group, rows = [], 0
-            if group:
-                parts.append(ParquetPart(path=str(f), row_groups=tuple(group), rows=rows))
+            parts += [ParquetPart(path=str(f), row_groups=g, rows=n) for g, n in row_group_runs(meta, target)]
         return cls(schema=schema, parts=tuple(parts), chunk_rows=chunk_rows, runner=runner or SerialRunner())
+
+
+def row_group_runs(meta: pq.FileMetaData, target: int) -> list[tuple[tuple[int, ...], int]]:
+    """A Parquet file's row groups gathered in order into runs of at least ``target`` rows
+    (the last may be shorter): ``[(row group indices, rows), ...]``."""
+    runs: list[tuple[tuple[int, ...], int]] = []
+    group: list[int] = []
+    rows = 0
+    for g in range(meta.num_row_groups):
+        group.append(g)
+        rows += meta.row_group(g).num_rows
+        if rows >= target:
+            runs.append((tuple(group), rows))
+            group, rows = [], 0
+    if group:
+        runs.append((tuple(group), rows))
+    return runs
 
 
 def as_source(codes: "EncodedTable | RowSource") -> RowSource:
