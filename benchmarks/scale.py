@@ -126,6 +126,7 @@ def child(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         src = encode_to_parts(args.data, sch, codes, chunk_rows=args.chunk_rows, runner=runner)
         out["encode_s"] = round(time.perf_counter() - t, 3)
+        print("PHASE " + json.dumps({"encode_s": out["encode_s"]}), flush=True)
         out["partitions"] = len(src.parts)
         assert src.rows == args.rows, (src.rows, args.rows)
         for name, params in (("sds", {}), ("pgm", {"select": "mst"})):
@@ -136,6 +137,7 @@ def child(args: argparse.Namespace) -> None:
             m = method.measure(src, ledger, np.random.default_rng(7))
             out[f"{name}_measure_s"] = round(time.perf_counter() - t, 3)
             out[f"{name}_digest"] = _digest(m)
+            print("PHASE " + json.dumps({f"{name}_measure_s": out[f"{name}_measure_s"]}), flush=True)
         shutil.rmtree(codes, ignore_errors=True)
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -162,34 +164,43 @@ def _sample(proc, peaks: dict, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
-def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int) -> dict:
+def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit: float) -> dict:
+    codes = work / f"codes-{rows}-{mode}"
     cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
-           "--codes", str(work / f"codes-{rows}-{mode}"), "--chunk-rows", str(chunk_rows)]
+           "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
     peaks: dict = {}
     stop = threading.Event()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     sampler = threading.Thread(target=_sample, args=(proc, peaks, stop), daemon=True)
     sampler.start()
-    stdout, _ = proc.communicate()
+    try:
+        stdout, _ = proc.communicate(timeout=limit)
+        error = None if proc.returncode == 0 else f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # the run and its Dask workers: a session of their own
+        stdout, _ = proc.communicate()
+        error = f"stopped at the time limit of {limit:.0f} s"
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    line = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        return {"rows": rows, "mode": mode, "error": f"exit {proc.returncode}", "wall_s": round(wall, 1)}
-    res = json.loads(line[-1][len("RESULT "):])
-    work_s = res["encode_s"] + res["sds_measure_s"] + res["pgm_measure_s"]
+    shutil.rmtree(codes, ignore_errors=True)
+    res: dict = {"rows": rows, "mode": mode}
+    for line in stdout.splitlines():
+        if line.startswith(("PHASE ", "RESULT ")):
+            res.update(json.loads(line.split(" ", 1)[1]))
     mb = 1 << 20
     workers = {k: v for k, v in peaks.items() if k.startswith("child-")}
-    res.update({
-        "encode_plus_measure_s": round(work_s, 3),
-        "rows_per_s": round(rows / work_s),
-        "process_wall_s": round(wall, 3),
-        "peak_rss_mb": {"driver": round(peaks.get("driver", 0) / mb),
-                        "workers": sorted(round(v / mb) for v in workers.values()),
-                        "all_processes_sum": round(peaks.get("sum", 0) / mb)},
-    })
+    res["process_wall_s"] = round(wall, 3)
+    res["peak_rss_mb"] = {"driver": round(peaks.get("driver", 0) / mb),
+                          "workers": sorted(round(v / mb) for v in workers.values()),
+                          "all_processes_sum": round(peaks.get("sum", 0) / mb)}
+    if error is not None:
+        res["error"] = error
+        return res
+    work_s = res["encode_s"] + res["sds_measure_s"] + res["pgm_measure_s"]
+    res.update({"encode_plus_measure_s": round(work_s, 3), "rows_per_s": round(rows / work_s)})
     return res
 
 
@@ -200,6 +211,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/dpsynth-scale")
     ap.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK)
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=1200.0, help="seconds per mode run (then stopped)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--mode")
     ap.add_argument("--data")
@@ -219,7 +231,7 @@ def main() -> None:
         gen_s = generate(rows, data, args.chunk_rows)
         disk = sum(f.stat().st_size for f in data.glob("*.parquet")) / 1e9
         for mode in args.modes.split(","):
-            res = run_one(rows, mode, data, work, args.chunk_rows)
+            res = run_one(rows, mode, data, work, args.chunk_rows, args.time_limit)
             res.update({"generate_s": round(gen_s, 1), "raw_parquet_gb": round(disk, 2),
                         "chunk_rows": args.chunk_rows, "loadavg": list(os.getloadavg()),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -233,7 +245,10 @@ def main() -> None:
     table = []
     for r in ordered:
         if "error" in r:
-            table.append([r["rows"], r["mode"], r["error"]] + [""] * 8)
+            pk = r["peak_rss_mb"]
+            table.append([r["rows"], r["mode"], r.get("encode_s", ""), r.get("sds_measure_s", ""),
+                          r.get("pgm_measure_s", ""), r["error"], "", pk["driver"], max(pk["workers"], default=0),
+                          pk["all_processes_sum"], ""])
             continue
         other = results.get((r["rows"], "serial"))
         same = "" if other is None or "error" in other else str(
