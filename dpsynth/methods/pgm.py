@@ -204,11 +204,10 @@ class PgmMethod(MethodBase):
         d = len(names)
         wanted = self._mst_pairs(schema) if self.params.select == "mst" else self._aim_candidates(schema)
         truth = count_marginals(source, [(j,) for j in range(d)] + wanted)
-        one_way = {(j,): truth[(j,)] for j in range(d)}
         obs: list[Observation] = []
         for j, name in enumerate(names):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
-            obs.append(Observation(attrs=(name,), counts=_noisy(one_way[(j,)], sigma, rng), stddev=sigma))
+            obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         if self.params.select == "mst":
             obs += self._measure_mst(truth, schema, obs, spend, rng)
         else:
