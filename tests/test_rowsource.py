@@ -270,3 +270,17 @@ def test_stages_in_small_chunks_write_todays_measurement(tmp_path, demo_paths, s
     today.save(tmp_path / "today")
     for name in ("measurement.parquet", "measurement.json"):
         assert (folder / name).read_bytes() == (tmp_path / "today" / name).read_bytes(), name
+
+
+def test_config_refuses_bad_chunk_rows_and_dask_address(tmp_path, demo_paths):
+    from dpsynth.pipeline import ReleaseConfig
+
+    data, schema_path = demo_paths
+    base = dict(data=data, schema=schema_path, method="sds", epsilon=1.0, out=tmp_path / "out")
+    with pytest.raises(ValueError, match="chunk_rows"):
+        ReleaseConfig(**base, chunk_rows=0)
+    with pytest.raises(ValueError, match="dask address 'nowhere'"):
+        ReleaseConfig(**base, dask_address="nowhere")
+    with pytest.raises(ValueError, match="local:N"):
+        ReleaseConfig(**base, dask_address="local:0")
+    assert ReleaseConfig(**base, dask_address="tcp://10.0.0.1:8786", chunk_rows=5).chunk_rows == 5
