@@ -284,3 +284,20 @@ def test_config_refuses_bad_chunk_rows_and_dask_address(tmp_path, demo_paths):
     with pytest.raises(ValueError, match="local:N"):
         ReleaseConfig(**base, dask_address="local:0")
     assert ReleaseConfig(**base, dask_address="tcp://10.0.0.1:8786", chunk_rows=5).chunk_rows == 5
+
+
+@pytest.mark.slow
+def test_release_on_a_local_dask_cluster_is_the_single_process_release(tmp_path, demo_paths, seed_file):
+    """run_release with dask_address='local:2' publishes the bytes of the default run."""
+    pytest.importorskip("distributed")
+    from dpsynth import pipeline
+
+    data, schema_path = demo_paths
+    folders = []
+    for label, extra in (("serial", {}), ("dask", {"dask_address": "local:2", "chunk_rows": 700})):
+        config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="sds", epsilon=1.0,
+                                        out=tmp_path / label / "out", workspace=tmp_path / label / "ws",
+                                        seed_file=seed_file, name="same", **extra)
+        folders.append(pipeline.run_release(config))
+    for name in ("measurement.parquet", "measurement.json", "synthetic.parquet", "synthetic.csv"):
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
