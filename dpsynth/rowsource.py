@@ -233,9 +233,13 @@ def load_rows(codes: "EncodedTable | RowSource", method: str) -> EncodedTable:
 
 
 def add_counts(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray]) -> dict[Any, np.ndarray]:
-    """Sum of two count dictionaries over the same keys (in place in ``a``)."""
+    """Sum of two count dictionaries over the same keys (in place in ``a`` where its arrays
+    are writable: arrays received from a Dask worker may be read-only views)."""
     for key, arr in b.items():
-        a[key] += arr
+        if a[key].flags.writeable:
+            a[key] += arr
+        else:
+            a[key] = a[key] + arr
     return a
 
 

@@ -21,7 +21,7 @@ from dpsynth.encode_parts import encode_to_parts, input_sha256
 from dpsynth.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import get_method
 from dpsynth.privacy.budget import Budget, Ledger
-from dpsynth.rowsource import ParquetPart, RowSource, SerialRunner, advance, count_marginals, load_rows
+from dpsynth.rowsource import ParquetPart, RowSource, SerialRunner, add_counts, advance, count_marginals, load_rows
 from dpsynth.counting import count_marginals as count_in_memory, column_major
 from dpsynth.schema import schema_from_dict
 
@@ -301,3 +301,10 @@ def test_release_on_a_local_dask_cluster_is_the_single_process_release(tmp_path,
         folders.append(pipeline.run_release(config))
     for name in ("measurement.parquet", "measurement.json", "synthetic.parquet", "synthetic.csv"):
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+
+
+def test_add_counts_accepts_read_only_arrays():
+    frozen = np.arange(4, dtype=np.int64)
+    frozen.flags.writeable = False
+    out = add_counts({(0,): frozen}, {(0,): np.ones(4, dtype=np.int64)})
+    assert out[(0,)].tolist() == [1, 2, 3, 4] and frozen.tolist() == [0, 1, 2, 3]
