@@ -19,7 +19,6 @@ package installed and read access to the Parquet files, and only counts travel b
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TypeVar
@@ -304,7 +303,3 @@ def set_state(rng: np.random.Generator, other: np.random.Generator) -> None:
     """Moves ``rng`` to ``other``'s position (in place)."""
     rng.bit_generator.state = other.bit_generator.state
 
-
-def largest_cells(schema: Schema, subsets: Sequence[Subset]) -> int:
-    """Cells of the largest requested marginal (for memory statements)."""
-    return max((math.prod(schema.cardinalities[j] for j in s) for s in subsets), default=0)
