@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
 
 CAT, NUM, FILE_ROWS = 10, 10, 1_000_000
-DEFAULT_CHUNK = 250_000
+DEFAULT_CHUNK = 1 << 20  # the library default
 
 
 def schema():

@@ -308,3 +308,13 @@ def test_add_counts_accepts_read_only_arrays():
     frozen.flags.writeable = False
     out = add_counts({(0,): frozen}, {(0,): np.ones(4, dtype=np.int64)})
     assert out[(0,)].tolist() == [1, 2, 3, 4] and frozen.tolist() == [0, 1, 2, 3]
+
+
+def test_a_chunk_with_a_code_outside_the_domain_is_refused(tmp_path):
+    t = table(50)
+    bad = t.codes.copy()
+    bad[7, 2] = 2  # column c2 has 2 codes: 0 and 1
+    path = tmp_path / "codes.parquet"
+    pq.write_table(pa.table({name: bad[:, j] for j, name in enumerate(t.schema.names)}), path)
+    with pytest.raises(ValueError, match=r"columns \['c2'\]"):
+        load_rows(RowSource.from_parquet(path, t.schema, chunk_rows=16), "x")
