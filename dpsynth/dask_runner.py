@@ -13,7 +13,6 @@ runner is opened: single-process runs never import it.
 
 from __future__ import annotations
 
-import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
@@ -73,12 +72,14 @@ class DaskRunner:
         return acc
 
     def _submit(self, fn: Callable[..., T], parts: Sequence[Any], args: tuple[Any, ...]) -> list[Any]:
-        call = functools.partial(fn) if not args else functools.partial(_call_with, fn, args)
-        # pure=False: a task's key never depends on (nor reveals a hash of) its inputs.
-        return self.client.map(call, list(parts), pure=False)
+        # The shared arguments travel once to every worker (not once per task), and each
+        # worker then holds one copy, so per-process caches keyed on them hit across tasks.
+        # hash=False, pure=False: no key depends on (nor reveals a hash of) the inputs.
+        shared = self.client.scatter(args, broadcast=True, hash=False)
+        return self.client.map(_call_with, list(parts), fn=fn, args=shared, pure=False)
 
 
-def _call_with(fn: Callable[..., T], args: tuple[Any, ...], part: Any) -> T:
+def _call_with(part: Any, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
     return fn(part, *args)
 
 
