@@ -48,6 +48,7 @@ class DaskRunner:
     local: ClassVar[bool] = False
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
+        """Each part's result, in order (one task per part)."""
         futures = self._submit(fn, parts, args)
         try:
             return list(self.client.gather(futures))
@@ -56,6 +57,7 @@ class DaskRunner:
                 f.release()
 
     def fold(self, fn: Callable[..., T], parts: Sequence[Any], combine: Callable[[T, T], T], *args: Any) -> T:
+        """The parts' results combined as their tasks finish (each released once added)."""
         from distributed import as_completed
 
         if not parts:

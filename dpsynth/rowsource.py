@@ -63,9 +63,11 @@ class ArrayPart:
 
     @property
     def rows(self) -> int:
+        """Records in the part."""
         return int(self.codes.shape[0])
 
     def chunks(self, schema: Schema, chunk_rows: int) -> Iterator[np.ndarray]:
+        """Column-major code chunks of at most ``chunk_rows`` records."""
         dtype = code_dtype(schema.cardinalities)
         for start in range(0, self.rows, chunk_rows):
             yield np.ascontiguousarray(self.codes[start : start + chunk_rows].T, dtype=dtype)
@@ -80,6 +82,8 @@ class ParquetPart:
     rows: int
 
     def chunks(self, schema: Schema, chunk_rows: int) -> Iterator[np.ndarray]:
+        """Column-major code chunks of at most ``chunk_rows`` records, each checked
+        against the schema's domain."""
         dtype = code_dtype(schema.cardinalities)
         f = pq.ParquetFile(self.path)
         batches = f.iter_batches(batch_size=chunk_rows, row_groups=list(self.row_groups), columns=list(schema.names))
@@ -131,9 +135,11 @@ class SerialRunner:
     local: ClassVar[bool] = True
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
+        """Each part's result, in order."""
         return [fn(p, *args) for p in parts]
 
     def fold(self, fn: Callable[..., T], parts: Sequence[Any], combine: Callable[[T, T], T], *args: Any) -> T:
+        """The parts' results combined one after the other (one result held at a time)."""
         if not parts:
             raise ValueError("no partitions to fold")
         acc = fn(parts[0], *args)
@@ -160,6 +166,7 @@ class RowSource:
 
     @property
     def rows(self) -> int:
+        """Records in all partitions (from metadata: no row is read)."""
         return sum(p.rows for p in self.parts)
 
     @property

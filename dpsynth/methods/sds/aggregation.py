@@ -185,10 +185,7 @@ def aggregate(
 
     # 1. protected number of records
     spend(_stage_records())
-    if _noise:
-        n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0]))
-    else:
-        n_p = n
+    n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0])) if _noise else n
     delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
     rule = _threshold_rule(params)
     one_way: dict[int, np.ndarray] = {}
