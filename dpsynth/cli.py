@@ -285,7 +285,7 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     (``--param`` and ``--gate`` are parsed into ``params`` and ``gate`` first); a new config
     field needs only its option here."""
     r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
-    r.add_argument("--data", required=True, help="input table (.csv or .parquet)")
+    r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
     r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
     r.add_argument("--epsilon", required=True, type=float)
@@ -306,6 +306,11 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
                    help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
     r.add_argument("--dataset", default=None,
                    help="dataset identity in the lifetime privacy registry (default: the schema's name)")
+    r.add_argument("--chunk-rows", type=int, default=None,
+                   help="rows read at once by encode and measure (memory bound; default 1048576)")
+    r.add_argument("--dask-address", default=None,
+                   help="run encode and measure per partition on a Dask cluster: a scheduler address "
+                        "(tcp://host:8786) or local[:N] for a LocalCluster; same result (docs/scale.md)")
     r.set_defaults(func=_cmd_release)
 
 

@@ -22,6 +22,7 @@ DP methods count through :func:`count_marginals` on column-major codes
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from itertools import combinations
@@ -42,11 +43,13 @@ __all__ = [
     "flat_index",
     "k_subsets",
     "plan_blocks",
+    "plan_blocks_cached",
     "marginal_counts",
     "iter_marginals",
     "iter_marginals_many",
     "count_marginals",
     "count_k_marginals",
+    "count_blocks",
     "default_max_cells",
 ]
 
@@ -201,6 +204,13 @@ def plan_blocks(
     return tuple(blocks)
 
 
+@functools.lru_cache(maxsize=64)
+def plan_blocks_cached(subsets: tuple[Subset, ...], cardinalities: tuple[int, ...],
+                       max_cells: int = DEFAULT_MAX_CELLS) -> tuple[Block, ...]:
+    """:func:`plan_blocks` remembered per process (partitions of one table share a plan)."""
+    return plan_blocks(subsets, cardinalities, max_cells=max_cells)
+
+
 # --- counting ------------------------------------------------------------------
 
 
@@ -265,6 +275,18 @@ def _read_off(
         res = cache[src].sum(axis=axes)
         cache[s] = res
         out.append(res)
+    return out
+
+
+def count_blocks(
+    cm: np.ndarray, cards: Sequence[int], plan: Sequence[Block], *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> dict[Subset, np.ndarray]:
+    """Counts of every subset of a block plan (:func:`plan_blocks`) in column-major codes
+    ``cm``: the per-chunk step of counting a table read in pieces, planned once."""
+    out: dict[Subset, np.ndarray] = {}
+    for block in plan:
+        table = _block_counts(cm, block.columns, cards, chunk_rows)
+        out.update(zip(block.subsets, _read_off(table, block.columns, block.subsets, cards)))
     return out
 
 

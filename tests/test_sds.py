@@ -26,7 +26,7 @@ from dpsynth.methods.sds import (
     tables_from_frame,
 )
 from dpsynth.counting import column_major
-from dpsynth.methods.sds.aggregation import _capped_counts
+from dpsynth.tuple_counts import capped_counts as _capped_counts
 from dpsynth.methods.sds.strict import _sample_strict
 from dpsynth.privacy.budget import Budget, BudgetExceeded, Ledger
 from dpsynth.schema import schema_from_dict

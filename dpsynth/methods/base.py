@@ -14,7 +14,10 @@ The measurement's typed contract lives in :mod:`dpsynth.measurement` (re-exporte
 
 A method class also declares ``provides_marginals: ClassVar[bool]``: whether its
 measurement holds DP marginals (post-processing such as ``correct_marginals`` needs
-them; it is refused before any charge for a class that does not say True).
+them; it is refused before any charge for a class that does not say True), and
+``measures_counts: ClassVar[bool]``: whether ``measure`` also accepts a
+:class:`dpsynth.rowsource.RowSource` and reads only counts from it (memory bounded by
+the source's chunk size; runs on a Dask cluster). Other methods get the whole table.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class MethodBase:
     params_type: ClassVar[type]
     takes_rows_as: ClassVar[str | None] = None
     provides_marginals: ClassVar[bool] = False
+    measures_counts: ClassVar[bool] = False
 
     def __init__(self, params: Any = None):
         self.params = self.params_type() if params is None else params

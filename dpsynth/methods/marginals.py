@@ -18,6 +18,7 @@ import numpy as np
 from ..encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import gaussian_counts
+from ..rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
 
@@ -60,6 +61,7 @@ class MarginalsMethod(MethodBase):
     name: ClassVar[str] = "marginals"
     params_type: ClassVar[type] = MarginalsParams
     provides_marginals: ClassVar[bool] = True
+    measures_counts: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
@@ -70,12 +72,14 @@ class MarginalsMethod(MethodBase):
             for c in schema.columns
         )
 
-    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+    def measure(self, codes: EncodedTable | RowSource, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         """Spends each column's share on its histogram plus discrete Gaussian noise."""
+        source = as_source(codes)
+        hists = count_marginals(source, [(j,) for j in range(len(source.schema.columns))])
         measured, charges = [], []
-        for j, col in enumerate(codes.schema.columns):
+        for j, col in enumerate(source.schema.columns):
             charge = ledger.spend(_stage(col.name))
-            hist = np.bincount(codes.codes[:, j].astype(np.int64), minlength=col.cardinality)
+            hist = hists[(j,)]
             noised = gaussian_counts(hist, charge, rng, sensitivity=1.0)
             measured.append(NoisyMarginal(attrs=(col.name,), counts=noised.values, stddev=noised.stddev,
                                           mechanism=noised.mechanism))

@@ -39,7 +39,6 @@ from typing import Callable, ClassVar, Literal
 
 import numpy as np
 
-from ..counting import column_major, count_marginals
 from ..encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
@@ -48,6 +47,7 @@ from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import exponential_charge, exponential_epsilon_for_rho, exponential_mechanism
 from ..privacy.noise import discrete_gaussian
+from ..rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal
 from .base import Measurement, MethodBase, ParamError, params_to_dict
@@ -120,6 +120,7 @@ class PgmMethod(MethodBase):
     name: ClassVar[str] = "pgm"
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
+    measures_counts: ClassVar[bool] = True
 
     # --- planning (public information only) --------------------------------------
     def _check_domain(self, schema: Schema) -> None:
@@ -186,11 +187,12 @@ class PgmMethod(MethodBase):
         return float(self._aim_weights(schema, self._aim_candidates(schema)).max())
 
     # --- measurement (the DP boundary) ---------------------------------------------
-    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
-        schema = codes.schema
+    def measure(self, codes: EncodedTable | RowSource, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """Counts every marginal it may select in one pass over the rows (a source's
+        partitions, in bounded memory), then selects and measures from those counts."""
+        source = as_source(codes)
+        schema = source.schema
         self._check_domain(schema)
-        cm = column_major(codes.codes)
-        cards = schema.cardinalities
         names = schema.names
         charges: list[Charge] = []
 
@@ -199,15 +201,17 @@ class PgmMethod(MethodBase):
             charges.append(c)
             return c
 
-        one_way = count_marginals(cm, cards, [(j,) for j in range(len(cards))])
+        d = len(names)
+        wanted = self._mst_pairs(schema) if self.params.select == "mst" else self._aim_candidates(schema)
+        truth = count_marginals(source, [(j,) for j in range(d)] + wanted)
         obs: list[Observation] = []
         for j, name in enumerate(names):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
-            obs.append(Observation(attrs=(name,), counts=_noisy(one_way[(j,)], sigma, rng), stddev=sigma))
+            obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         if self.params.select == "mst":
-            obs += self._measure_mst(cm, schema, obs, spend, rng)
+            obs += self._measure_mst(truth, schema, obs, spend, rng)
         else:
-            obs += self._measure_aim(cm, schema, obs, spend, ledger, rng)
+            obs += self._measure_aim(truth, schema, obs, spend, ledger, rng)
         merged = merge_observations(obs)
         return Measurement(
             method=self.name,
@@ -223,14 +227,13 @@ class PgmMethod(MethodBase):
         opts = EstimatorOptions(iters=iters, max_cells=self.params.max_model_cells)
         return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
 
-    def _measure_mst(self, cm, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
-        names, cards, d = schema.names, schema.cardinalities, len(schema.columns)
+    def _measure_mst(self, truth, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
+        names, d = schema.names, len(schema.columns)
         pairs = self._mst_pairs(schema)
         rounds = d - _components(d, pairs)
         if rounds == 0:
             return []
         model = self._fit(schema, obs, iters=500)
-        truth = count_marginals(cm, cards, pairs)
         gap = np.array([np.abs(truth[p] - model.project((names[p[0]], names[p[1]]))).sum() for p in pairs])
         sets = UnionFind(d)
         chosen: list[tuple[int, int]] = []
@@ -248,13 +251,12 @@ class PgmMethod(MethodBase):
             out.append(Observation(attrs=(names[a], names[b]), counts=_noisy(truth[(a, b)], sigma, rng), stddev=sigma))
         return out
 
-    def _measure_aim(self, cm, schema: Schema, obs, spend, ledger: Ledger, rng) -> list[Observation]:
+    def _measure_aim(self, truth, schema: Schema, obs, spend, ledger: Ledger, rng) -> list[Observation]:
         names, cards = schema.names, schema.cardinalities
         units = self._units(schema)
         cands = self._aim_candidates(schema)
         weights = self._aim_weights(schema, cands)
         sens = float(weights.max())
-        truth = count_marginals(cm, cards, cands)
         sizes = np.array([math.prod(cards[j] for j in r) for r in cands], dtype=np.float64)
         dom = domain_of(schema)
         model = self._fit(schema, obs, iters=300)

@@ -30,6 +30,7 @@ from dpsynth.pipeline import (
     run_stages,
     timed,
 )
+from dpsynth.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
 from .tasks.measure import measure_task
@@ -132,12 +133,15 @@ def release_flow(
     dataset: str | None = None,
     period: str | None = None,
     period_epsilon: float | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    dask_address: str | None = None,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data).
 
     ``dataset`` names the registry's dataset (default: the schema's name); ``period`` and
     ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
-    beside the dataset's own caps.
+    beside the dataset's own caps. ``chunk_rows`` and ``dask_address``: how encode and
+    measure read the rows (docs/scale.md); the release does not depend on them.
     """
     arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
     t_flow = time.perf_counter()

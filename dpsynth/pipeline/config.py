@@ -22,7 +22,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..bundle import read_sign_key
-from ..encoding import check_file, file_sha256
+from ..dask_runner import parse_address
+from ..encode_parts import input_files, input_sha256
+from ..encoding import check_file
+from ..rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
 from ..precheck import check_options, check_rows, noise_warnings
@@ -96,6 +99,11 @@ class ReleaseConfig:
     dataset: str | None = None  # registry identity (default: the schema's name)
     period: str | None = None  # a per-period budget declared by the caller (deployments)
     period_epsilon: float | None = None
+    #: Rows read at once by encode and by measure (memory bound; results do not depend on it).
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    #: Dask scheduler (``tcp://host:8786``) or ``local``/``local:N`` for a LocalCluster;
+    #: None: this process. Results do not depend on it (docs/scale.md).
+    dask_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
@@ -105,6 +113,10 @@ class ReleaseConfig:
         if self.dataset is not None:
             check_dataset_name(self.dataset)
         check_period(self.period, self.period_epsilon)
+        if isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, int) or self.chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be a whole number >= 1, got {self.chunk_rows!r}")
+        if self.dask_address is not None:
+            parse_address(self.dask_address)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -262,9 +274,10 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing
-    if not Path(config.data).is_file():
+    if not Path(config.data).exists():
         raise ReleaseError(f"input {config.data}: no such file")
-    check_file(config.data, schema)
+    for f in input_files(config.data):
+        check_file(f, schema)
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     check_name(name)
     target = Path(config.out) / name
@@ -281,5 +294,5 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         charges=charges,
         name=name,
         seed=seed,
-        data_sha256=file_sha256(config.data),
+        data_sha256=input_sha256(config.data),
     )

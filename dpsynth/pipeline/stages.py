@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -21,10 +22,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ..bundle import fsync_path, publish_release, read_sign_key
-from ..encoding import EncodedTable, decode, encode, read_table, write_csv
+from ..encode_parts import encode_to_parts
+from ..encoding import EncodedTable, decode, write_csv
 from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Ledger
 from ..privacy.rng import seed_commitment
+from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
 from ..workspace_key import opaque_key
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
@@ -57,33 +60,59 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     os.replace(tmp, path)
 
 
-def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str) -> Path:
-    """Encodes the raw table to codes; cached on (content hash, schema)."""
+def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, *,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, runner: Runner | None = None) -> Path:
+    """Encodes the raw input (a file or a folder of files) to a folder of Parquet codes,
+    partition by partition in chunks of ``chunk_rows`` rows; cached on (content hash, schema).
+
+    With a Dask ``runner`` the partitions are encoded on its workers.
+    """
     folder = workspace / "encoded" / opaque_key(workspace, "encode", data_sha256, schema.fingerprint())
-    path = folder / "codes.parquet"
+    path = folder / "codes"
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    enc = encode(read_table(data, schema), schema)
-    tmp = folder / f".codes.{os.getpid()}.parquet"
-    enc.to_parquet(tmp)
-    os.replace(tmp, path)
+    tmp = folder / f".codes.{os.getpid()}.{time.time_ns()}"
+    try:
+        encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner)
+        for f in tmp.iterdir():
+            fsync_path(f)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return path
 
 
 def encode_release(plan: ReleasePlan) -> Path:
-    """The encode stage for a plan's input (the form the engines call)."""
-    return encode_stage(Path(plan.config.data), plan.schema, plan.config.workspace, plan.data_sha256)
+    """The encode stage for a plan's input (the form the engines call), on the config's
+    Dask cluster when it names one."""
+    c = plan.config
+    with row_runner(c.dask_address) as runner:
+        return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows,
+                            runner=runner)
 
 
-def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
-    """The DP boundary. Returns the measurement folder; never measures twice."""
+def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None = None,
+                  runner: Runner | None = None) -> Path:
+    """The DP boundary. Returns the measurement folder; never measures twice.
+
+    A method that measures counts reads the codes partition by partition (memory bounded
+    by ``chunk_rows``, default the config's; on a Dask ``runner``, default the config's
+    cluster, on its workers); the others get the whole table, in this process.
+    """
     folder = plan.release_dir() / "measurement"
     if (folder / COMPLETE).exists():
         return folder
-    codes = EncodedTable.from_parquet(codes_path, plan.schema)
+    if runner is None:
+        with row_runner(plan.config.dask_address) as opened:
+            return measure_stage(plan, codes_path, chunk_rows=chunk_rows, runner=opened)
+    method = plan.method()
+    source = RowSource.from_parquet(codes_path, plan.schema, chunk_rows=chunk_rows or plan.config.chunk_rows,
+                                    runner=runner)
+    codes = source if getattr(method, "measures_counts", False) else load_rows(source, plan.method_name)
     ledger = Ledger(plan.budget, plan.charges)
-    m = plan.method().measure(codes, ledger, plan.rng("measure"))
+    m = method.measure(codes, ledger, plan.rng("measure"))
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
@@ -91,6 +120,18 @@ def measure_stage(plan: ReleasePlan, codes_path: Path) -> Path:
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
     return folder
+
+
+@contextmanager
+def row_runner(dask_address: str | None) -> Iterator[Runner]:
+    """This process (no address), or a Dask cluster (``dpsynth.dask_runner.connect``)."""
+    if not dask_address:
+        yield SerialRunner()
+        return
+    from ..dask_runner import connect
+
+    with connect(dask_address) as runner:
+        yield runner
 
 
 def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:

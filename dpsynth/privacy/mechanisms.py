@@ -45,6 +45,8 @@ __all__ = [
     "report_noisy_max",
     "report_noisy_max_charge",
     "percentile_scores",
+    "percentile_scores_hist",
+    "dp_percentile_hist",
     "dp_percentile",
 ]
 
@@ -191,12 +193,22 @@ def percentile_scores(values: np.ndarray, percentage: float, upper: int) -> np.n
     removing one record moves it by at most 1.
     """
     x = np.clip(np.asarray(values, dtype=np.int64), 0, upper)
-    n = x.size
+    return percentile_scores_hist(np.bincount(x, minlength=upper + 1), percentage)
+
+
+def percentile_scores_hist(hist: np.ndarray, percentage: float) -> np.ndarray:
+    """:func:`percentile_scores` from the histogram of the values over 0..upper (counted in pieces)."""
+    hist = np.asarray(hist, dtype=np.int64)
+    n = int(hist.sum())
     r = max(1, math.ceil(percentage / 100.0 * n - 1e-9))
-    hist = np.bincount(x, minlength=upper + 1)
     le = np.cumsum(hist)
     lt = le - hist
     return -np.maximum(0, np.maximum(r - le, lt - r + 1)).astype(np.float64)
+
+
+def dp_percentile_hist(hist: np.ndarray, percentage: float, epsilon: float, rng: np.random.Generator) -> int:
+    """:func:`dp_percentile` from the histogram of the values over 0..upper."""
+    return report_noisy_max(percentile_scores_hist(hist, percentage), epsilon, 1.0, rng)
 
 
 def dp_percentile(values: np.ndarray, percentage: float, epsilon: float, upper: int, rng: np.random.Generator) -> int:

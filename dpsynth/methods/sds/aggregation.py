@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from ...counting import column_major, count_marginals, flat_index
-from ...privacy.mechanisms import dp_percentile
+from ...encoding import EncodedTable
+from ...privacy.mechanisms import dp_percentile_hist
+from ...rowsource import RowSource, as_source
+from ...tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
 from ...privacy.noise import discrete_gaussian, discrete_laplace
 from ...schema import Schema
 from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records
@@ -69,56 +71,6 @@ def _candidates(prev: dict[Combo, np.ndarray], cards: Sequence[int], k: int, p: 
     return out
 
 
-def _row_lookup_sum(cm: np.ndarray, cards, tables: dict[Combo, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """For each selected row, how many of the tables are True at its cell."""
-    total = np.zeros(rows.size, dtype=np.int64)
-    if rows.size == 0:
-        return total
-    buf = np.empty(rows.size, dtype=np.int64)
-    for combo, tab in tables.items():
-        idx = flat_index(cm, cards, combo, rows, out=buf)
-        total += tab.ravel()[idx]
-    return total
-
-
-def _capped_counts(
-    cm: np.ndarray,
-    cards,
-    cand: dict[Combo, np.ndarray],
-    rows: np.ndarray,
-    allowed: int,
-    rng: np.random.Generator,
-) -> dict[Combo, np.ndarray]:
-    """Counts contributed by records that keep a random ``allowed`` of their valid tuples."""
-    combos = list(cand)
-    flat = [cand[c].ravel() for c in combos]
-    out = {c: np.zeros(cand[c].size, dtype=np.int64) for c in combos}
-    if rows.size == 0 or allowed <= 0 or not combos:
-        return {c: v.reshape(cand[c].shape) for c, v in out.items()}
-    step = max(1, _CHUNK // len(combos))
-    for start in range(0, rows.size, step):
-        r = rows[start : start + step]
-        keys = np.empty((r.size, len(combos)), dtype=np.int64)
-        valid = np.empty((r.size, len(combos)), dtype=bool)
-        for t, c in enumerate(combos):
-            keys[:, t] = flat_index(cm, cards, c, r)
-            valid[:, t] = flat[t][keys[:, t]]
-        u = rng.random(valid.shape)
-        u[~valid] = 2.0  # invalid tuples sort last: never picked (rows here have > allowed valid)
-        if allowed < len(combos):
-            pick = np.argpartition(u, allowed - 1, axis=1)[:, :allowed]
-            keep = np.zeros(valid.shape, dtype=bool)
-            np.put_along_axis(keep, pick, True, axis=1)
-            keep &= valid
-        else:
-            keep = valid
-        for t, c in enumerate(combos):
-            sel = keys[keep[:, t], t]
-            if sel.size:
-                out[c] += np.bincount(sel, minlength=out[c].size)
-    return {c: v.reshape(cand[c].shape) for c, v in out.items()}
-
-
 def normalise(levels: list[dict[Combo, np.ndarray]]) -> None:
     """In place: every k-tuple's count <= each of its (k-1)-sub-tuples' counts.
 
@@ -148,60 +100,34 @@ class AggregateResult:
     one_way: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-def _eligibility(cm: np.ndarray, cards: Sequence[int], miss: Sequence[int | None], n: int,
-                 as_value: bool) -> tuple[list[np.ndarray], np.ndarray]:
-    """Per column, the codes a tuple may hold; per record, how many of its cells are such codes."""
+def _eligibility(cards: Sequence[int], miss: Sequence[int | None], as_value: bool
+                 ) -> tuple[list[np.ndarray], tuple[int | None, ...]]:
+    """Per column, the codes a tuple may hold, and the code a tuple may not (missing,
+    unless empty cells are a value) that each record's cells are checked against."""
+    excluded = tuple(None if (m is None or as_value) else int(m) for m in miss)
     eligible = []
-    nonmissing = np.zeros(n, dtype=np.int64)
-    for j in range(len(cards)):
-        e = np.ones(cards[j], dtype=bool)
-        if miss[j] is not None and not as_value:
-            e[miss[j]] = False
-            nonmissing += cm[j] != miss[j]
-        else:
-            nonmissing += 1
+    for j, card in enumerate(cards):
+        e = np.ones(card, dtype=bool)
+        if excluded[j] is not None:
+            e[excluded[j]] = False
         eligible.append(e)
-    return eligible, nonmissing
+    return eligible, excluded
 
 
-def _level_candidates(
-    k: int, prev: dict[Combo, np.ndarray], cm: np.ndarray, cards: Sequence[int],
-    eligible: list[np.ndarray], nonmissing: np.ndarray, public: bool,
-) -> tuple[dict[Combo, np.ndarray], np.ndarray]:
-    """The candidate k-tuples (dense bool tables) and each record's number of valid ones."""
-    n, p = nonmissing.size, len(cards)
+def _level_spec(k: int, prev: dict[Combo, np.ndarray], cards: Sequence[int], eligible: list[np.ndarray],
+                excluded: tuple[int | None, ...], public: bool) -> LevelSpec:
+    """The candidate k-tuples (dense bool tables) and what a partition needs to count them."""
+    p = len(cards)
     if k == 1 and public:
         # The domain is public: every code of every column, the missing code too, is
         # a candidate; each record holds exactly p of them.
-        return {(j,): np.ones(cards[j], dtype=bool) for j in range(p)}, np.full(n, p, dtype=np.int64)
+        cand = {(j,): np.ones(cards[j], dtype=bool) for j in range(p)}
+        return LevelSpec(k=1, cand=cand, excluded=excluded, public=True)
     if k == 1:
-        return {(j,): eligible[j].copy() for j in range(p) if eligible[j].any()}, nonmissing.copy()
+        cand = {(j,): eligible[j].copy() for j in range(p) if eligible[j].any()}
+        return LevelSpec(k=1, cand=cand, excluded=excluded)
     cand = _candidates(prev, cards, k, p) if prev else {}
-    # A record whose (k-1)-tuples all survived has C(m, k) valid k-tuples; only the
-    # others ("dirty") need a per-tuple lookup.
-    survived = _row_lookup_sum(cm, cards, {c: t > 0 for c, t in prev.items()}, np.arange(n))
-    m = nonmissing
-    expected = np.array([math.comb(int(v), k - 1) for v in range(p + 1)], dtype=np.int64)[m]
-    dirty = np.flatnonzero(survived != expected)
-    valid = np.array([math.comb(int(v), k) for v in range(p + 1)], dtype=np.int64)[m]
-    if dirty.size:
-        valid[dirty] = _row_lookup_sum(cm, cards, cand, dirty)
-    return cand, valid
-
-
-def _level_counts(cm: np.ndarray, cards: Sequence[int], cand: dict[Combo, np.ndarray], valid: np.ndarray,
-                  allowed: int, rng: np.random.Generator) -> dict[Combo, np.ndarray]:
-    """Exact candidate counts, each record contributing at most ``allowed`` tuples."""
-    capped = np.flatnonzero(valid > allowed)
-    free = np.flatnonzero(valid <= allowed)
-    counts: dict[Combo, np.ndarray] = {}
-    if cand and allowed > 0:
-        sub_cm = cm if capped.size == 0 else np.ascontiguousarray(cm[:, free])
-        exact = count_marginals(sub_cm, cards, list(cand))
-        extra = _capped_counts(cm, cards, cand, capped, allowed, rng)
-        for c in cand:
-            counts[c] = np.where(cand[c], exact[c] + extra[c], 0)
-    return counts
+    return LevelSpec(k=k, cand=cand, prev={c: t > 0 for c, t in prev.items()}, excluded=excluded)
 
 
 def _report_level(
@@ -228,7 +154,7 @@ def _report_level(
 
 
 def aggregate(
-    codes: np.ndarray,
+    codes: np.ndarray | RowSource,
     schema: Schema,
     params: SdsParams,
     split: NoiseSplit,
@@ -238,7 +164,8 @@ def aggregate(
     _noise: bool = True,
     _allowed: Sequence[int] | None = None,
 ) -> AggregateResult:
-    """The DP aggregates of ``codes`` (n, p).
+    """The DP aggregates of ``codes``: an (n, p) array, or a :class:`RowSource` read
+    partition by partition in bounded memory (on any runner; the result is the same).
 
     ``spend(stage)`` is called as each planned part of the budget is used. ``_noise=False``
     is a test-only path (exact counts, Delta_k = the maximum unless ``_allowed`` fixes it,
@@ -246,37 +173,39 @@ def aggregate(
     a release.
     """
     spend = spend or (lambda stage: None)
-    n, p = codes.shape
+    source = codes if isinstance(codes, RowSource) else as_source(EncodedTable(schema=schema, codes=codes))
+    p = len(schema.columns)
     R = params.reporting_length
     cards = list(schema.cardinalities)
-    cm = column_major(codes)
-    eligible, nonmissing = _eligibility(cm, cards, list(schema.missing_codes), n, params.empty_cells == "value")
+    public = params.one_way == "public"
+    eligible, excluded = _eligibility(cards, list(schema.missing_codes), params.empty_cells == "value")
+    spec = _level_spec(1, {}, cards, eligible, excluded, public)
+    hists = valid_histogram(source, spec)  # k = 1: also counts the records
+    n = int(sum(int(h.sum()) for h in hists))
 
     # 1. protected number of records
     spend(_stage_records())
-    if _noise:
-        n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0]))
-    else:
-        n_p = n
+    n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0])) if _noise else n
     delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
     rule = _threshold_rule(params)
-    public = params.one_way == "public"
     one_way: dict[int, np.ndarray] = {}
 
     levels: list[dict[Combo, np.ndarray]] = []
     info: dict[str, Any] = {"allowed_sensitivity": [], "thresholds": [], "noise_sd": [], "candidates": [],
                             "reported": []}
     for k in range(1, R + 1):
-        cand, valid = _level_candidates(k, levels[-1] if levels else {}, cm, cards, eligible, nonmissing, public)
+        if k > 1:
+            spec = _level_spec(k, levels[-1], cards, eligible, excluded, public)
+            hists = valid_histogram(source, spec)
+        cand, hist = spec.cand, np.sum(hists, axis=0)
         spend(_stage_percentile(k))
         if _noise:
-            allowed = dp_percentile(valid, params.percentile_percentage, split.percentile_epsilon,
-                                    math.comb(p, k), rng)
+            allowed = dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
         elif _allowed is not None:
             allowed = int(_allowed[k - 1])
         else:
-            allowed = int(valid.max()) if valid.size else 0
-        counts = _level_counts(cm, cards, cand, valid, allowed, rng)
+            allowed = int(np.flatnonzero(hist).max()) if hist.any() else 0
+        counts = tuple_counts(source, spec, allowed, records_over(hists, allowed), rng)
         spend(_stage_gaussian(k))
         sd = split.sigmas[k - 1] * math.sqrt(max(allowed, 0))
         level: dict[Combo, np.ndarray] = {}

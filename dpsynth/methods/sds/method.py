@@ -11,6 +11,7 @@ import numpy as np
 
 from ...encoding import EncodedTable, code_dtype
 from ...privacy.budget import Budget, Charge, Ledger
+from ...rowsource import RowSource
 from ...privacy.noise import discrete_laplace_sd
 from ...schema import Schema
 from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, NoisyMarginal, PrivacyStatement, params_to_dict
@@ -27,6 +28,7 @@ class SdsMethod(MethodBase):
     name: ClassVar[str] = "sds"
     params_type: ClassVar[type] = SdsParams
     provides_marginals: ClassVar[bool] = True
+    measures_counts: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def __init__(self, params: SdsParams | None = None):
@@ -43,7 +45,7 @@ class SdsMethod(MethodBase):
         return plan_charges(self.params, schema, budget)
 
     # -- DP aggregates --------------------------------------------------------------------
-    def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+    def measure(self, codes: EncodedTable | RowSource, ledger: Ledger, rng: np.random.Generator) -> Measurement:
         schema = codes.schema
         split = self.split(schema, ledger.budget)
         charges: list[Charge] = []
@@ -51,7 +53,8 @@ class SdsMethod(MethodBase):
         def spend(stage: str) -> None:
             charges.append(ledger.spend(stage))
 
-        res = aggregate(codes.codes, schema, self.params, split, rng, spend=spend)
+        res = aggregate(codes if isinstance(codes, RowSource) else codes.codes, schema, self.params, split, rng,
+                        spend=spend)
         frame = aggregates_frame(res.levels, schema)
         sd1 = float(res.info["noise_sd"][0]) if res.info["noise_sd"] else 0.0
         # 1-counts at or below max(tau_1, 0) were suppressed (see aggregate).

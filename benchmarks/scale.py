@@ -1,0 +1,266 @@
+"""Scale: encode + sds measure + pgm measure on 1M, 10M, 100M rows x 20 columns.
+
+For each size, a synthetic raw table (10 categorical columns with 2-12 categories, unseen
+values and nulls; 10 numeric columns with NaN and out-of-range values) is generated in
+pieces and streamed to a Parquet dataset on local disk (files of 1M rows, row groups of
+``--chunk-rows``), never held whole in memory. Each mode then runs in a fresh process:
+
+* ``serial``: partitions one after the other in that process (the default path);
+* ``dask``: a Dask LocalCluster of 2 single-threaded worker processes, started first
+  (its start-up time is reported apart).
+
+Phases: encode (raw -> Parquet codes, :func:`dpsynth.encode_parts.encode_to_parts`),
+sds measure (default parameters), pgm measure (MST), all at epsilon 1 with a fixed seed;
+the measurements of both modes are compared by digest (they must be equal). The parent
+samples the resident memory of the run's process and every descendant (Dask workers)
+every 0.1 s and reports each one's peak and the peak of their sum.
+
+    python benchmarks/scale.py --rows 1000000,10000000
+    python benchmarks/scale.py --rows 100000000 --modes serial    # one locked run each
+
+Results merge into benchmarks/results/scale.json by (rows, mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
+
+CAT, NUM, FILE_ROWS = 10, 10, 1_000_000
+DEFAULT_CHUNK = 1 << 20  # the library default
+
+
+def schema():
+    from dpsynth.schema import schema_from_dict
+
+    cols = []
+    for j in range(CAT):
+        k = 2 + j % 11
+        cols.append({"name": f"c{j}", "type": "categorical", "values": [f"v{i}" for i in range(k)],
+                     "other": j % 2 == 0, "missing": [""]})
+    for j in range(NUM):
+        cols.append({"name": f"x{j}", "type": "numeric", "bounds": [0, 1000], "bins": 16, "missing": ["NA"]})
+    return schema_from_dict({"name": "scale", "columns": cols})
+
+
+def _piece(rows: int, rng: np.random.Generator):
+    import pyarrow as pa
+
+    data = {}
+    z = rng.integers(0, 4, rows)  # a shared factor: the columns are correlated
+    for j in range(CAT):
+        k = 2 + j % 11
+        words = pa.array([f"v{i}" for i in range(k)] + ["unseen"])
+        idx = np.where(rng.random(rows) < 0.7, z % k, rng.integers(0, k + 1, rows)).astype(np.int32)
+        nulls = rng.random(rows) < 0.01
+        data[f"c{j}"] = pa.DictionaryArray.from_arrays(pa.array(idx, mask=nulls), words)
+    for j in range(NUM):
+        v = (rng.normal(250 * (z % 4), 200, rows)).round(1)
+        v[rng.random(rows) < 0.05] = np.nan
+        data[f"x{j}"] = pa.array(v)
+    return pa.table(data)
+
+
+def generate(rows: int, folder: Path, chunk_rows: int) -> float:
+    """Streams ``rows`` rows to ``folder`` as Parquet files of FILE_ROWS rows; returns seconds."""
+    import pyarrow.parquet as pq
+
+    if (folder / "COMPLETE").exists():
+        return 0.0
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(2026)
+    for i, start in enumerate(range(0, rows, FILE_ROWS)):
+        piece = _piece(min(FILE_ROWS, rows - start), rng)
+        pq.write_table(piece, folder / f"part-{i:05d}.parquet", row_group_size=chunk_rows, compression="zstd")
+    (folder / "COMPLETE").write_text("")  # not a .parquet file: never read as data
+    return time.perf_counter() - t0
+
+
+def _digest(m) -> str:
+    h = hashlib.sha256()
+    for nm in m.measured:
+        h.update(repr(nm.attrs).encode() + np.ascontiguousarray(nm.counts, dtype=np.float64).tobytes())
+    if m.records is not None:
+        h.update(repr(m.records.value).encode())
+    return h.hexdigest()[:16]
+
+
+def child(args: argparse.Namespace) -> None:
+    """One run in this process: prints one JSON line."""
+    from contextlib import nullcontext
+
+    from dpsynth.encode_parts import encode_to_parts
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+    from dpsynth.rowsource import SerialRunner
+
+    sch = schema()
+    out: dict = {"rows": args.rows, "mode": args.mode}
+    t0 = time.perf_counter()
+    if args.mode == "dask":
+        from dpsynth.dask_runner import connect
+
+        ctx = connect("local:2")
+    else:
+        ctx = nullcontext(SerialRunner())
+    with ctx as runner:
+        out["cluster_start_s"] = round(time.perf_counter() - t0, 3)
+        codes = Path(args.codes)
+        shutil.rmtree(codes, ignore_errors=True)
+        t = time.perf_counter()
+        src = encode_to_parts(args.data, sch, codes, chunk_rows=args.chunk_rows, runner=runner)
+        out["encode_s"] = round(time.perf_counter() - t, 3)
+        print("PHASE " + json.dumps({"encode_s": out["encode_s"]}), flush=True)
+        out["partitions"] = len(src.parts)
+        assert src.rows == args.rows, (src.rows, args.rows)
+        for name, params in (("sds", {}), ("pgm", {"select": "mst"})):
+            method = get_method(name, params)
+            budget = Budget(epsilon=1.0, delta=1e-6)
+            ledger = Ledger(budget, method.plan(sch, budget))
+            t = time.perf_counter()
+            m = method.measure(src, ledger, np.random.default_rng(7))
+            out[f"{name}_measure_s"] = round(time.perf_counter() - t, 3)
+            out[f"{name}_digest"] = _digest(m)
+            print("PHASE " + json.dumps({f"{name}_measure_s": out[f"{name}_measure_s"]}), flush=True)
+        shutil.rmtree(codes, ignore_errors=True)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _sample(proc, peaks: dict, stop: threading.Event) -> None:
+    import psutil
+
+    root = psutil.Process(proc.pid)
+    while not stop.is_set():
+        total = 0
+        try:
+            procs = [root] + root.children(recursive=True)
+        except psutil.Error:
+            break
+        for p in procs:
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:
+                continue
+            total += rss
+            label = "driver" if p.pid == root.pid else f"child-{p.pid}"
+            peaks[label] = max(peaks.get(label, 0), rss)
+        peaks["sum"] = max(peaks.get("sum", 0), total)
+        stop.wait(0.1)
+
+
+def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit: float) -> dict:
+    codes = work / f"codes-{rows}-{mode}"
+    cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
+           "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
+    peaks: dict = {}
+    stop = threading.Event()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sampler = threading.Thread(target=_sample, args=(proc, peaks, stop), daemon=True)
+    sampler.start()
+    try:
+        stdout, _ = proc.communicate(timeout=limit)
+        error = None if proc.returncode == 0 else f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # the run and its Dask workers: a session of their own
+        stdout, _ = proc.communicate()
+        error = f"stopped at the time limit of {limit:.0f} s"
+    wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    shutil.rmtree(codes, ignore_errors=True)
+    res: dict = {"rows": rows, "mode": mode}
+    for line in stdout.splitlines():
+        if line.startswith(("PHASE ", "RESULT ")):
+            res.update(json.loads(line.split(" ", 1)[1]))
+    mb = 1 << 20
+    workers = {k: v for k, v in peaks.items() if k.startswith("child-")}
+    res["process_wall_s"] = round(wall, 3)
+    res["peak_rss_mb"] = {"driver": round(peaks.get("driver", 0) / mb),
+                          "workers": sorted(round(v / mb) for v in workers.values()),
+                          "all_processes_sum": round(peaks.get("sum", 0) / mb)}
+    if error is not None:
+        res["error"] = error
+        return res
+    work_s = res["encode_s"] + res["sds_measure_s"] + res["pgm_measure_s"]
+    res.update({"encode_plus_measure_s": round(work_s, 3), "rows_per_s": round(rows / work_s)})
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1000000,10000000")
+    ap.add_argument("--modes", default="serial,dask")
+    ap.add_argument("--work", default="/tmp/dpsynth-scale")
+    ap.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK)
+    ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=1200.0, help="seconds per mode run (then stopped)")
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--mode")
+    ap.add_argument("--data")
+    ap.add_argument("--codes")
+    args = ap.parse_args()
+    if args.child:
+        args.rows = int(args.rows)
+        child(args)
+        return
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "scale.json"
+    old = json.loads(path.read_text()).get("results", []) if path.exists() else []
+    results = {(r["rows"], r["mode"]): r for r in old}
+    for rows in (int(x) for x in args.rows.split(",")):
+        data = work / f"raw-{rows}"
+        gen_s = generate(rows, data, args.chunk_rows)
+        disk = sum(f.stat().st_size for f in data.glob("*.parquet")) / 1e9
+        for mode in args.modes.split(","):
+            res = run_one(rows, mode, data, work, args.chunk_rows, args.time_limit)
+            res.update({"generate_s": round(gen_s, 1), "raw_parquet_gb": round(disk, 2),
+                        "chunk_rows": args.chunk_rows, "loadavg": list(os.getloadavg()),
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            results[(rows, mode)] = res
+            print(json.dumps(res), flush=True)
+        if not args.keep_data:
+            shutil.rmtree(data, ignore_errors=True)
+    ordered = sorted(results.values(), key=lambda r: (r["rows"], r["mode"]))
+    headers = ["rows", "mode", "encode s", "sds s", "pgm s", "total s", "rows/s", "driver MB", "worker MB",
+               "sum MB", "same"]
+    table = []
+    for r in ordered:
+        if "error" in r:
+            pk = r["peak_rss_mb"]
+            table.append([r["rows"], r["mode"], r.get("encode_s", ""), r.get("sds_measure_s", ""),
+                          r.get("pgm_measure_s", ""), r["error"], "", pk["driver"], max(pk["workers"], default=0),
+                          pk["all_processes_sum"], ""])
+            continue
+        other = results.get((r["rows"], "serial"))
+        same = "" if other is None or "error" in other else str(
+            other["sds_digest"] == r["sds_digest"] and other["pgm_digest"] == r["pgm_digest"])
+        pk = r["peak_rss_mb"]
+        table.append([r["rows"], r["mode"], r["encode_s"], r["sds_measure_s"], r["pgm_measure_s"],
+                      r["encode_plus_measure_s"], r["rows_per_s"], pk["driver"], max(pk["workers"], default=0),
+                      pk["all_processes_sum"], same])
+    print_table(headers, table)
+    write_json("scale", {"columns": CAT + NUM, "targets": {"10M_encode_plus_measure_s": 60, "peak_mb": 2048},
+                         "results": ordered})
+
+
+if __name__ == "__main__":
+    main()
