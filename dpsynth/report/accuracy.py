@@ -45,6 +45,7 @@ class Utility:
 
     @property
     def marginals(self) -> int:
+        """How many multi-column marginals the score averages over."""
         return sum(n for n, _, _ in self.by_k.values())
 
     def _mean(self, i: int) -> float | None:
@@ -54,18 +55,22 @@ class Utility:
 
     @property
     def synthetic_tvd(self) -> float | None:
+        """Mean TVD of the synthetic table to the measured marginals (None when none)."""
         return self._mean(1)
 
     @property
     def baseline_tvd(self) -> float | None:
+        """Mean TVD of the product of measured 1-way marginals (None when none)."""
         return self._mean(2)
 
     @property
     def score(self) -> float | None:
+        """1 - synthetic_tvd: the overall utility score shown in the report."""
         return None if self.synthetic_tvd is None else 1.0 - self.synthetic_tvd
 
     @property
     def baseline_score(self) -> float | None:
+        """1 - baseline_tvd: the independent-columns score shown beside it."""
         return None if self.baseline_tvd is None else 1.0 - self.baseline_tvd
 
 

@@ -114,6 +114,7 @@ def _tvd_plot(errors: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> str:
+    """The report's Plots section: error by marginal size, then one chart per column."""
     errors = list(gate.get("marginal_errors") or [])
     one_way_tvd = {e["marginal"]: float(e["tvd"]) for e in errors if int(e.get("k", 0)) == 1}
     out = ['<h2 id="plots">Plots</h2>']
