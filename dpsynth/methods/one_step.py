@@ -37,7 +37,8 @@ from ..encoding import EncodedTable, code_dtype
 from ..onestep.dp import BinnedBurr, dp_beta, dp_normal, grouped_burr_mle, noisy_histogram
 from ..onestep.engine import iterate, one_step
 from ..onestep.families import Beta, Normal
-from ..onestep.loglinear import LogLinear, TableTooLarge, check_table_size, ipf, to_simplex, two_way_cliques
+from ..inference import Domain, Observation
+from ..onestep.graphical import TreeLogLinear, select_pairs
 from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_gaussian
@@ -46,17 +47,23 @@ from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, ParamError
 
 __all__ = ["OneStepParams", "OneStepMethod", "column_blocks"]
 
-Family = Literal["normal", "beta", "burr", "loglinear"]
-_FAMILIES = ("normal", "beta", "burr", "loglinear")
+Family = Literal["auto", "normal", "beta", "burr", "loglinear"]
+_FAMILIES = ("auto", "normal", "beta", "burr", "loglinear")
 
 
 @dataclass(frozen=True, kw_only=True)
 class OneStepParams:
-    """``families``: ``col:family`` overrides of ``numeric_family`` for numeric columns."""
+    """``families``: ``col:family`` overrides of ``numeric_family`` for numeric columns.
 
-    numeric_family: Family = "normal"
+    ``numeric_family=auto`` (the default) models a numeric column by its bins in the
+    log-linear model, unless ``families`` names a parametric family for it: the schema's
+    bins are public, and the binned model keeps the column's dependence on the others.
+    ``max_cells`` bounds the log-linear model's junction tree (cells over all cliques).
+    """
+
+    numeric_family: Family = "auto"
     families: tuple[str, ...] = ()
-    max_cells: int = 500_000
+    max_cells: int = 50_000
     partition: bool = False
     one_step: bool = True
     steps: int = 1
@@ -66,8 +73,9 @@ class OneStepParams:
             raise ParamError(f"parameter 'numeric_family' must be one of {list(_FAMILIES)}")
         for item in self.families:
             col, _, fam = str(item).partition(":")
-            if not col or fam not in _FAMILIES:
-                raise ParamError(f"parameter 'families': {item!r} must read column:family, family in {list(_FAMILIES)}")
+            if not col or fam not in _FAMILIES[1:]:
+                raise ParamError(f"parameter 'families': {item!r} must read column:family, "
+                                 f"family in {list(_FAMILIES[1:])}")
         if not 2 <= self.max_cells <= 50_000_000:
             raise ParamError(f"parameter 'max_cells' must lie in [2, 50000000], got {self.max_cells}")
         if not 1 <= self.steps <= 100:
@@ -77,31 +85,58 @@ class OneStepParams:
         if col.type == "categorical":
             return "loglinear"
         chosen = dict(str(i).partition(":")[::2] for i in self.families)
-        return chosen.get(col.name, self.numeric_family)
+        fam = chosen.get(col.name, self.numeric_family)
+        return "loglinear" if fam == "auto" else fam
 
 
-def column_blocks(schema: Schema, params: OneStepParams) -> list[list[str]]:
-    """Blocks of log-linear columns (schema order), each table within ``max_cells``."""
-    names = [c.name for c in schema.columns if params.family_of(c) == "loglinear"]
-    if not names:
-        return []
-    cards = {c.name: c.cardinality for c in schema.columns}
-    try:
-        if not params.partition:
-            check_table_size([cards[n] for n in names], params.max_cells, names)
-            return [names]
-        blocks: list[list[str]] = [[]]
-        size = 1
-        for n in names:
-            check_table_size([cards[n]], params.max_cells, [n])
-            if size * cards[n] > params.max_cells:
-                blocks.append([])
-                size = 1
-            blocks[-1].append(n)
-            size *= cards[n]
-        return blocks
-    except TableTooLarge as exc:
-        raise ParamError(str(exc)) from None
+def loglinear_domain(schema: Schema, params: OneStepParams) -> Domain | None:
+    """The public domain of the log-linear columns (schema order), None if there is none."""
+    cols = [c for c in schema.columns if params.family_of(c) == "loglinear"]
+    if not cols:
+        return None
+    return Domain(names=tuple(c.name for c in cols), sizes=tuple(c.cardinality for c in cols))
+
+
+def column_blocks(domain: Domain, max_cells: int) -> list[list[str]]:
+    """Columns (in order) cut into blocks whose full tables are within ``max_cells``."""
+    blocks: list[list[str]] = [[]]
+    size = 1
+    for n, card in zip(domain.names, domain.sizes):
+        if size * card > max_cells and blocks[-1]:
+            blocks.append([])
+            size = 1
+        blocks[-1].append(n)
+        size *= card
+    return blocks
+
+
+def interactions(schema: Schema, params: OneStepParams) -> tuple[Domain | None, list[tuple[str, str]]]:
+    """The log-linear columns and the model's two-way interactions, from the schema alone.
+
+    Default: :func:`~dpsynth.onestep.graphical.select_pairs` (every pair when the full table
+    fits ``max_cells``). ``partition=true``: every pair inside blocks of columns (schema
+    order) whose full tables fit, none across blocks. Refuses, naming the limit, a model
+    whose main effects alone exceed ``max_cells``.
+    """
+    domain = loglinear_domain(schema, params)
+    if domain is None:
+        return None, []
+    if sum(domain.sizes) > params.max_cells or max(domain.sizes) > params.max_cells:
+        big = max(zip(domain.sizes, domain.names))
+        raise ParamError(
+            f"the log-linear model's main effects alone need {sum(domain.sizes):,} cells (largest column "
+            f"{big[1]!r}: {big[0]:,}), over the limit max_cells={params.max_cells:,}; raise max_cells or give "
+            "large numeric columns a parametric family (families=col:normal)")
+    if params.partition:
+        pairs = [(a, b) for block in column_blocks(domain, params.max_cells)
+                 for i, a in enumerate(block) for b in block[i + 1:]]
+    else:
+        pairs = select_pairs(domain, params.max_cells)
+    return domain, pairs
+
+
+def _sets(domain: Domain | None, pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+    return [] if domain is None else [(n,) for n in domain.names] + list(pairs)
 
 
 def _key(attrs: tuple[str, ...]) -> str:
@@ -111,10 +146,8 @@ def _key(attrs: tuple[str, ...]) -> str:
 def _units(schema: Schema, params: OneStepParams) -> list[tuple[str, str, dict[str, Any]]]:
     """(stage, kind, detail) of every estimator, in measuring order."""
     out: list[tuple[str, str, dict[str, Any]]] = [("measure/records", "gaussian", {"sensitivity_l2": 1.0})]
-    for block in column_blocks(schema, params):
-        for clique in two_way_cliques(len(block)):
-            attrs = tuple(block[i] for i in clique)
-            out.append((f"measure/loglinear/{_key(attrs)}", "gaussian", {"sensitivity_l2": 1.0}))
+    for attrs in _sets(*interactions(schema, params)):
+        out.append((f"measure/loglinear/{_key(attrs)}", "gaussian", {"sensitivity_l2": 1.0}))
     for col in schema.columns:
         fam = params.family_of(col)
         if fam == "loglinear":
@@ -174,18 +207,15 @@ class OneStepMethod(MethodBase):
         records = float(codes.n + int(discrete_gaussian(rec_sigma, 1, rng)[0]))
         n_hat = max(records, 1.0)
         measured: list[NoisyMarginal] = []
-        blocks = column_blocks(schema, self.params)
-        for block in blocks:
-            idx = [schema.index(n) for n in block]
-            for clique in two_way_cliques(len(block)):
-                attrs = tuple(block[i] for i in clique)
-                ch = ledger.spend(f"measure/loglinear/{_key(attrs)}")
-                charges.append(ch)
-                shape = tuple(schema.column(a).cardinality for a in attrs)
-                flat = np.ravel_multi_index(tuple(codes.codes[:, idx[i]].astype(np.int64) for i in clique), shape)
-                hist, sigma = noisy_histogram(flat, math.prod(shape), ch.rho, rng)
-                measured.append(NoisyMarginal(attrs=attrs, counts=hist.reshape(shape), stddev=sigma,
-                                              mechanism="gaussian"))
+        domain, pairs = interactions(schema, self.params)
+        for attrs in _sets(domain, pairs):
+            ch = ledger.spend(f"measure/loglinear/{_key(attrs)}")
+            charges.append(ch)
+            shape = tuple(schema.column(a).cardinality for a in attrs)
+            flat = np.ravel_multi_index(tuple(codes.codes[:, schema.index(a)].astype(np.int64) for a in attrs), shape)
+            hist, sigma = noisy_histogram(flat, math.prod(shape), ch.rho, rng)
+            measured.append(NoisyMarginal(attrs=attrs, counts=hist.reshape(shape), stddev=sigma,
+                                          mechanism="gaussian"))
         rows, missing = [], []
         for j, col in enumerate(schema.columns):
             fam = self.params.family_of(col)
@@ -227,7 +257,7 @@ class OneStepMethod(MethodBase):
             method=self.name, params=params_to_dict(self.params), charges=tuple(charges),
             measured=tuple(measured), records=NoisyCount(value=records, stddev=rec_sigma, mechanism="gaussian"),
             tables=tables,
-            meta={"blocks": blocks,
+            meta={"pairs": [list(p) for p in pairs],
                   "noise_scale_note": "parameters: noise_scale is the sd of the Gaussian on each noisy sum "
                                       "(normal), the Laplace scale on each centred sum (beta), or the sd "
                                       "per histogram cell (burr); missing: noise_sd per count"},
@@ -245,16 +275,15 @@ class OneStepMethod(MethodBase):
         records = max(float(m.records.value), 1.0) if m.records is not None else float(m.estimated_records() or 1)
         n = max(1, int(round(records))) if rows is None else int(rows)
         out = np.zeros((n, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
-        for block in column_blocks(schema, self.params):
-            shape = tuple(schema.column(a).cardinality for a in block)
-            model = LogLinear(shape=shape, max_cells=max(self.params.max_cells, math.prod(shape)))
-            # 2-way marginals first, 1-way last: each IPF sweep ends on the most precise marginals
-            order = sorted(model.cliques, key=len, reverse=True)
-            targets = [to_simplex(np.asarray(m.marginals[tuple(block[i] for i in c)]) / records) for c in order]
-            p_hat = ipf(shape, order, targets, max_sweeps=model.ipf_sweeps, tol=1e-10)
-            cells = self._run(model, model.theta_of(p_hat, in_model=True), model.seed(n, rng))
-            for a, col_codes in zip(block, np.unravel_index(cells, shape)):
-                out[:, schema.index(a)] = col_codes
+        domain, pairs = interactions(schema, self.params)
+        if domain is not None:
+            model = TreeLogLinear(domain=domain, pairs=tuple(pairs))
+            obs = [Observation(attrs=s, counts=np.asarray(m.marginals[s], dtype=np.float64), stddev=m.stddev(s))
+                   for s in model.sets]
+            theta_hat = model.theta_of(model.fit(obs, records))
+            cols = self._run(model, theta_hat, model.seed(n, rng))
+            for k, a in enumerate(domain.names):
+                out[:, schema.index(a)] = cols[:, k]
         params = m.tables.get("parameters")
         miss = m.tables.get("missing")
         for j, col in enumerate(schema.columns):
