@@ -644,7 +644,7 @@ def _accepts(stat: float, cells: int) -> bool:
 # The same hostile case for every method that publishes noisy counts, with parameters that
 # make it quick on the wide table. Every registered method is either here or exempt with its
 # reason (see test_every_method_is_classified_for_seed_reuse), so a new method cannot skip it.
-_SEED_REUSE_METHODS = {"marginals": {}, "sds": {"reporting_length": "1"}, "one-step": {"partition": "true"},
+_SEED_REUSE_METHODS = {"marginals": {}, "sds": {"reporting_length": "1"}, "one-step": {},
                        "pgm": {}}
 _SEED_REUSE_EXEMPT = {
     "private-sampling": "publishes sampled rows, no noisy counts; its generator binding is tested in test_rng",
