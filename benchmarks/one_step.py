@@ -1,7 +1,6 @@
 """The one-step paper's simulations (Awan and Cai), plus a row of method ``one-step`` on NIST.
 
-Run: ``python -m benchmarks.one_step [--quick] [--only burr,loglinear,beta,tulap,nist]``
-(``DPSYNTH_SHARED_DATA=/work/shared/data`` when the shared data is not beside the checkout).
+Run: ``python -m benchmarks.one_step [--quick] [--only burr,loglinear,beta,tulap]``.
 Prints one table per experiment, writes ``benchmarks/results/one_step.json`` and PNG
 figures where the paper has figures (``one_step_loglinear.png``, ``one_step_beta.png``,
 ``one_step_tulap.png``). Replicate counts are bounded by a time budget per cell; every
@@ -16,8 +15,7 @@ proportion comes with its Monte Carlo standard error.
    the DP estimator, the bootstrap and one-step samples built from the DP estimate.
 4. Tulap two-proportion test, n = m = 200, theta_X = 0.3, epsilon 1: p-values under the
    null (KS against uniform) and power against theta_Y, one-step vs bootstrap.
-5. national2019, epsilon 1: one-step (numeric columns normal, or binned into the log-linear
-   blocks) beside sds and marginals (TVD by k, k-marginal, time).
+The method's releases beside pgm, sds and the baseline: ``benchmarks/one_step_releases.py``.
 """
 
 from __future__ import annotations
@@ -176,45 +174,6 @@ def tulap_sim(quick: bool) -> dict[str, Any]:
     return res
 
 
-# --- 5. national2019 --------------------------------------------------------------------
-
-def nist(quick: bool) -> dict[str, Any]:
-    import os
-    from pathlib import Path
-
-    import benchmarks.sds_vs_pacsynth as peer
-    from dpsynth.methods import get_method
-    from dpsynth.privacy import Budget, Ledger
-
-    if os.environ.get("DPSYNTH_SHARED_DATA"):  # a worktree's parents hold no shared/ folder
-        peer.SHARED_DATA = Path(os.environ["DPSYNTH_SHARED_DATA"])
-    evaluate, release_delta = peer.evaluate, peer.release_delta
-    data = peer.load_datasets(["nist"]).get("nist")
-    if data is None:
-        return {"skipped": "national2019 absent"}
-    from dpsynth.encoding import EncodedTable
-    enc = EncodedTable(schema=data["schema"], codes=data["codes"])
-    budget = Budget(epsilon=1.0, delta=release_delta(enc.n))
-    rows, out = [], {}
-    runs = (("one-step", "one-step", {"partition": "true"}),
-            ("one-step (numeric by bins)", "one-step", {"partition": "true", "numeric_family": "loglinear"}),
-            ("sds", "sds", {}), ("marginals", "marginals", {}))
-    for name, method_name, params in runs:
-        method = get_method(method_name, params)
-        t0 = time.perf_counter()
-        m = method.measure(enc, Ledger(budget, method.plan(enc.schema, budget)), np.random.default_rng(1))
-        t1 = time.perf_counter()
-        synth = method.synthesize(m, enc.schema, None, np.random.default_rng(2))
-        t2 = time.perf_counter()
-        ev = evaluate("nist", data, synth.codes.astype(np.int64))
-        out[name] = {"measure_s": t1 - t0, "synthesize_s": t2 - t1, **ev}
-        rows.append([name, f"{ev['tvd1_mean']:.3f}", f"{ev['tvd2_mean']:.3f}", f"{ev['tvd3_mean']:.3f}",
-                     f"{ev['kmarginal']:.0f}", f"{t1 - t0:.1f}", f"{t2 - t1:.1f}"])
-    print("\n5. national2019 (27,253 x 24), epsilon 1: mean TVD by k, NIST k-marginal, seconds")
-    print_table(["method", "tvd1", "tvd2", "tvd3", "k-marginal", "measure_s", "synth_s"], rows)
-    return out
-
-
 # --- plots ------------------------------------------------------------------------------
 
 def _plot_lines(out: dict[str, Any], keys: tuple[str, ...], field: str, xlabel: str, ylabel: str,
@@ -255,7 +214,7 @@ def _plot_tulap(null: np.ndarray, grid: np.ndarray, power: dict[str, Any]) -> No
     plt.close(fig)
 
 
-EXPERIMENTS = {"burr": burr, "loglinear": loglinear, "beta": dp_beta_sim, "tulap": tulap_sim, "nist": nist}
+EXPERIMENTS = {"burr": burr, "loglinear": loglinear, "beta": dp_beta_sim, "tulap": tulap_sim}
 
 
 def main() -> None:

@@ -1,12 +1,14 @@
 """Method ``one-step``: DP parametric models, synthesised by one-step sampling (Awan and Cai).
 
-* Categorical columns (and numeric columns whose family is ``loglinear``, by their bins)
-  follow an all-two-way log-linear model. Its DP estimate: every 1- and 2-way marginal
-  with discrete Gaussian noise, then the model fitted to them by IPF on the noisy
-  marginals projected onto the simplex (:mod:`dpsynth.onestep.loglinear`). When the full table of these columns exceeds
-  ``max_cells`` the plan refuses, or with ``partition=true`` splits the columns (schema
-  order) into blocks under the limit that are modelled independently.
-* Each other numeric column follows its family (``numeric_family`` or ``families=col:fam``):
+* Categorical columns, and numeric columns by their bins (the default, ``numeric_family=auto``),
+  follow a two-way log-linear model. Its interactions are chosen from the public domain
+  sizes (:func:`interactions`): every pair when the full table fits ``max_cells``, else
+  as many pairs as keep the model's junction tree within ``max_cells`` cells. Its DP
+  estimate: every modelled 1- and 2-way marginal with discrete Gaussian noise, then the
+  model nearest to them weighted by their noise (the Private-PGM estimator on the junction
+  tree, :mod:`dpsynth.onestep.graphical`). ``partition=true`` instead models blocks of
+  columns (schema order) independently, each with all its pairs.
+* Each numeric column given a parametric family (``numeric_family`` or ``families=col:fam``):
   ``normal`` (noisy sums, Gaussian), ``beta`` on the schema bounds (the supplement's
   Laplace estimator, pure epsilon) or ``burr`` (Burr XII with a scale from the lower
   bound, grouped MLE of a noisy histogram), independent of the rest; a nullable column

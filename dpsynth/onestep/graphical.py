@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..inference import Domain, EstimatorOptions, GraphicalModel, Observation, build_junction_tree, estimate
+from ..inference import Domain, EstimatorOptions, GraphicalModel, Observation, estimate
 from ..inference.junction_tree import triangulate
 
 __all__ = ["model_cells", "select_pairs", "TreeLogLinear"]

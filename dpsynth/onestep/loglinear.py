@@ -16,9 +16,8 @@ the log-linear coefficients on the interior of the marginal polytope). Then
 * The DP estimator from noisy marginals is IPF on the noisy marginals projected onto the simplex (the
   least-squares fit :func:`fit_marginals` is the exact alternative).
 
-A table too large to hold would need a decomposable model on a junction tree
-(``dpsynth/inference/`` when it lands); until then the method refuses it or splits the
-columns into independent blocks (see docs/one-step.md).
+The method ``one-step`` holds its model on a junction tree instead
+(:mod:`.graphical`); this full-table form serves the paper's Maine reproduction and tests.
 """
 
 from __future__ import annotations
