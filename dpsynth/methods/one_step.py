@@ -36,10 +36,10 @@ import numpy as np
 import pandas as pd
 
 from ..encoding import EncodedTable, code_dtype
+from ..inference import Domain, Observation
 from ..onestep.dp import BinnedBurr, dp_beta, dp_normal, grouped_burr_mle, noisy_histogram
 from ..onestep.engine import iterate, one_step
 from ..onestep.families import Beta, Normal
-from ..inference import Domain, Observation
 from ..onestep.graphical import TreeLogLinear, select_pairs
 from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
 from ..privacy.budget import Budget, Charge, Ledger
@@ -47,7 +47,7 @@ from ..privacy.noise import discrete_gaussian
 from ..schema import Column, Schema
 from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, ParamError, params_to_dict
 
-__all__ = ["OneStepParams", "OneStepMethod", "column_blocks"]
+__all__ = ["OneStepParams", "OneStepMethod", "column_blocks", "interactions", "loglinear_domain"]
 
 Family = Literal["auto", "normal", "beta", "burr", "loglinear"]
 _FAMILIES = ("auto", "normal", "beta", "burr", "loglinear")
