@@ -22,7 +22,7 @@ count (``records``) and the DP parameter estimates with their noise scales
 The budget is split into equal units: one per measured marginal, per numeric column, per
 missing-value count and one for the record count; beta units are pure epsilon, the others
 share the zCDP rest. ``synthesize`` draws a seed, and outputs G(theta*, omega) with
-theta* = Proj(2 theta_hat - T(G(theta_hat, omega))) per block and column (``steps > 1``
+theta* = Proj(2 theta_hat - T(G(theta_hat, omega))) for the log-linear model and each family column (``steps > 1``
 iterates; ``one_step=false`` gives the parametric bootstrap for comparison).
 """
 
