@@ -95,8 +95,8 @@ def main() -> None:
             mu, sd = r["mean"], r["sd"]
             gate = max((s.get("gate_worst_ratio", 0.0) for s in r["seeds"]), default=0.0)
             rows.append([meth] + [f"{mu[k]:.3f} ± {sd[k]:.3f}" for k in ("tvd1_mean", "tvd2_mean", "tvd3_mean")]
-                        + [f"{mu['kmarginal']:.0f} ± {sd['kmarginal']:.0f}", f"{mu['measure_s'] + mu['synthesize_s']:.0f}",
-                           f"{gate:.2f}" if meth == "one-step" else ""])
+                        + [f"{mu['kmarginal']:.0f} ± {sd['kmarginal']:.0f}",
+                           f"{mu['measure_s'] + mu['synthesize_s']:.0f}", f"{gate:.2f}" if meth == "one-step" else ""])
         print(f"\n{name} ({results[name]['rows']:,} x {results[name]['columns']}), epsilon 1, seeds {seeds}: "
               "mean ± sd over seeds")
         print_table(["method", "tvd1", "tvd2", "tvd3", "k-marginal", "seconds", "gate worst"], rows)
