@@ -74,6 +74,7 @@ class TreeLogLinear:
 
     # --- theta <-> models ---------------------------------------------------------------
     def split(self, theta: np.ndarray) -> list[np.ndarray]:
+        """theta cut into one marginal table per set of ``sets``."""
         sizes = [self.domain.cells(s) for s in self.sets]
         parts = np.split(np.asarray(theta, dtype=np.float64), np.cumsum(sizes)[:-1])
         return [p.reshape(self.domain.shape(s)) for p, s in zip(parts, self.sets)]
@@ -92,6 +93,7 @@ class TreeLogLinear:
                         extra_cliques=self.sets, warm=warm)
 
     def model(self, theta: np.ndarray) -> GraphicalModel:
+        """The model with marginals theta: the remembered one, else the equal-weight fit."""
         known = self._models.get(np.asarray(theta, dtype=np.float64).tobytes())
         return known if known is not None else self._equal_weight_fit(theta)
 
@@ -102,12 +104,15 @@ class TreeLogLinear:
 
     # --- the engine's interface -------------------------------------------------------------
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """omega: one uniform per record and column."""
         return rng.random((n, len(self.domain.names)))
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """G(theta, omega): codes (records x columns in domain order)."""
         return sample_columns(self.model(theta), omega)
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """T: the sample's empirical marginals over ``sets``."""
         data = np.asarray(data, dtype=np.int64)
         parts = []
         for s in self.sets:
