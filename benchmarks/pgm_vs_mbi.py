@@ -6,6 +6,7 @@ select-measure-fit-sample time, excluding interpreter and import start-up):
 
 * ``nist-demo``: national2019.csv binned by schemas/nist.yaml, the 10 SDNist demographic columns;
 * ``nist-all``: the same, all 24 columns;
+* ``nistfine-demo``, ``nistfine-all``: the same columns binned by schemas/nist-fine.yaml (finer public bins);
 * ``corr30k``: generated (random Bayesian network, 30,000 x 15, seed 2024; as sds_vs_pacsynth);
 * ``adult``: /work/shared/data/adult (integer-coded as in the MST/AIM papers).
 
@@ -15,7 +16,7 @@ where that MST/AIM differs from the papers. Scores (dpsynth.metrics, against the
 codes): TVD mean for k = 1, 2, 3 and a k-marginal score: the NIST SDNist k-marginal
 on the decoded synthetic values for the NIST tables (PUMA x pairs for all 24, pairs for
 demographic), 1000 x (1 - mean 3-way TVD) elsewhere. For NIST, ``ceiling`` is the score of
-the real table itself after encode/decode with schemas/nist.yaml (the binning's own loss).
+the real table itself after encode/decode with its schema (the binning's own loss).
 
 Results accumulate in benchmarks/results/pgm_vs_mbi.json (a cell already there is not
 re-run unless --force), so a long grid can be run in pieces::
@@ -49,7 +50,7 @@ DELTA = 1e-9
 DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") if p.is_dir()), SHARED_DATA)
 OUT_NAME = "pgm_vs_mbi"
 WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
-DATASETS = ("nist-demo", "nist-all", "corr30k", "adult")
+DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult")
 METHODS = ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")
 QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
     ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
@@ -64,10 +65,10 @@ def load(name: str) -> dict[str, Any]:
 
     if name.startswith("nist"):
         csv = DATA_DIR / "nist" / "national2019.csv"
-        schema = load_schema(ROOT / "schemas" / "nist.yaml")
+        schema = load_schema(ROOT / "schemas" / ("nist-fine.yaml" if name.startswith("nistfine") else "nist.yaml"))
         codes = encode(read_table(csv, schema), schema).codes
         raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
-        if name == "nist-demo":
+        if name.endswith("-demo"):
             keep = list(metrics.NIST_DEMOGRAPHIC_FEATURES)
             idx = [schema.index(c) for c in keep]
             schema = Schema(name="nist-demographic", columns=tuple(schema.columns[i] for i in idx))
