@@ -578,3 +578,37 @@ def test_nist_complete_mode_beats_the_independent_baseline(shared_data_dir):
     ours = metrics.tvd_by_k(codes, out, cards, ks=(3,))[3]["mean"]
     base = metrics.independent_baseline(codes, cards, len(out), np.random.default_rng(2))
     assert ours < 0.7 * metrics.tvd_by_k(codes, base, cards, ks=(3,))[3]["mean"]
+
+
+# --- estimator=pgm: one graphical model fitted to the measured marginals ------------------------
+
+
+def test_estimator_pgm_fits_the_measured_marginals():
+    import dataclasses
+
+    from dpsynth.counting import count_marginals
+    from dpsynth.methods.base import NoisyMarginal
+
+    schema = _schema([4, 5, 3])
+    codes = _dense(20_000, _reg(schema), 3, strength=0.7)
+    m, meas, _ = _measure(codes, schema, seed=1, epsilon=4.0, estimator="pgm")
+    out = m.synthesize(meas, schema, None, np.random.default_rng(2)).codes
+    n = out.shape[0]
+    for j, col in enumerate(schema.columns):
+        target = np.clip(meas.marginals[(col.name,)], 0, None)
+        got = np.bincount(out[:, j], minlength=col.cardinality)
+        assert 0.5 * np.abs(got / n - target / target.sum()).sum() < 0.01, col.name
+    # A 2-way marginal added to the measurement is used: the pair's dependence comes back.
+    cm = column_major(codes)
+    truth = count_marginals(cm, schema.cardinalities, [(0, 1)])[(0, 1)].astype(np.float64)
+    pair = NoisyMarginal(attrs=("c0", "c1"), counts=truth + np.random.default_rng(3).normal(0, 2.0, truth.shape),
+                         stddev=2.0)
+    joint = dataclasses.replace(meas, measured=meas.measured + (pair,))
+    tvd = {}
+    for label, mm in (("1-way only", meas), ("with pair", joint)):
+        syn = m.synthesize(mm, schema, None, np.random.default_rng(4)).codes
+        got = count_marginals(column_major(syn), schema.cardinalities, [(0, 1)])[(0, 1)]
+        tvd[label] = 0.5 * np.abs(got / got.sum() - truth / truth.sum()).sum()
+    assert tvd["with pair"] < 0.02 < 0.2 < tvd["1-way only"], tvd
+    with pytest.raises(ParamError, match="estimator"):
+        get_method("sds", {"estimator": "mbi"})

@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...encoding import EncodedTable, code_dtype
+from ...inference import fit_measurement
 from ...privacy.budget import Budget, Charge, Ledger
 from ...rowsource import RowSource
 from ...privacy.noise import discrete_laplace_sd
@@ -105,7 +106,9 @@ class SdsMethod(MethodBase):
             raise ValueError(f"rows must be >= 0, got {n}")
         cards = schema.cardinalities
         mode = self.params.synthesis
-        if mode == "strict":
+        if self.params.estimator == "pgm":
+            raw = fit_measurement(m, schema).sample(n, rng)
+        elif mode == "strict":
             raw = _sample_strict(levels, cards, n, self.params, rng)
             for j, col in enumerate(schema.columns):
                 empty = col.missing_code if col.missing_code is not None else col.fill_code

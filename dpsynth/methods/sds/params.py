@@ -27,6 +27,9 @@ class SdsParams:
     ``fabrication_mode`` picks pac-synth's presets (default ``uncontrolled``: eta = 1,
     threshold 0). ``sigma_proportions`` (p_1 .. p_R > 0) override ``accuracy_mode``
     (prioritize_long: p_k = 1/k; prioritize_short: 1/(R-k+1); balanced: 1).
+    ``estimator="pgm"`` synthesizes from one graphical model fitted to the measured
+    marginals (``dpsynth.inference.fit_measurement``, post-processing) instead of the
+    aggregate-seeded sampler; ``synthesis`` and ``rake_one_way`` then do not apply.
     """
 
     reporting_length: int = 3
@@ -47,6 +50,7 @@ class SdsParams:
     rake_one_way: bool = True
     one_way: Literal["public", "paper"] = "public"
     empty_cells: Literal["deficit", "value"] = "value"
+    estimator: Literal["sds", "pgm"] = "sds"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -101,6 +105,8 @@ class SdsParams:
             bad("one_way", "must be public or paper")
         if self.synthesis not in ("complete", "strict"):
             bad("synthesis", "must be complete or strict")
+        if self.estimator not in ("sds", "pgm"):
+            bad("estimator", "must be sds or pgm")
         if not isinstance(self.use_synthetic_counts, bool):
             bad("use_synthetic_counts", "must be true or false")
         w = self.weight_selection_percentile
