@@ -230,10 +230,11 @@ def test_demo_release_passes_the_gate_and_publishes(tmp_path, demo_paths, select
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("schema_file", ["nist.yaml", "nist-fine.yaml"])
 @pytest.mark.parametrize("name", ["ma2019", "tx2019", "national2019"])
-def test_nist_release_passes_the_gate_and_publishes(tmp_path, shared_data_dir, name):
+def test_nist_release_passes_the_gate_and_publishes(tmp_path, shared_data_dir, name, schema_file):
     from pathlib import Path
 
-    schema = Path(__file__).resolve().parents[1] / "schemas" / "nist.yaml"
+    schema = Path(__file__).resolve().parents[1] / "schemas" / schema_file
     folder = _release(tmp_path, shared_data_dir / "nist" / f"{name}.csv", schema)
     assert (folder / "synthetic.csv").is_file()

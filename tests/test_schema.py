@@ -113,7 +113,32 @@ def test_shipped_schemas_match_the_json_schema():
 
     spec = json.loads((ROOT / "schemas" / "dataset-schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(spec)
-    for name in ("demo.yaml", "nist.yaml"):
+    for name in ("demo.yaml", "nist.yaml", "nist-fine.yaml"):
         jsonschema.validate(yaml.safe_load((ROOT / "schemas" / name).read_text()), spec)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "t", "columns": [{"name": "x", "type": "numeric", "bins": 3}]}, spec)
+
+
+@pytest.mark.parametrize("fine", [False, True])
+def test_nist_schemas_are_what_the_generator_builds_from_the_public_dictionary(shared_data_dir, fine):
+    """nist.yaml / nist-fine.yaml come from the public dictionary and metadata only, and the
+    fine one keeps SDNist's decoded bins: 501 alone, single years, INDP as codes."""
+    import json
+    import sys
+
+    import yaml
+
+    folder = shared_data_dir / "nist"
+    sys.path.insert(0, str(ROOT / "schemas"))
+    try:
+        import make_nist_schema as mk
+    finally:
+        sys.path.pop(0)
+    built = mk.build(json.loads((folder / "data_dictionary.json").read_text()), fine=fine, folder=folder)
+    shipped = yaml.safe_load((ROOT / "schemas" / ("nist-fine.yaml" if fine else "nist.yaml")).read_text())
+    assert built == shipped
+    if fine:
+        s = schema_from_dict(shipped)
+        assert s.column("AGEP").n_regular == 99 and s.column("INDP").type == "categorical"
+        pov = s.column("POVPIP")
+        assert pov.edges[-2:] == (500.5, 501.0)  # 501 ("above 5x poverty") is a code of its own
