@@ -57,34 +57,6 @@ def test_mst_plan_is_msts_budget_split():
     assert all(c.rho == pytest.approx(b.rho / 3 / (d - 1)) for c in pairs)
 
 
-def test_anchor_plan_measures_the_anchor_with_every_column_and_a_tree_of_the_rest():
-    rng = np.random.default_rng(5)
-    t = _table([3, 4, 5, 2, 3], 4_000, rng)
-    b = Budget(epsilon=1.0, delta=1e-9)
-    method = PgmMethod(PgmParams(select="mst", anchor="c2"))
-    plan = method.plan(t.schema, b)
-    d = 5
-    assert sum(c.rho for c in plan) == pytest.approx(b.rho, rel=1e-12)
-    stars = [c for c in plan if c.stage.startswith("measure/anchor/")]
-    selects = [c for c in plan if c.mechanism == "exponential"]
-    pairs = [c for c in plan if c.stage.startswith("measure/2-way/")]
-    assert sorted(c.stage for c in stars) == [f"measure/anchor/c{j}" for j in (0, 1, 3, 4)]
-    assert len(selects) == len(pairs) == d - 2  # a spanning tree of the 4 other columns
-    assert all(c.rho == pytest.approx(b.rho / 3 / (2 * d - 3)) for c in stars + pairs)
-    ledger = Ledger(b, plan)
-    m = method.measure(t, ledger, np.random.default_rng(6))
-    assert {c.stage for c in ledger.spent} == {c.stage for c in plan}
-    sets = [set(nm.attrs) for nm in m.measured if len(nm.attrs) == 2]
-    assert all({"c2", f"c{j}"} in sets for j in (0, 1, 3, 4))
-    tree = [s for s in sets if "c2" not in s]
-    assert len(tree) == d - 2
-    # Bad anchors are refused before any budget is spent.
-    with pytest.raises(ParamError, match="anchor"):
-        get_method("pgm", {"select": "aim", "anchor": "c2"})
-    with pytest.raises(ParamError, match="anchor"):
-        PgmMethod(PgmParams(anchor="nope")).plan(t.schema, b)
-
-
 def test_aim_plan_spends_the_budget_in_units():
     rng = np.random.default_rng(1)
     t = _table([3, 4, 5, 2], 10, rng)
