@@ -47,6 +47,8 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
+from .fitting import CodeMargin, proportional_fit
+
 __all__ = [
     "MarginalCorrectionError",
     "CorrectionResult",
@@ -412,29 +414,14 @@ def rake(codes: Any, targets: Mapping[int, Any], *, iters: int = 200, tol: float
     if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
         raise ValueError("codes must be a 2-D integer matrix")
     k = x.shape[0]
-    w = np.full(k, 1.0 / k)
-    goals = {}
+    margins = []
     for j, table in targets.items():
         t = np.clip(np.asarray(table, dtype=np.float64).ravel(), 0.0, None)
         if t.sum() <= 0 or x[:, j].max(initial=0) >= t.size:
             raise ValueError(f"target of column {j} must be a nonnegative table covering its codes")
-        goals[j] = t / t.sum()
-    for _ in range(iters):
-        worst = 0.0
-        for j, goal in goals.items():
-            current = np.bincount(x[:, j], weights=w, minlength=goal.size)
-            ratio = np.divide(goal, current, out=np.zeros_like(goal), where=current > 0)
-            reachable = current > 0
-            # cells the sample cannot reach keep their mass out of the normalisation
-            scale = goal[reachable].sum()
-            if scale > 0:
-                ratio = ratio / scale
-            w = w * ratio[x[:, j]]
-            total = w.sum()
-            if total <= 0:
-                raise ValueError("raking removed every row: targets and sample do not overlap")
-            w /= total
-            worst = max(worst, float(np.abs(current / max(current.sum(), 1e-300) - goal / max(scale, 1e-300) * reachable).max()))
-        if worst < tol:
-            break
-    return w
+        margins.append(CodeMargin(codes=x[:, j], target=t / t.sum()))
+    w = proportional_fit(np.full(k, 1.0 / k), margins, rounds=iters, tol=tol)
+    total = w.sum()
+    if not total > 0:
+        raise ValueError("raking removed every row: targets and sample do not overlap")
+    return w / total

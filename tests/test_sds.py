@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -72,10 +73,32 @@ def _as_dict(levels, schema):
 PAPER = {"one_way": "paper", "empty_cells": "deficit"}
 
 
+def exact_aggregate(codes, schema, params, split, rng, allowed=None):
+    """Test hook: ``aggregate`` with its mechanisms replaced by exact ones (no noise on
+    the record count nor on any tuple count, thresholds 0, Delta_k the records' maximum
+    unless ``allowed`` fixes it per length). Never a release: the library has no such path."""
+    from dpsynth.methods.sds import aggregation
+
+    calls = []  # aggregate asks for one percentile per length k = 1, 2, ...
+
+    def percentile(hist, percentage, epsilon, rng):  # hist[c]: records holding c valid k-tuples
+        calls.append(len(hist))
+        if allowed is not None:
+            return int(allowed[len(calls) - 1])
+        return int(np.flatnonzero(hist).max()) if hist.any() else 0
+
+    def zeros(scale, size, rng):
+        return np.zeros(size, dtype=np.int64)
+
+    with mock.patch.multiple(aggregation, discrete_laplace=zeros, discrete_gaussian=zeros, dp_percentile_hist=percentile,
+                             _threshold_k1=lambda *a: 0.0, _threshold=lambda *a: 0.0):
+        return aggregate(codes, schema, params, split, rng)
+
+
 def _exact(codes, schema, R=3, **kw):
     params = SdsParams(reporting_length=R, **{**PAPER, **kw})
     split = split_budget(1.0, 1e-6, R)
-    return aggregate(codes, schema, params, split, np.random.default_rng(0), _noise=False)
+    return exact_aggregate(codes, schema, params, split, np.random.default_rng(0))
 
 
 def _reg(schema):
@@ -292,8 +315,8 @@ def test_sensitivity_bounding_caps_each_record():
             assert len(hits) == min(allowed, 10)
             assert all(one[c][cell] == 1 for c, cell in hits)
     # through aggregate: Delta_k fixed below the records' 10 pairs caps every count total
-    res = aggregate(codes, schema, SdsParams(reporting_length=2), split_budget(1, 1e-6, 2),
-                    np.random.default_rng(1), _noise=False, _allowed=(5, 4))
+    res = exact_aggregate(codes, schema, SdsParams(reporting_length=2), split_budget(1, 1e-6, 2),
+                          np.random.default_rng(1), allowed=(5, 4))
     assert sum(int(t.sum()) for t in res.levels[1].values()) == 4 * len(codes)
 
 
@@ -447,12 +470,12 @@ def test_one_changed_record_moves_counts_within_the_sensitivity():
     codes[mask] = np.broadcast_to(miss, codes.shape)[mask]
     allowed = tuple(math.comb(5, k) for k in (1, 2, 3))  # no record is capped: no coins involved
     params, split = SdsParams(), split_budget(1, 1e-6, 3)
-    base = aggregate(codes, schema, params, split, np.random.default_rng(0), _noise=False, _allowed=allowed)
+    base = exact_aggregate(codes, schema, params, split, np.random.default_rng(0), allowed=allowed)
     for _ in range(40):
         other = codes.copy()
         i = int(rng.integers(len(codes)))
         other[i] = [rng.integers(0, c.cardinality) for c in schema.columns]  # may hold empty cells
-        res = aggregate(other, schema, params, split, np.random.default_rng(0), _noise=False, _allowed=allowed)
+        res = exact_aggregate(other, schema, params, split, np.random.default_rng(0), allowed=allowed)
         for k in (1, 2, 3):
             a, b = base.levels[k - 1], res.levels[k - 1]
             diff2 = 0
@@ -489,8 +512,7 @@ def _noise_samples(epsilon: float, reps: int):
     schema = _schema([2, 2, 2, 2])
     codes = np.array([[a, b, c, d] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)] * 250,
                      dtype=np.uint8)
-    exact = aggregate(codes, schema, SdsParams(), split_budget(1, 1e-6, 3), np.random.default_rng(0),
-                      _noise=False).levels
+    exact = exact_aggregate(codes, schema, SdsParams(), split_budget(1, 1e-6, 3), np.random.default_rng(0)).levels
     m = get_method("sds", {"threshold_type": "fixed", "thresholds": "0,0"})
     budget = Budget(epsilon=epsilon, delta=1e-6)
     split = m.split(schema, budget)

@@ -132,7 +132,7 @@ def _level_spec(k: int, prev: dict[Combo, np.ndarray], cards: Sequence[int], eli
 
 def _report_level(
     k: int, counts: dict[Combo, np.ndarray], cand: dict[Combo, np.ndarray], eligible: list[np.ndarray],
-    sd: float, tau: float, noise: bool, public: bool, one_way: dict[int, np.ndarray], rng: np.random.Generator,
+    sd: float, tau: float, public: bool, one_way: dict[int, np.ndarray], rng: np.random.Generator,
 ) -> dict[Combo, np.ndarray]:
     """Noisy counts of the candidates; those > tau and > 0 are reported (others become 0).
 
@@ -142,8 +142,7 @@ def _report_level(
     for c, cnt in counts.items():
         noisy = cnt.copy()
         mask = cand[c]
-        if noise:
-            noisy[mask] += discrete_gaussian(sd, int(mask.sum()), rng)
+        noisy[mask] += discrete_gaussian(sd, int(mask.sum()), rng)
         if k == 1 and public:
             one_way[c[0]] = noisy.copy()
             mask = mask & eligible[c[0]]  # empty cells belong to no tuple from here on
@@ -161,16 +160,12 @@ def aggregate(
     rng: np.random.Generator,
     *,
     spend: Any = None,
-    _noise: bool = True,
-    _allowed: Sequence[int] | None = None,
 ) -> AggregateResult:
-    """The DP aggregates of ``codes``: an (n, p) array, or a :class:`RowSource` read
-    partition by partition in bounded memory (on any runner; the result is the same).
+    """The DP aggregates of ``codes``, steps 1-7 of docs/sds.md: an (n, p) array, or a
+    :class:`RowSource` read partition by partition in bounded memory (on any runner; the
+    result is the same).
 
-    ``spend(stage)`` is called as each planned part of the budget is used. ``_noise=False``
-    is a test-only path (exact counts, Delta_k = the maximum unless ``_allowed`` fixes it,
-    no thresholds): it is not reachable from parameters or the command line and is never
-    a release.
+    ``spend(stage)`` is called as each planned part of the budget is used (before it is).
     """
     spend = spend or (lambda stage: None)
     source = codes if isinstance(codes, RowSource) else as_source(EncodedTable(schema=schema, codes=codes))
@@ -185,7 +180,7 @@ def aggregate(
 
     # 1. protected number of records
     spend(_stage_records())
-    n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0])) if _noise else n
+    n_p = max(1, n + int(discrete_laplace(1.0 / split.records_epsilon, 1, rng)[0]))
     delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
     rule = _threshold_rule(params)
     one_way: dict[int, np.ndarray] = {}
@@ -199,27 +194,20 @@ def aggregate(
             hists = valid_histogram(source, spec)
         cand, hist = spec.cand, np.sum(hists, axis=0)
         spend(_stage_percentile(k))
-        if _noise:
-            allowed = dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
-        elif _allowed is not None:
-            allowed = int(_allowed[k - 1])
-        else:
-            allowed = int(np.flatnonzero(hist).max()) if hist.any() else 0
+        allowed = dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
         counts = tuple_counts(source, spec, allowed, records_over(hists, allowed), rng)
         spend(_stage_gaussian(k))
         sd = split.sigmas[k - 1] * math.sqrt(max(allowed, 0))
         level: dict[Combo, np.ndarray] = {}
         if counts:
-            if _noise and k == 1:
+            if k == 1:
                 # tau_1 hides values that only the data could reveal: with a public domain
                 # there are none, and suppressing a real value (tau_1 is several noise sd)
                 # only moves its records into the column's deficit.
                 tau = 0.0 if public else _threshold_k1(split.sigmas[0], allowed, delta_t)
-            elif _noise:
-                tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
             else:
-                tau = 0.0
-            level = _report_level(k, counts, cand, eligible, sd, tau, _noise, public, one_way, rng)
+                tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
+            level = _report_level(k, counts, cand, eligible, sd, tau, public, one_way, rng)
         else:
             tau = float("nan")
         levels.append(level)

@@ -34,21 +34,26 @@ class NoiseSplit:
 
     @property
     def reporting_length(self) -> int:
+        """R, the longest tuple measured."""
         return len(self.sigmas)
 
     @property
     def records_rho(self) -> float:
+        """zCDP cost of the record count (eps_N^2 / 2)."""
         return 0.5 * self.records_epsilon**2
 
     @property
     def percentile_rho(self) -> float:
+        """zCDP cost of one length's percentile (eps_Q^2 / 2)."""
         return 0.5 * self.percentile_epsilon**2
 
     def gaussian_rho(self, k: int) -> float:
+        """zCDP cost of length k's Gaussian counts (1 / (2 sigma_k^2))."""
         return 1.0 / (2.0 * self.sigmas[k - 1] ** 2)
 
     @property
     def total_rho(self) -> float:
+        """zCDP cost of the whole split."""
         R = self.reporting_length
         return self.records_rho + R * self.percentile_rho + sum(self.gaussian_rho(k) for k in range(1, R + 1))
 
@@ -85,13 +90,15 @@ def split_budget(
     number_of_records_epsilon_proportion: float = 0.005,
     proportions: Sequence[float] | None = None,
 ) -> NoiseSplit:
-    """The paper's split of (epsilon, delta): eps_N = N_p eps, eps_M = eps - eps_N, rho from eps_M."""
-    R = int(reporting_length)
-    props = tuple(proportions) if proportions is not None else tuple(1.0 / k for k in range(1, R + 1))
-    eps_n = number_of_records_epsilon_proportion * epsilon
-    rho = paper_rho(epsilon - eps_n, delta)
-    eps_q, base, sigmas = split_marginals_rho(rho, R, percentile_epsilon_proportion, props)
-    return NoiseSplit(float(epsilon), eps_n, rho, eps_q, base, sigmas)
+    """The paper's split of (epsilon, delta) without a schema: eps_N = N_p eps, eps_M = eps -
+    eps_N, rho from eps_M (``accounting="paper"``; ``proportions`` default 1/k)."""
+    params = SdsParams(
+        reporting_length=int(reporting_length), epsilon=float(epsilon), delta=float(delta), accounting="paper",
+        percentile_epsilon_proportion=percentile_epsilon_proportion, accuracy_mode="prioritize_long",
+        number_of_records_epsilon_proportion=number_of_records_epsilon_proportion,
+        sigma_proportions=tuple(proportions) if proportions is not None else None,
+    )
+    return _split(params, Budget(epsilon=float(epsilon), delta=float(delta)))
 
 
 def _stage_records() -> str:
@@ -137,9 +144,14 @@ def _check_domain(params: SdsParams, schema: Schema) -> None:
 
 
 def noise_split(params: SdsParams, schema: Schema, budget: Budget) -> NoiseSplit:
-    """The budget split of ``sds`` for a release budget, from public information only."""
-    pr = params
-    _check_domain(pr, schema)
+    """The budget split of ``sds`` for a release budget, from public information only
+    (refuses a domain too large to measure)."""
+    _check_domain(params, schema)
+    return _split(params, budget)
+
+
+def _split(pr: SdsParams, budget: Budget) -> NoiseSplit:
+    """The one place of the split: eps_N = N_p eps, rho_M from the rest, then eps_Q and sigma_k."""
     R = pr.reporting_length
     eps = float(pr.epsilon) if pr.epsilon is not None else float(budget.epsilon)
     props = sigma_proportions(pr)

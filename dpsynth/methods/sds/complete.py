@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...fitting import AxisMargin, proportional_fit
 from ...schema import Schema
 from ..base import Measurement
 from .aggregation import Combo, _shape
@@ -215,16 +216,12 @@ class _Model:
         return self._ipf(combo, (1.0 - lam) * fitted + lam * plain)
 
     def _ipf(self, combo: Combo, F: np.ndarray) -> np.ndarray:
-        for _ in range(_IPF_ROUNDS):
-            for d in range(len(combo)):
-                sub = combo[:d] + combo[d + 1 :]
-                target = self.table(sub)
-                cur = F.sum(axis=d)
-                ratio = np.where(cur > 0, target / np.maximum(cur, 1e-300), 0.0)
-                F = F * np.expand_dims(ratio, d)
-        return F
+        """Proportional fitting of a table over ``combo`` to each of its (k-1)-sub-tables."""
+        margins = [AxisMargin(d, self.table(combo[:d] + combo[d + 1 :])) for d in range(len(combo))]
+        return proportional_fit(F, margins, rounds=_IPF_ROUNDS)
 
     def marginal(self, j: int) -> np.ndarray:
+        """Column j's fitted 1-way counts (uniform over its possible codes when all are 0)."""
         t = self.table((j,))
         if t.sum() <= 0:
             t = np.ones(self.cards[j])
@@ -284,16 +281,10 @@ class _Model:
         cols = parents + (j,)
         ptab = self.table(parents) if len(parents) > 1 else self.marginal(parents[0])
         J = np.clip(ptab, 0, None)[..., None] * cond
-        for _ in range(_IPF_ROUNDS):
-            for d in range(len(cols)):
-                sub = cols[:d] + cols[d + 1 :]
-                target = self._aligned(sub) if len(sub) > 1 else (
-                    self.marginal(sub[0]) if sub else None)
-                if target is None:
-                    continue
-                cur = J.sum(axis=d)
-                ratio = np.where(cur > 0, target / np.maximum(cur, 1e-300), 0.0)
-                J = J * np.expand_dims(ratio, d)
+        subs = [cols[:d] + cols[d + 1 :] for d in range(len(cols))]
+        margins = [AxisMargin(d, self._aligned(sub) if len(sub) > 1 else self.marginal(sub[0]))
+                   for d, sub in enumerate(subs) if sub]
+        J = proportional_fit(J, margins, rounds=_IPF_ROUNDS)
         rows = J.sum(axis=-1, keepdims=True)
         fitted = J / np.maximum(rows, 1e-300)
         return np.where(rows > 0, fitted, cond)
@@ -305,6 +296,7 @@ class _Model:
         return np.transpose(tab, [srt.index(c) for c in cols])
 
     def mutual_information(self, parents: Combo, j: int) -> float:
+        """I(parents; j) under the smoothed conditional and the fitted parents' table."""
         key = (parents, j)
         if key in self._mi_cache:
             return self._mi_cache[key]

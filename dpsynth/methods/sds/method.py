@@ -47,6 +47,12 @@ class SdsMethod(MethodBase):
 
     # -- DP aggregates --------------------------------------------------------------------
     def measure(self, codes: EncodedTable | RowSource, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """The DP aggregates of ``codes`` (a table or a chunked row source), spending exactly
+        the plan through ``ledger``.
+
+        ``measured`` holds the 1-way marginals with their noise scale; the ``aggregates``
+        table holds the reported, normalised tuple counts the samplers read.
+        """
         schema = codes.schema
         split = self.split(schema, ledger.budget)
         charges: list[Charge] = []
@@ -99,6 +105,8 @@ class SdsMethod(MethodBase):
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
     ) -> EncodedTable:
+        """``rows`` records (default: the DP record count) drawn from the aggregates alone
+        (post-processing) by the strict or the complete sampler."""
         R = int(m.meta.get("reporting_length", self.params.reporting_length))
         levels = tables_from_frame(m.tables["aggregates"], schema, R)
         n = int(m.records.value) if rows is None else int(rows)

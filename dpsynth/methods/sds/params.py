@@ -115,6 +115,7 @@ class SdsParams:
 
 
 def sigma_proportions(params: SdsParams) -> tuple[float, ...]:
+    """p_1 .. p_R (sigma_k = p_k sigma): the explicit ones, else those of ``accuracy_mode``."""
     R = params.reporting_length
     if params.sigma_proportions is not None:
         return tuple(params.sigma_proportions)

@@ -84,6 +84,7 @@ class _Counts:
         return w
 
     def add(self, records: np.ndarray, R: int) -> None:
+        """Count synthesised ``records`` (-1 = empty cell) into every reported tuple."""
         if self.synth is None or records.shape[0] == 0:
             return
         # Empty cells (-1) get an extra code that no tuple holds.
@@ -95,6 +96,7 @@ class _Counts:
             self.synth[c] += t[tuple(slice(0, self.cards[j]) for j in c)]
 
     def reset(self) -> None:
+        """Forget what was synthesised (every 1-count budget spent: start over)."""
         if self.synth is not None:
             for t in self.synth.values():
                 t[...] = 0
