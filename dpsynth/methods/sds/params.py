@@ -47,6 +47,9 @@ class SdsParams:
     rake_one_way: bool = True
     one_way: Literal["public", "paper"] = "public"
     empty_cells: Literal["deficit", "value"] = "value"
+    #: Measure only the 1-way level (with every Gaussian share) when the DP record count
+    #: says that the 2-way tables would be noise (see :func:`budget.pair_noise_ratio`).
+    auto_length: bool = True
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -101,6 +104,8 @@ class SdsParams:
             bad("one_way", "must be public or paper")
         if self.synthesis not in ("complete", "strict"):
             bad("synthesis", "must be complete or strict")
+        if not isinstance(self.auto_length, bool):
+            bad("auto_length", "must be true or false")
         if not isinstance(self.use_synthetic_counts, bool):
             bad("use_synthetic_counts", "must be true or false")
         w = self.weight_selection_percentile
