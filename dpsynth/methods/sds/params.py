@@ -27,6 +27,11 @@ class SdsParams:
     ``fabrication_mode`` picks pac-synth's presets (default ``uncontrolled``: eta = 1,
     threshold 0). ``sigma_proportions`` (p_1 .. p_R > 0) override ``accuracy_mode``
     (prioritize_long: p_k = 1/k; prioritize_short: 1/(R-k+1); balanced: 1).
+    ``auto_length`` (ours, complete synthesis with ``one_way="public"``): when the DP
+    record count says the planned 2-way noise would swamp the 2-way tables
+    (:func:`budget.pair_noise_ratio` >= :data:`budget.ONE_WAY_ONLY_RATIO`), only the 1-way
+    level is measured, with every planned Gaussian share; the measurement's
+    ``reporting_length`` then says 1 (``reporting_length_requested`` keeps R).
     """
 
     reporting_length: int = 3
