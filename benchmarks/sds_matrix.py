@@ -344,6 +344,8 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cells.append(c)
                 print(f"{c['table']} eps {eps} {method}: {_score_text(c)} publish {c['publish_rate']:.2f} "
                       f"cpu {c['cpu_s']:.1f}s", flush=True)
+            if args.out:  # every finished cell is kept even if the run is stopped
+                (RESULTS / f"{args.out}.partial.json").write_text(json.dumps({"cells": cells}) + "\n")
     return cells
 
 
