@@ -83,8 +83,28 @@ def _noise_sd2(meta: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _one_way_only(m: Measurement) -> Advice | None:
+    """sds measured only its 1-way level (``auto_length``): the release is independent columns."""
+    meta = m.meta
+    if m.method != "sds" or int(meta.get("reporting_length", 1)) != 1 \
+            or int(meta.get("reporting_length_requested", 1)) < 2:
+        return None
+    ratio = float(meta.get("pair_noise_ratio", float("nan")))
+    message = (
+        f"expected utility at most that of the independent-columns baseline: at this budget and about "
+        f"{float(m.records.value) if m.records is not None else float('nan'):.0f} records the 2-way tables "
+        f"would be noise (expected noise TVD {ratio:.2f} per table), so sds measured only the 1-way "
+        f"marginals and samples the columns independently (like method 'marginals'). Consider a larger "
+        f"epsilon (4x the epsilon roughly halves the noise) or fewer columns."
+    )
+    return Advice(below_baseline=True, informative_pairs=0, pairs=0, mean_noise_tvd2=min(1.0, ratio),
+                  signal_to_noise=0.0, message=message)
+
+
 def assess(m: Measurement, schema: Schema) -> Advice | None:
     """The guard's prediction, or None when the measurement holds no 2-way information."""
+    if (only := _one_way_only(m)) is not None:
+        return only
     sd2 = _noise_sd2(m.meta)
     tables = _two_way_tables(m, schema)
     if sd2 is None or m.records is None or not tables:

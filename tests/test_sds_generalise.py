@@ -43,6 +43,7 @@ def _published(meas, synth, rng) -> bool:
 UNSEEN = [
     pytest.param((8_000, 12, 8, 0.25, 0.25, 424_242), id="8000x12-missing25"),
     pytest.param((5_000, 10, 10, 0.3, 0.0, 515_151), id="5000x10-numeric"),
+    pytest.param((6_000, 24, 8, 0.2, 0.3, 626_262), id="6000x24-missing30"),
 ]
 
 
@@ -159,3 +160,75 @@ def test_guard_warns_on_a_small_wide_table_only():
     meas, _, _ = _release(schema, codes, 4.0, 0)
     big = assess(meas, schema)
     assert big is not None and not big.below_baseline
+
+
+# --- auto_length: small wide tables (issue 9, second round) ----------------------------------
+
+#: 2,000 x 20, cardinalities up to 16, 30% structural missing: at epsilon 1 the planned
+#: 2-way noise would add a TVD of about 3 to an average 2-way table (pair_noise_ratio 2.95).
+SMALL_WIDE = (2_000, 20, 16, 0.2, 0.3, 818_181)
+
+
+def test_small_wide_table_pools_the_budget_on_one_way():
+    """Defect: on small wide tables at low epsilon, sds spent 5/14 of its Gaussian budget
+    on 2- and 3-way tables that were pure noise, and its 1-way counts (9/14 of it) were
+    noisier than the independent baseline's. Now it measures only the 1-way level with
+    every Gaussian share: the ledger spends the whole plan, and the 1-way noise has the
+    pooled scale (variance test at alpha 1e-6; 0.7x and 1.3x that scale are rejected)."""
+    from dpsynth.methods.sds import SdsMethod
+    from tests.noise_stats import ALPHA, variance_pvalue
+
+    n, p, cmax, num, miss, gseed = SMALL_WIDE
+    schema, codes = make_table(n, p, cmax, num, miss, seed=gseed)
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    split = SdsMethod().split(schema, budget)
+    pooled = 1.0 / math.sqrt(2.0 * sum(split.gaussian_rho(k) for k in (1, 2, 3)))
+    residuals = []
+    for seed in range(6):
+        m = get_method("sds", {})
+        ledger = Ledger(budget, m.plan(schema, budget))
+        meas = m.measure(EncodedTable(schema=schema, codes=codes), ledger,
+                         np.random.default_rng(np.random.SeedSequence([seed, 5])))
+        assert meas.meta["reporting_length"] == 1 and meas.meta["reporting_length_requested"] == 3
+        assert meas.meta["pair_noise_ratio"] > 1.2
+        assert len(meas.tables["aggregates"]) and (meas.tables["aggregates"]["length"] == 1).all()
+        assert math.isclose(ledger.rho_spent, ledger.rho_planned, rel_tol=1e-12)
+        sd = meas.meta["noise_sd"][0]
+        assert math.isclose(sd, pooled * math.sqrt(p), rel_tol=1e-9)  # Delta_1 = p: every record, p codes
+        for j, col in enumerate(schema.columns):
+            true = np.bincount(codes[:, j], minlength=col.cardinality)
+            residuals.append((meas.marginals[(col.name,)] - true) / sd)
+    r = np.concatenate(residuals)
+    assert variance_pvalue(r, 1.0, "gaussian") > ALPHA
+    assert variance_pvalue(r, 0.7, "gaussian") < ALPHA
+    assert variance_pvalue(r, 1.3, "gaussian") < ALPHA
+
+
+def test_guard_warns_when_sds_measured_only_one_way():
+    """Defect: a measurement with no 2-way table gave the guard nothing to assess (None),
+    so a release that samples columns independently published without a word."""
+    n, p, cmax, num, miss, gseed = SMALL_WIDE
+    schema, codes = make_table(n, p, cmax, num, miss, seed=gseed)
+    meas, _, _ = _release(schema, codes, 1.0, 0)
+    advice = assess(meas, schema)
+    assert advice is not None and advice.below_baseline
+    assert "1-way" in advice.message and "epsilon" in advice.message
+
+
+@pytest.mark.slow
+def test_small_wide_table_release_beats_the_all_levels_release():
+    """The default (1-way level only here) against auto_length=False (the previous default,
+    all three levels) on the same DP noise seeds: lower 1-, 2- and 3-way TVD in the mean of
+    3 seeds."""
+    n, p, cmax, num, miss, gseed = SMALL_WIDE
+    schema, codes = make_table(n, p, cmax, num, miss, seed=gseed)
+    cards = schema.cardinalities
+    got = {True: [], False: []}
+    for seed in range(3):
+        for auto in (True, False):
+            meas, synth, rng = _release(schema, codes, 1.0, seed, auto_length=auto)
+            assert _published(meas, synth, rng)
+            res = metrics.tvd_by_k(codes, synth.codes, cards, (1, 2, 3))
+            got[auto].append([res[k]["mean"] for k in (1, 2, 3)])
+    auto, before = np.mean(got[True], axis=0), np.mean(got[False], axis=0)
+    assert np.all(auto < before), (auto, before)

@@ -21,7 +21,7 @@ from ...rowsource import RowSource, as_source
 from ...tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
 from ...privacy.noise import discrete_gaussian, discrete_laplace
 from ...schema import Schema
-from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records
+from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records, one_way_only, pair_noise_ratio
 from .params import SdsParams, _threshold_rule
 
 Combo = tuple[int, ...]
@@ -187,8 +187,20 @@ def aggregate(
 
     levels: list[dict[Combo, np.ndarray]] = []
     info: dict[str, Any] = {"allowed_sensitivity": [], "thresholds": [], "noise_sd": [], "candidates": [],
-                            "reported": []}
-    for k in range(1, R + 1):
+                            "reported": [], "pair_noise_ratio": pair_noise_ratio(cards, split, n_p)}
+    # Where the DP record count says the 2-way tables would be noise, every Gaussian share
+    # goes to the 1-way counts (one draw at the pooled rho; the unused percentiles are
+    # charged as planned) and no longer tuple is measured.
+    only_one = one_way_only(params, cards, split, n_p)
+    sigmas = list(split.sigmas)
+    if only_one:
+        for k in range(2, R + 1):
+            spend(_stage_percentile(k))
+            spend(_stage_gaussian(k))
+        sigmas[0] = 1.0 / math.sqrt(2.0 * sum(split.gaussian_rho(k) for k in range(1, R + 1)))
+    info["levels_measured"] = 1 if only_one else R
+    info["sigmas"] = sigmas[: info["levels_measured"]]
+    for k in range(1, info["levels_measured"] + 1):
         if k > 1:
             spec = _level_spec(k, levels[-1], cards, eligible, excluded, public)
             hists = valid_histogram(source, spec)
@@ -197,14 +209,14 @@ def aggregate(
         allowed = dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
         counts = tuple_counts(source, spec, allowed, records_over(hists, allowed), rng)
         spend(_stage_gaussian(k))
-        sd = split.sigmas[k - 1] * math.sqrt(max(allowed, 0))
+        sd = sigmas[k - 1] * math.sqrt(max(allowed, 0))
         level: dict[Combo, np.ndarray] = {}
         if counts:
             if k == 1:
                 # tau_1 hides values that only the data could reveal: with a public domain
                 # there are none, and suppressing a real value (tau_1 is several noise sd)
                 # only moves its records into the column's deficit.
-                tau = 0.0 if public else _threshold_k1(split.sigmas[0], allowed, delta_t)
+                tau = 0.0 if public else _threshold_k1(sigmas[0], allowed, delta_t)
             else:
                 tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
             level = _report_level(k, counts, cand, eligible, sd, tau, public, one_way, rng)
@@ -265,11 +277,15 @@ def tables_from_frame(df: pd.DataFrame, schema: Schema, reporting_length: int) -
     levels: list[dict[Combo, np.ndarray]] = [dict() for _ in range(reporting_length)]
     if not len(df):
         return levels
-    keys, inverse = np.unique(present, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    for g, key in enumerate(keys):
-        combo = tuple(int(j) for j in np.flatnonzero(key))
-        rows = np.flatnonzero(inverse == g)
+    # Group the rows by which columns they hold: one integer key per row (sorting the
+    # rows of the boolean matrix, as np.unique(axis=0) does, took seconds on wide tables).
+    key = np.zeros(len(df), dtype=object if p > 62 else np.int64)
+    for j in range(p):
+        key = key * 2 + present[:, j]
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.diff(key[order]) != 0) + 1
+    for rows in np.split(order, bounds):
+        combo = tuple(int(j) for j in np.flatnonzero(present[rows[0]]))
         tab = np.zeros(_shape(cards, combo), dtype=np.int64)
         tab[tuple(codes[rows, j] for j in combo)] = counts[rows]
         levels[len(combo) - 1][combo] = tab

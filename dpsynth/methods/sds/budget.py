@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ...precheck import max_table_bytes
 from ...privacy.budget import Budget, Charge
 from ...schema import Schema
@@ -99,6 +101,38 @@ def split_budget(
         sigma_proportions=tuple(proportions) if proportions is not None else None,
     )
     return _split(params, Budget(epsilon=float(epsilon), delta=float(delta)))
+
+
+#: The complete sampler measures only the 1-way level when the expected noise TVD of the
+#: 2-way tables (:func:`pair_noise_ratio`, uncapped) reaches this: the 2-way tables are
+#: then noise, and their Gaussian shares buy more on the 1-way counts. Set on the tuning
+#: half of benchmarks/sds_matrix.py: the one tuning cell where the 1-way level alone won
+#: (3,000 x 24 at epsilon 1) had a ratio of 2.27; every cell where measuring all levels
+#: won had at most 0.64 (the same table at epsilon 4). 1.2 is about the geometric middle.
+ONE_WAY_ONLY_RATIO = 1.2
+
+
+def pair_noise_ratio(cardinalities: Sequence[int], split: NoiseSplit, records: float) -> float:
+    """Mean over column pairs of the TVD that the planned 2-way noise alone would add to a
+    2-way table of ``records`` records, ``cells * sd_2 / (records sqrt(2 pi))`` with
+    sd_2 = sigma_2 sqrt(C(p, 2)) (the largest Delta_2), not capped at 1.
+
+    Public information only: the schema, the budget split and the DP record count.
+    """
+    c = np.asarray(cardinalities, dtype=np.float64)
+    p = c.size
+    if p < 2 or split.reporting_length < 2:
+        return 0.0
+    mean_cells = float((c.sum() ** 2 - (c * c).sum()) / 2.0) / math.comb(p, 2)
+    sd2 = split.sigmas[1] * math.sqrt(math.comb(p, 2))
+    return mean_cells * sd2 / (max(float(records), 1.0) * math.sqrt(2.0 * math.pi))
+
+
+def one_way_only(params: SdsParams, cardinalities: Sequence[int], split: NoiseSplit, records: float) -> bool:
+    """Whether ``sds`` measures only the 1-way level (``auto_length``, complete synthesis)."""
+    return (params.auto_length and params.synthesis == "complete" and params.one_way == "public"
+            and split.reporting_length >= 2
+            and pair_noise_ratio(cardinalities, split, records) >= ONE_WAY_ONLY_RATIO)
 
 
 def _stage_records() -> str:

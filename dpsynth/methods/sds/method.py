@@ -79,7 +79,9 @@ class SdsMethod(MethodBase):
                 attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0, threshold=tau1,
                 derived=() if col.missing_code is None else (col.missing_code,)))
         meta = {
-            "reporting_length": self.params.reporting_length,
+            # the levels actually measured: 1 where auto_length found the 2-way tables noise
+            "reporting_length": int(res.info.get("levels_measured", self.params.reporting_length)),
+            "reporting_length_requested": self.params.reporting_length,
             "accounting": self.params.accounting,
             "epsilon": split.epsilon,
             "records_epsilon": split.records_epsilon,

@@ -30,6 +30,11 @@ class SdsParams:
     ``estimator="pgm"`` synthesizes from one graphical model fitted to the measured
     marginals (``dpsynth.inference.fit_measurement``, post-processing) instead of the
     aggregate-seeded sampler; ``synthesis`` and ``rake_one_way`` then do not apply.
+    ``auto_length`` (ours, complete synthesis with ``one_way="public"``): when the DP
+    record count says the planned 2-way noise would swamp the 2-way tables
+    (:func:`budget.pair_noise_ratio` >= :data:`budget.ONE_WAY_ONLY_RATIO`), only the 1-way
+    level is measured, with every planned Gaussian share; the measurement's
+    ``reporting_length`` then says 1 (``reporting_length_requested`` keeps R).
     """
 
     reporting_length: int = 3
@@ -51,6 +56,9 @@ class SdsParams:
     one_way: Literal["public", "paper"] = "public"
     empty_cells: Literal["deficit", "value"] = "value"
     estimator: Literal["sds", "pgm"] = "sds"
+    #: Measure only the 1-way level (with every Gaussian share) when the DP record count
+    #: says that the 2-way tables would be noise (see :func:`budget.pair_noise_ratio`).
+    auto_length: bool = True
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -107,6 +115,8 @@ class SdsParams:
             bad("synthesis", "must be complete or strict")
         if self.estimator not in ("sds", "pgm"):
             bad("estimator", "must be sds or pgm")
+        if not isinstance(self.auto_length, bool):
+            bad("auto_length", "must be true or false")
         if not isinstance(self.use_synthetic_counts, bool):
             bad("use_synthetic_counts", "must be true or false")
         w = self.weight_selection_percentile
