@@ -1,20 +1,38 @@
-"""Wall time of a CLI release, split into stage work and orchestration overhead.
+"""Wall time of a CLI release, split into stages and orchestration overhead.
 
-For each dataset (the bundled demo table; NIST national2019 when ../shared/data is
-present) the same release runs three ways, each as a fresh `dpsynth release` process:
+Datasets: the bundled demo table (5,000 x 10); ``gen8000x20``, the 8,000 x 20 generated
+table of issue 14 (table 0 of :data:`benchmarks.sds_matrix.GENERATED`: a random Bayesian
+network, 20% numeric columns, about 25% structurally missing cells), written to CSV with
+its schema; NIST national2019 with ``--nist`` when ``../shared/data`` is present.
+
+Each release is a fresh ``dpsynth release`` process, on up to three engines:
 
 * local: the stages in-process, no Prefect;
-* prefect-ephemeral: a Prefect flow with no API configured, so Prefect starts a
-  temporary server inside the command (the cost a one-off CLI user pays);
-* prefect-server: a Prefect flow against a long-running `prefect server start`
-  (PREFECT_API_URL set): what a repeated or scheduled user pays.
+* prefect-server: a Prefect flow against a long-running ``prefect server start``
+  (PREFECT_API_URL set): what a repeated or scheduled user pays;
+* prefect-ephemeral: a Prefect flow with no API configured (Prefect starts a temporary
+  server inside the command, 20-45 s here): the one-off CLI user's cost.
 
-Stage work is the sum of the manifest's stage timings; the rest of the wall time is
-interpreter start-up, imports and orchestration.
+Reported per run: wall time, every stage's time from the manifest, the method's own time
+(measure + synthesize), wall minus method time (issue 14's target: at most 4 s on
+gen8000x20), validate + publish (target: at most 3 s once Great Expectations is
+imported), the bundle's size and whether it holds Data Docs. Separately: the time a
+fresh interpreter takes to import Great Expectations.
+
+``--code ROOT`` runs the releases with another checkout's ``dpsynth`` on PYTHONPATH (the
+"before" column: ``git archive main | tar -x -C /tmp/base``); ``--label`` names the
+JSON (``results/release_timing-<label>.json``); ``--compare before after`` prints both
+side by side and writes ``results/release_timing.json``.
+
+Usage::
+
+    flock /work/wt/bench.lock python benchmarks/release_timing.py --label after
+    python benchmarks/release_timing.py --compare before after
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -23,34 +41,65 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks._common import SHARED_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import RESULTS, SHARED_DATA, print_table, write_json  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PORT = 4297
+STAGES = ("prepare", "encode", "measure", "synthesize", "validate", "publish")
 
 
-def _release(data: Path, schema: Path, out: Path, ws: Path, engine: str, env: dict) -> dict:
-    cmd = [str(BIN / "dpsynth"), "release", "--data", str(data), "--schema", str(schema), "--method", "marginals",
-           "--epsilon", "1", "--out", str(out), "--workspace", str(ws), "--engine", engine, "--name", "r"]
+def gen_table(folder: Path) -> tuple[Path, Path]:
+    """The 8,000 x 20 generated table as CSV plus its schema (YAML); deterministic."""
+    import numpy as np
+
+    from benchmarks.sds_matrix import generated_table
+    from dpsynth.encoding import EncodedTable, decode, write_csv
+
+    table = generated_table(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    data, schema = folder / "gen8000x20.csv", folder / "gen8000x20.yaml"
+    df = decode(EncodedTable(schema=table.schema, codes=table.codes), np.random.default_rng(0))
+    write_csv(df, table.schema, data)
+    schema.write_text(table.schema.to_yaml())
+    return data, schema
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _release(data: Path, schema: Path, out: Path, ws: Path, engine: str, env: dict, method: str,
+             extra: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-c", "import sys; from dpsynth.cli import main; sys.exit(main())",
+           "release", "--data", str(data), "--schema", str(schema), "--method", method,
+           "--epsilon", "1", "--out", str(out), "--workspace", str(ws), "--engine", engine, "--name", "r", *extra]
+    load = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"release failed ({engine}): {proc.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"release failed ({engine}): {proc.stderr.strip().splitlines()[-3:]}")
     manifest = json.loads((out / "r" / "manifest.json").read_text())
     t = manifest["timings"]
     work = sum(v for k, v in t.items() if k != "orchestration")
-    return {"wall_s": wall, "stage_work_s": work, "overhead_s": wall - work,
-            **{f"{k}_s": v for k, v in t.items()}}
+    method_s = t.get("measure", 0.0) + t.get("synthesize", 0.0)
+    files = manifest.get("files", {})
+    return {"wall_s": wall, "stage_work_s": work, "overhead_s": wall - work, "method_s": method_s,
+            "wall_minus_method_s": wall - method_s,
+            "validate_publish_s": t.get("validate", 0.0) + t.get("publish", 0.0),
+            "bundle_bytes": _size(out / "r"),
+            "data_docs": any(k.startswith("data-docs/") for k in files),
+            "loadavg_before": list(load), **{f"{k}_s": v for k, v in t.items()}}
 
 
 def _start_server(env: dict) -> subprocess.Popen:
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PORT)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + 180
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/api/health", timeout=2) as r:
@@ -59,36 +108,124 @@ def _start_server(env: dict) -> subprocess.Popen:
         except OSError:
             time.sleep(1)
     proc.kill()
-    raise SystemExit("prefect server did not start within 120 s")
+    raise SystemExit("prefect server did not start within 180 s")
+
+
+def _ge_import_s(env: dict) -> float:
+    code = "import time; t=time.perf_counter(); import great_expectations; print(time.perf_counter()-t)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def _datasets(tmp: Path, names: list[str]) -> list[tuple[str, Path, Path]]:
+    out = []
+    for name in names:
+        if name == "demo":
+            out.append(("demo", ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"))
+        elif name == "gen8000x20":
+            out.append(("gen8000x20", *gen_table(tmp / "gen")))
+        elif name == "national2019":
+            nist = SHARED_DATA / "nist" / "national2019.csv"
+            if nist.exists():
+                out.append(("national2019", nist, ROOT / "schemas" / "nist.yaml"))
+        else:
+            raise SystemExit(f"unknown dataset {name!r}")
+    return out
+
+
+def run(args: argparse.Namespace) -> None:
+    results = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        base_env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home"),
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
+        base_env.pop("PREFECT_API_URL", None)
+        code = Path(args.code).resolve() if args.code else ROOT
+        base_env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT)])
+        datasets = _datasets(tmp, args.datasets)
+        ge_import = _ge_import_s(base_env)
+        server = _start_server(base_env) if "prefect-server" in args.engines else None
+        try:
+            for engine in args.engines:
+                env = base_env if engine != "prefect-server" else {
+                    **base_env, "PREFECT_API_URL": f"http://127.0.0.1:{PORT}/api"}
+                for label, data, schema in datasets:
+                    for variant, extra in args.variants:
+                        for rep in range(args.repeat):
+                            run_dir = Path(tempfile.mkdtemp(dir=tmp))
+                            r = _release(data, schema, run_dir / "out", run_dir / "ws",
+                                         "local" if engine == "local" else "prefect", env, args.method, extra)
+                            results.append({"dataset": label, "engine": engine, "variant": variant, "rep": rep, **r})
+                            print(f"{label} {engine} {variant} #{rep}: wall {r['wall_s']:.2f} s", flush=True)
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=30)
+    _print(results)
+    write_json(f"release_timing-{args.label}", {
+        "label": args.label, "code": str(code), "method": args.method, "epsilon": 1.0,
+        "ge_import_s": ge_import, "loadavg_end": list(os.getloadavg()), "results": results})
+
+
+def _print(results: list[dict[str, Any]]) -> None:
+    rows = [[r["dataset"], r["engine"], r["variant"], r["wall_s"], r["method_s"], r["wall_minus_method_s"],
+             r["validate_publish_s"], *(r.get(f"{s}_s", 0.0) for s in STAGES), r["bundle_bytes"] / 1e6]
+            for r in results]
+    print_table(["dataset", "engine", "variant", "wall", "method", "wall-method", "val+pub", *STAGES, "MB"], rows)
+
+
+def compare(before: str, after: str) -> None:
+    """Before/after per (dataset, engine, variant): medians over repeats."""
+    import statistics
+
+    runs = {lab: json.loads((RESULTS / f"release_timing-{lab}.json").read_text()) for lab in (before, after)}
+    keys = ["wall_s", "method_s", "wall_minus_method_s", "validate_publish_s", *(f"{s}_s" for s in STAGES)]
+
+    def cells(payload: dict) -> dict[tuple, dict[str, float]]:
+        groups: dict[tuple, list[dict]] = {}
+        for r in payload["results"]:
+            groups.setdefault((r["dataset"], r["engine"], r.get("variant", "default")), []).append(r)
+        return {g: {k: statistics.median(x.get(k, 0.0) for x in rs) for k in keys}
+                | {"bundle_mb": statistics.median(x["bundle_bytes"] for x in rs) / 1e6} for g, rs in groups.items()}
+
+    b, a = cells(runs[before]), cells(runs[after])
+    rows, table = [], []
+    for g in sorted(set(b) | set(a)):
+        for k in [*keys, "bundle_mb"]:
+            vb, va = b.get(g, {}).get(k), a.get(g, {}).get(k)
+            rows.append({"dataset": g[0], "engine": g[1], "variant": g[2], "metric": k, before: vb, after: va})
+            table.append([*g, k, "-" if vb is None else float(vb), "-" if va is None else float(va)])
+    print(f"GE import in a fresh interpreter: {before} {runs[before]['ge_import_s']:.2f} s, "
+          f"{after} {runs[after]['ge_import_s']:.2f} s")
+    print_table(["dataset", "engine", "variant", "metric", before, after], table)
+    write_json("release_timing", {"before": before, "after": after, "cells": rows,
+                                  "ge_import_s": {lab: runs[lab]["ge_import_s"] for lab in runs},
+                                  "loadavg": list(os.getloadavg())})
+
+
+def _variant(text: str) -> tuple[str, list[str]]:
+    name, _, flags = text.partition("=")
+    return name, flags.split() if flags else []
 
 
 def main() -> None:
-    datasets = [("demo", ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml")]
-    nist = SHARED_DATA / "nist" / "national2019.csv"
-    if nist.exists():
-        datasets.append(("national2019", nist, ROOT / "schemas" / "nist.yaml"))
-    results, rows = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        base_env = {**os.environ, "PREFECT_HOME": str(Path(tmp) / "prefect-home"),
-                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        base_env.pop("PREFECT_API_URL", None)
-        server = _start_server(base_env)
-        try:
-            for engine, env in (("local", base_env), ("prefect-ephemeral", base_env),
-                                ("prefect-server", {**base_env, "PREFECT_API_URL": f"http://127.0.0.1:{PORT}/api"})):
-                for label, data, schema in datasets:
-                    run_dir = Path(tempfile.mkdtemp(dir=tmp))
-                    r = _release(data, schema, run_dir / "out", run_dir / "ws",
-                                 "local" if engine == "local" else "prefect", env)
-                    results.append({"dataset": label, "engine": engine, **r})
-                    rows.append([label, engine, r["wall_s"], r["stage_work_s"], r["overhead_s"],
-                                 r["encode_s"], r["measure_s"], r["synthesize_s"], r["validate_s"], r["publish_s"]])
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-    print_table(["dataset", "engine", "wall s", "stages s", "overhead s", "encode", "measure", "synth",
-                 "validate", "publish"], rows)
-    write_json("release_timing", {"method": "marginals", "epsilon": 1.0, "results": results})
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--label", default="after")
+    p.add_argument("--code", help="checkout whose dpsynth the releases import (default: this one)")
+    p.add_argument("--datasets", nargs="+", default=["demo", "gen8000x20"])
+    p.add_argument("--engines", nargs="+", default=["local", "prefect-server"],
+                   choices=["local", "prefect-server", "prefect-ephemeral"])
+    p.add_argument("--method", default="sds")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--variants", nargs="+", type=_variant, default=[("default", [])],
+                   help="name=\"extra CLI flags\", e.g. docs=--data-docs")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    args = p.parse_args()
+    if args.compare:
+        compare(*args.compare)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":
