@@ -4,7 +4,8 @@ GE lists "unexpected values" of failing expectations. :func:`_render_docs` rewri
 stored validation results of a file-backed GE context to counts, fractions and schema
 column names (:func:`_sanitise_result`) before GE renders them, copies only the rendered
 site and strips every reference to a remote script, stylesheet or image, so the pages
-open offline and fetch nothing. The whitelist of GE counts lives here and is shared by
+open offline and fetch nothing. GE's vendor footer and the static files no page links
+to are dropped; :mod:`.docs_style` supplies the styling the remote assets gave. The whitelist of GE counts lives here and is shared by
 the gate's summary.
 """
 
@@ -20,6 +21,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 from .checks import Plan
+from .docs_style import OFFLINE_CSS
 from .thresholds import GateError
 
 # Integer counts GE reports that carry no value of the table.
@@ -72,20 +74,9 @@ _REMOTE_TAGS = (
 _REMOTE_CSS = re.compile(r"@import\s+url\(\s*['\"]?(?:https?:)?//[^)]*\)\s*;?|url\(\s*['\"]?(?:https?:)?//[^)]*\)", re.I)
 
 
-# Stand-ins for the remote Bootstrap and Font Awesome the pages are written for: the
-# status icons become text marks, tables get rules. Appended to each page's <head>.
-_OFFLINE_STYLE = """<style>
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; margin: .5em 0 1em; }
-th, td { border-bottom: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
-i.fas { font-style: normal; font-weight: bold; }
-.fa-check-circle::before { content: "\\2714"; color: #1a7f37; }
-.fa-times::before { content: "\\2718"; color: #c62828; }
-.fa-question-circle::before { content: "?"; }
-.text-danger { color: #c62828; }
-.text-success { color: #1a7f37; }
-</style>
-"""
+# GE's footers are vendor content (a newsletter sign-up, links to tutorials): not part of a release.
+_VENDOR_FOOTER = re.compile(r"<footer\b.*?</footer\s*>", re.I | re.S)
+_LOCAL_REF = re.compile(r"""\b(?:href|src)\s*=\s*["']([^"'#?:]+)["']""", re.I)
 
 
 def _strip_remote(folder: Path) -> None:
@@ -98,8 +89,27 @@ def _strip_remote(folder: Path) -> None:
         if suffix != ".css":
             for pattern in _REMOTE_TAGS:
                 text = pattern.sub("", text)
-            text = re.sub(r"</head\s*>", lambda m: _OFFLINE_STYLE + m.group(0), text, count=1, flags=re.I)
+            text = _VENDOR_FOOTER.sub("", text)
+            style = f"<style>{OFFLINE_CSS}</style>\n"
+            text = re.sub(r"</head\s*>", lambda m: style + m.group(0), text, count=1, flags=re.I)
         path.write_text(_REMOTE_CSS.sub("none", text), encoding="utf-8")
+
+
+def _prune_static(folder: Path) -> None:
+    """Deletes the files of GE's ``static/`` folder that no page links to (walkthrough
+    animations, logos and fonts: 4 MB that the stripped pages never show)."""
+    used: set[Path] = set()
+    for page in folder.rglob("*.htm*"):
+        for ref in _LOCAL_REF.findall(page.read_text(encoding="utf-8")):
+            used.add((page.parent / unquote(ref)).resolve())
+    static = folder / "static"
+    if not static.is_dir():
+        return
+    for path in sorted(static.rglob("*"), reverse=True):  # files before their folders
+        if path.is_file() and path.resolve() not in used:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _empty_folder(folder: str | Path) -> Path:
@@ -126,6 +136,7 @@ def _render_docs(context, plan: Plan, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copytree(site, folder, dirs_exist_ok=True)
     _strip_remote(folder)
+    _prune_static(folder)
     index = folder / "index.html"
     _add_offline_index(index)
     return index
@@ -149,9 +160,10 @@ def _add_offline_index(index: Path) -> None:
             items.append(
                 f'<li><a href="{html.escape(rel, quote=True)}">{html.escape(suite)}</a>: {kind}</li>'
             )
-    block = (
-        '<nav style="margin:1em 1.5em"><h2>Pages</h2><ul>' + "".join(items) + "</ul></nav>\n"
-    )
+    block = '<nav class="dpsynth-pages"><h2>Pages</h2><ul>' + "".join(items) + "</ul></nav>\n"
     text = index.read_text(encoding="utf-8")
-    text = re.sub(r"<body[^>]*>", lambda m: m.group(0) + "\n" + block, text, count=1, flags=re.I)
+    # after the top bar when GE drew one, else at the top of the body
+    anchor = r'<div class="container-fluid' if '<div class="container-fluid' in text else r"<body[^>]*>"
+    text = re.sub(anchor, lambda m: (block + m.group(0)) if m.group(0).startswith("<div") else (m.group(0) + block),
+                  text, count=1, flags=re.I)
     index.write_text(text, encoding="utf-8")

@@ -1,14 +1,14 @@
 """Running the gate's checks with Great Expectations, and its public summary.
 
 :func:`run_gate` prepares the plan once (:func:`dpsynth.gate.checks.prepare`), runs
-both suites on an ephemeral GE context (or a file context when Data Docs are asked
-for) and summarises the results.
+each suite in one GE run on the process's ephemeral context (:mod:`.session`; or on a
+file context of its own when Data Docs are asked for) and summarises the results.
 
 What the summary never holds
 ----------------------------
 GE lists "unexpected values" of failing expectations. A buggy synthesizer could copy a
 raw value into the synthetic table, and such a list would then publish it. Every GE
-run here asks for ``SUMMARY`` results with ``partial_unexpected_count = 0``, and the
+run here asks for ``BASIC`` results with ``partial_unexpected_count = 0``, and the
 summary keeps only whitelisted counts and fractions. :func:`write_data_docs` rewrites
 the stored validation results to the same whitelist before GE renders them, and
 strips every reference to a remote script, stylesheet or image from the rendered pages.
@@ -30,36 +30,42 @@ from ..encoding import EncodedTable
 from ..measurement import Measurement
 from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare
 from .docs import _GE_COUNTS, _GE_PERCENTS, _empty_folder, _raised, _render_docs
+from .session import RESULT_FORMAT, context, validate_frame
 from .thresholds import GateError, _positive_number
 
 __all__ = ["run_gate", "write_data_docs"]
 
-# SUMMARY gives counts; a partial_unexpected_count of 0 keeps GE from listing values.
-_RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 0}
+
+def _members(plan: Plan, suite_name: str) -> list[int]:
+    return [i for i, c in enumerate(plan.checks) if c.suite == suite_name]
 
 
-def _context(root: Path | None = None):
-    """An ephemeral GE context (or a file context under ``root``), progress bars off."""
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    if root is None:
-        context = gx.get_context(mode="ephemeral")
-    else:
-        context = gx.get_context(mode="file", project_root_dir=str(root))
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    return context
+def _frames(plan: Plan) -> tuple[tuple[str, pd.DataFrame], ...]:
+    return (RECORDS_SUITE, plan.table), (MARGINALS_SUITE, plan.stats)
 
 
-def _run_suites(context, plan: Plan) -> dict[int, Any]:
-    """Runs both suites; returns each check's GE result by its index in ``plan.checks``."""
+def _run_suites(plan: Plan) -> dict[int, Any]:
+    """Both suites, each in one GE run on the process's ephemeral context (see
+    :mod:`dpsynth.gate.session`); each check's GE result by its index in ``plan.checks``."""
+    results: dict[int, Any] = {}
+    for suite_name, frame in _frames(plan):
+        members = _members(plan, suite_name)
+        if members:
+            expectations = [(plan.checks[i].expectation, plan.checks[i].kwargs, i) for i in members]
+            results.update(validate_frame(frame, suite_name, expectations))
+    return results
+
+
+def _run_stored(context, plan: Plan, run_name: str) -> dict[int, Any]:
+    """Both suites on a file context, results stored under ``run_name`` (for Data Docs)."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
+    from great_expectations.core.run_identifier import RunIdentifier
 
     source = context.data_sources.add_pandas("dpsynth")
     results: dict[int, Any] = {}
-    for suite_name, frame in ((RECORDS_SUITE, plan.table), (MARGINALS_SUITE, plan.stats)):
-        members = [i for i, c in enumerate(plan.checks) if c.suite == suite_name]
+    for suite_name, frame in _frames(plan):
+        members = _members(plan, suite_name)
         if not members:
             continue
         batch = source.add_dataframe_asset(suite_name).add_batch_definition_whole_dataframe("whole_table")
@@ -77,7 +83,8 @@ def _run_suites(context, plan: Plan) -> dict[int, Any]:
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run = definition.run(batch_parameters={"dataframe": frame}, result_format=dict(_RESULT_FORMAT))
+            run = definition.run(batch_parameters={"dataframe": frame}, result_format=dict(RESULT_FORMAT),
+                                 run_id=RunIdentifier(run_name=run_name))
         for r in run.results:
             results[int(r.expectation_config.meta["index"])] = r
     return results
@@ -153,11 +160,16 @@ def run_gate(
     thresholds: Mapping[str, float] | None = None,
     *,
     docs: str | Path | None = None,
+    run_name: str = "dpsynth-gate",
 ) -> dict[str, Any]:
     """Validates a synthetic table against its schema and its DP measurement with GE.
 
-    With ``docs`` (a folder that must be absent or empty), the same run is also
-    rendered as Data Docs there, only when the gate passes (see :func:`write_data_docs`).
+    Without ``docs`` (the default) the suites run on the process's one ephemeral GE
+    context (:mod:`dpsynth.gate.session`), which a release warms up in the background.
+    With ``docs`` (a folder that must be absent or empty), the suites run once on a
+    file-backed context instead, and that run is rendered as Data Docs there under
+    ``run_name`` (the release's name), only when the gate passes (see
+    :func:`write_data_docs`).
 
     ``synthetic``: the decoded synthetic table (what is published); ``codes``: its
     integer codes (their schema is the release's schema); ``expected_rows``: the row
@@ -171,7 +183,8 @@ def run_gate(
     ``"a|b"``, ``k``, ``tvd``, ``threshold``, ``predicted``) and the resolved
     ``thresholds``. Deterministic: no time stamps or run ids.
     """
-    summary, _ = _run(prepare(synthetic, codes, measurement, expected_rows, thresholds), docs, always=False)
+    plan = prepare(synthetic, codes, measurement, expected_rows, thresholds)
+    summary, _ = _run(plan, docs, run_name, always=False)
     return summary
 
 
@@ -182,6 +195,7 @@ def write_data_docs(
     expected_rows: int | None,
     thresholds: Mapping[str, float] | None,
     folder: str | Path,
+    run_name: str = "dpsynth-gate",
 ) -> Path:
     """Renders GE Data Docs of the gate into ``folder`` whatever the verdict; returns its ``index.html``.
 
@@ -191,19 +205,19 @@ def write_data_docs(
     copied, and remote scripts, stylesheets and images are stripped so the pages open
     offline and fetch nothing. ``folder`` must not exist or be empty.
     """
-    _, index = _run(prepare(synthetic, codes, measurement, expected_rows, thresholds), folder, always=True)
+    _, index = _run(prepare(synthetic, codes, measurement, expected_rows, thresholds), folder, run_name, always=True)
     if index is None:  # unreachable with always=True; kept explicit rather than asserted
         raise GateError("Data Docs were not rendered")
     return index
 
 
-def _run(plan: Plan, docs: str | Path | None, *, always: bool) -> tuple[dict[str, Any], Path | None]:
+def _run(plan: Plan, docs: str | Path | None, run_name: str, *, always: bool) -> tuple[dict[str, Any], Path | None]:
     """Runs the plan once; renders Data Docs into ``docs`` on a pass (or ``always``)."""
     if docs is None:
-        return _summarise(plan, _run_suites(_context(), plan)), None
+        return _summarise(plan, _run_suites(plan)), None
     folder = _empty_folder(docs)
     with tempfile.TemporaryDirectory(prefix="dpsynth-gx-") as tmp:
-        context = _context(Path(tmp))
-        summary = _summarise(plan, _run_suites(context, plan))
-        index = _render_docs(context, plan, folder) if (summary["success"] or always) else None
+        ctx = context(tmp)
+        summary = _summarise(plan, _run_stored(ctx, plan, run_name))
+        index = _render_docs(ctx, plan, folder) if (summary["success"] or always) else None
     return summary, index
