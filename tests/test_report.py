@@ -11,6 +11,7 @@ import dataclasses
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from dpsynth.schema import load_schema, schema_from_dict
 ROOT = Path(__file__).resolve().parents[1]
 _VOID = {"meta", "img", "br", "hr", "input", "link", "col", "area", "base", "source", "wbr"}
 _REMOTE = re.compile(r"""\b(?:src|href)\s*=\s*['"]?\s*(?:https?:)?//""", re.I)
-_IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+_IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
 
 
 class _Balance(HTMLParser):
@@ -104,7 +105,10 @@ def test_report_is_self_contained_html(demo):
     images = _IMG.findall(page)
     assert len(images) == len(schema.columns) + 1  # one per column, one TVD-by-size plot
     for data in images:
-        assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
+        svg = base64.b64decode(data).decode("utf-8")
+        root = ElementTree.fromstring(svg)  # well-formed XML
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert "href" not in svg and "<script" not in svg and "url(" not in svg
     assert len(re.findall(r"<img\b", page)) == len(images)
 
 

@@ -1,4 +1,4 @@
-"""The release report's plots (matplotlib, Agg, embedded as base64 PNG).
+"""The release report's plots (SVG from :mod:`dpsynth.plots`, embedded as base64 data URIs).
 
 Kept apart from the HTML so that plotting can change (or be skipped) without touching
 the page: :func:`plots_section` draws the marginal error by marginal size and each
@@ -7,14 +7,13 @@ column's synthetic distribution beside its DP marginal.
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..encoding import EncodedTable
 from ..measurement import Measurement
+from ..plots import bar_chart_svg, svg_data_uri, tvd_strip_svg
 from ..schema import Column, Schema
 from .html import esc as _e
 from .html import num as _num
@@ -30,17 +29,8 @@ DP_COLOUR = "#8fb4d9"
 SYNTH_COLOUR = "#d9822b"
 
 
-def _png(fig) -> str:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _img(data: str, alt: str) -> str:
-    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
+def _img(svg: str, alt: str) -> str:
+    return f'<img src="{svg_data_uri(svg)}" alt="{_e(alt)}">'
 
 
 def _distribution(counts: np.ndarray) -> np.ndarray:
@@ -50,67 +40,15 @@ def _distribution(counts: np.ndarray) -> np.ndarray:
 
 
 def _column_plot(col: Column, synth: np.ndarray, dp: np.ndarray | None) -> str:
-    import matplotlib
-
-    from matplotlib.figure import Figure
-
-    labels = col.labels()
-    wide = len(labels) > _WIDE_CODES
-    slanted = len(labels) > 6 or max(map(len, labels)) > 8
-    with matplotlib.rc_context({"text.parse_math": False, "font.size": 9}):
-        fig = Figure(figsize=(11.0 if wide else 5.6, 3.0), layout="constrained")
-        ax = fig.add_subplot()
-        x = np.arange(len(labels))
-        if dp is not None:
-            ax.bar(x - 0.2, dp, width=0.4, color=DP_COLOUR)
-            ax.bar(x + 0.2, synth, width=0.4, color=SYNTH_COLOUR)
-        else:
-            ax.bar(x, synth, width=0.6, color=SYNTH_COLOUR)
-        if len(labels) <= _MAX_BARS:
-            ax.set_xticks(
-                x, [_short(lab) for lab in labels],
-                rotation=40 if slanted else 0, ha="right" if slanted else "center",
-                rotation_mode="anchor" if slanted else "default",
-            )
-        ax.set_ylabel("share of rows")
-        ax.set_title(_short(col.name, 80), loc="left", fontweight="bold")
-        ax.spines[["top", "right"]].set_visible(False)
-        return _png(fig)
+    """One column's synthetic distribution beside its DP marginal, as SVG (:mod:`dpsynth.plots`)."""
+    labels = [_short(lab) for lab in col.labels()]
+    series = [(dp, DP_COLOUR), (synth, SYNTH_COLOUR)] if dp is not None else [(synth, SYNTH_COLOUR)]
+    return bar_chart_svg(_short(col.name, 80), labels, series, show_labels=len(labels) <= _MAX_BARS,
+                         width=1100 if len(labels) > _WIDE_CODES else 560)
 
 
 def _tvd_plot(errors: Sequence[Mapping[str, Any]]) -> str | None:
-    if not errors:
-        return None
-    import matplotlib
-
-    from matplotlib.figure import Figure
-
-    ks = sorted({int(e["k"]) for e in errors})
-    with matplotlib.rc_context({"text.parse_math": False, "font.size": 9}):
-        fig = Figure(figsize=(7.5, 3.4), layout="constrained")
-        ax = fig.add_subplot()
-        rng = np.random.default_rng(0)  # jitter only: reproducible pictures
-        for i, k in enumerate(ks):
-            group = [e for e in errors if int(e["k"]) == k]
-            tv = np.array([float(e["tvd"]) for e in group])
-            th = np.array([float(e.get("threshold", np.nan)) for e in group])
-            jitter = rng.uniform(-0.28, 0.28, size=tv.size) if tv.size > 1 else np.zeros(1)
-            over = tv > th
-            ax.scatter(i + jitter[~over], tv[~over], s=18, color="#3b6ea5", label="TVD" if i == 0 else None, zorder=3)
-            if over.any():
-                ax.scatter(i + jitter[over], tv[over], s=28, color="#c62828", marker="D",
-                           label="TVD over its threshold", zorder=4)
-            ax.vlines(i + jitter, tv, th, color="#c9d1d9", lw=0.8, zorder=1)
-            ax.scatter(i + jitter, th, s=60, marker="_", color="#59636e", label="its threshold" if i == 0 else None, zorder=2)
-            ax.hlines(tv.mean(), i - 0.34, i + 0.34, color="#d9822b", lw=2, label="mean TVD" if i == 0 else None)
-        ax.set_xticks(range(len(ks)), [f"k = {k}\n({sum(int(e['k']) == k for e in errors)} marginals)" for k in ks])
-        ax.set_xlim(-0.6, len(ks) - 0.4)
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("TVD: synthetic vs DP marginal")
-        ax.set_title("Marginal error by marginal size", loc="left")
-        ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.spines[["top", "right"]].set_visible(False)
-        return _png(fig)
+    return tvd_strip_svg(errors)
 
 
 def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> str:
@@ -118,9 +56,9 @@ def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Map
     errors = list(gate.get("marginal_errors") or [])
     one_way_tvd = {e["marginal"]: float(e["tvd"]) for e in errors if int(e.get("k", 0)) == 1}
     out = ['<h2 id="plots">Plots</h2>']
-    tvd_png = _tvd_plot(errors)
-    if tvd_png is not None:
-        out.append('<figure style="max-width:820px">' + _img(tvd_png, "TVD by marginal size"))
+    tvd_svg = _tvd_plot(errors)
+    if tvd_svg is not None:
+        out.append('<figure style="max-width:820px">' + _img(tvd_svg, "TVD by marginal size"))
         out.append("<figcaption>Each dot is one DP marginal; dashes are their thresholds, the orange bar "
                    "the mean.</figcaption></figure>")
     out.append("<h3>Columns: synthetic distribution vs DP marginal</h3>")
@@ -137,7 +75,7 @@ def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Map
         synth = _distribution(counts)
         dp_raw = m.marginals.get((col.name,))
         dp = _distribution(dp_raw) if dp_raw is not None and np.size(dp_raw) == col.cardinality else None
-        png = _column_plot(col, synth, dp)
+        svg = _column_plot(col, synth, dp)
         caption = f"{_e(col.name)}: {col.cardinality} codes"
         if col.name in one_way_tvd:
             tvd_text = f"TVD {_num(one_way_tvd[col.name])}"
@@ -151,6 +89,6 @@ def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Map
         if col.cardinality > _MAX_BARS:
             caption += "; too many codes to label"
         cls = ' class="wide"' if col.cardinality > _WIDE_CODES else ""
-        figures.append(f"<figure{cls}>{_img(png, col.name)}<figcaption>{caption}</figcaption></figure>")
+        figures.append(f"<figure{cls}>{_img(svg, col.name)}<figcaption>{caption}</figcaption></figure>")
     out.append('<div class="grid">' + "".join(figures) + "</div>")
     return "".join(out)
