@@ -9,7 +9,8 @@ Checks, in order:
 * paths: every manifest entry is a relative path inside the folder (no absolute path,
   no ``..``, no symbolic link on the way); nothing outside the folder is ever opened;
 * files: the required files are listed and present, each with its sha256, and
-  nothing unlisted was added;
+  nothing unlisted was added; Data Docs (``data-docs/``) are optional, and listed
+  exactly when the manifest's ``data_docs`` says so;
 * table: ``synthetic.csv`` is exactly what ``synthetic.parquet`` writes as CSV, and the
   table is valid against ``schema.yaml`` with the manifest's row count;
 * ledger: recomputed from ``measurement.json``'s charges (and the noise scales they
@@ -230,6 +231,7 @@ def verify_release(folder: str | Path, key: bytes | None = None) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"{MANIFEST}: cannot be read ({type(exc).__name__})"]
     problems, good = _check_files(folder, files)
+    problems += _check_data_docs(manifest, files)
     if key is not None:
         problems += _check_signature(folder, text, key)
     try:
@@ -243,6 +245,21 @@ def verify_release(folder: str | Path, key: bytes | None = None) -> list[str]:
     if {"schema.yaml", "synthetic.parquet", "synthetic.csv"} <= good:
         problems += _check_table(folder, manifest)
     return problems
+
+
+def _check_data_docs(manifest: Mapping[str, Any], files: Mapping[str, Any]) -> list[str]:
+    """Data Docs are optional; the manifest's ``data_docs`` must say truly whether they are there."""
+    listed = any(rel.startswith("data-docs/") for rel in files)
+    says = manifest.get("data_docs")
+    if says is None:  # releases from before the field: either way
+        return []
+    if says is True and "data-docs/index.html" not in files:
+        return ["manifest: says Data Docs are included, but data-docs/index.html is not listed"]
+    if says is False and listed:
+        return ["manifest: says Data Docs are not included, but data-docs/ files are listed"]
+    if not isinstance(says, bool):
+        return ["manifest: data_docs must be true or false"]
+    return []
 
 
 def _check_signature(folder: Path, manifest_text: str, key: bytes) -> list[str]:

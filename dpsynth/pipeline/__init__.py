@@ -66,6 +66,7 @@ from .stages import (
     measure_stage,
     publish_stage,
     synthesize_stage,
+    start_gate_warm_up,
     validate_stage,
 )
 
@@ -98,5 +99,6 @@ __all__ = [
     "synthesize_stage",
     "timed",
     "utility_warning",
+    "start_gate_warm_up",
     "validate_stage",
 ]

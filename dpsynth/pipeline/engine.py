@@ -166,6 +166,7 @@ def run_stages(
     """
     cached: list[str] = []
     warnings = list(plan.warnings)
+    stages.start_gate_warm_up()  # GE's import runs in the background while the method works
 
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)

@@ -43,6 +43,7 @@ __all__ = [
     "measure_stage",
     "publish_stage",
     "synthesize_stage",
+    "start_gate_warm_up",
     "validate_stage",
     "write_atomic",
 ]
@@ -171,6 +172,17 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
     return EncodedTable(schema=schema, codes=np.asarray(result.samples).astype(synth.codes.dtype))
 
 
+def start_gate_warm_up() -> None:
+    """Starts importing Great Expectations (4-9 s) in a background thread while the
+    method works, so the gate rarely waits for it (:mod:`dpsynth.gate.session`).
+
+    Called once the public checks passed: a refused request never pays for it.
+    """
+    from ..gate.session import warm_up_in_background
+
+    warm_up_in_background()
+
+
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
     """The Great Expectations gate: record validity and accuracy against the DP measurement.
 
@@ -186,7 +198,8 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     docs = folder / "data-docs"
     if docs.exists():
         shutil.rmtree(docs)
-    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None, docs=docs)
+    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None, docs=docs,
+                       run_name=plan.name)
     write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
         worst = sorted(
@@ -248,7 +261,8 @@ def publish_stage(
     schema_copy.write_text(plan.schema.to_yaml())
     files["schema.yaml"] = schema_copy
     files["validation.json"] = folder / "validation.json"
-    if (folder / "data-docs").is_dir():
+    data_docs = (folder / "data-docs" / "index.html").is_file()
+    if data_docs:
         files["data-docs"] = folder / "data-docs"
     rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
     manifest = {
@@ -274,6 +288,7 @@ def publish_stage(
         "rows_requested": plan.config.rows,
         "seed_commitment": seed_commitment(plan.seed, plan.material),
         "validation": {k: validation[k] for k in ("success", "statistics", "thresholds") if k in validation},
+        "data_docs": data_docs,
         "timings": dict(timings),
     }
 

@@ -50,6 +50,10 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
         items.append(("Guarantee", esc(headline if statement in headline else f"{headline} {statement}".strip())))
     if manifest.get("seed_commitment"):
         items.append(("Seed commitment", f"<code>{esc(manifest['seed_commitment'])}</code>"))
+    if "data_docs" in manifest:
+        items.append(("Data Docs", "included: <code>data-docs/index.html</code> (Great Expectations' pages of the "
+                      "validation gate)" if manifest["data_docs"] else
+                      "not included (a release builds them when asked: <code>--data-docs</code>)"))
     return '<h2 id="release">Release</h2>' + kv_table(items)
 
 
