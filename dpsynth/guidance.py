@@ -69,8 +69,13 @@ def _two_way_tables(m: Measurement, schema: Schema) -> dict[tuple[int, int], np.
     if not out and "aggregates" in m.tables and m.method == "sds":
         from .methods.sds import tables_from_frame
 
-        R = int(m.meta.get("reporting_length", 2))
-        levels = tables_from_frame(m.tables["aggregates"], schema, R)
+        frame = m.tables["aggregates"]
+        if "length" in frame.columns:  # only the 2-way rows: a fraction of the frame, a fraction of the time
+            frame = frame[frame["length"].to_numpy() == 2]
+            R = 2
+        else:
+            R = int(m.meta.get("reporting_length", 2))
+        levels = tables_from_frame(frame, schema, R)
         if len(levels) >= 2:
             out = {c: t.astype(np.float64) for c, t in levels[1].items()}
     return out
