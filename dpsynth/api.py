@@ -77,7 +77,8 @@ def release(
     ``seed`` is the secret for a reproducible build: bytes (at least 16) or the path of a
     seed file. Every public problem (schema, unreviewed draft, method, parameter, budget,
     name) raises before any budget is spent; the error names what to change. Any other
-    release setting (``sign_key``, ``dataset``, ...: the fields of
+    release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
+    gate's Great Expectations Data Docs, ...: the fields of
     :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()

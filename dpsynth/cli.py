@@ -300,6 +300,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
                    help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
     r.add_argument("--sign-key", default=None,
                    help="secret key (>= 16 bytes) to sign the manifest (manifest.sig, HMAC-SHA256)")
+    r.add_argument("--data-docs", action="store_true",
+                   help="also publish Great Expectations' Data Docs of the validation gate (data-docs/, offline)")
     r.add_argument("--internal-report", action="store_true",
                    help="also score the release against the raw data, written only to the private workspace")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",

@@ -20,7 +20,15 @@ def test_release_prints_progress_and_publishes(tmp_path, demo_paths, capsys):
     for stage in ("encode", "measure", "synthesize", "validate"):
         assert f"{stage}: done" in out
     assert "published" in out
-    assert json.loads((tmp_path / "out" / "r" / "manifest.json").read_text())["rows"] == 50
+    manifest = json.loads((tmp_path / "out" / "r" / "manifest.json").read_text())
+    assert manifest["rows"] == 50 and manifest["data_docs"] is False
+    assert not (tmp_path / "out" / "r" / "data-docs").exists()
+
+
+def test_data_docs_flag_publishes_data_docs(tmp_path, demo_paths):
+    assert _release(tmp_path, demo_paths, "--name", "d", "--rows", "50", "--data-docs") == 0
+    assert json.loads((tmp_path / "out" / "d" / "manifest.json").read_text())["data_docs"] is True
+    assert (tmp_path / "out" / "d" / "data-docs" / "index.html").is_file()
 
 
 @pytest.mark.parametrize("extra, code, words", [

@@ -13,6 +13,7 @@ from dpsynth.methods import ParamError
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy import BudgetExceeded
 from dpsynth.schema import SchemaError, load_schema
+from dpsynth.verify import verify_release
 
 
 def _config(tmp_path, demo_paths, **kw) -> pipeline.ReleaseConfig:
@@ -38,10 +39,12 @@ def _count_measures(monkeypatch) -> list[int]:
 def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file=seed_file, rows=777))
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["data-docs", "manifest.json", "measurement.json", "measurement.parquet", "report.html",
-                     "schema.yaml", "synthetic.csv", "synthetic.parquet", "validation.json"]
-    assert (folder / "data-docs" / "index.html").exists()
+    assert names == ["manifest.json", "measurement.json", "measurement.parquet", "report.html",
+                     "schema.yaml", "synthetic.csv", "synthetic.parquet", "validation.json"]  # no Data Docs by default
     m = json.loads((folder / "manifest.json").read_text())
+    assert m["data_docs"] is False and not any(k.startswith("data-docs/") for k in m["files"])
+    assert "Data Docs</th><td>not included" in (folder / "report.html").read_text()
+    assert verify_release(folder) == []
     assert m["method"] == "marginals" and m["rows"] == 777
     assert m["privacy"]["epsilon"] == 1.0 and m["privacy"]["delta"] == 1e-6
     assert m["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
@@ -60,6 +63,27 @@ def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     assert list(df.columns) == load_schema(demo_paths[1]).names and len(df) == 777
     csv = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
     assert csv.shape == (777, 10) and set(csv["income"]) & {"NA"}
+
+
+def test_data_docs_only_when_asked_styled_offline_and_verified(tmp_path, demo_paths):
+    folder = pipeline.run_release(_config(tmp_path, demo_paths, name="docs-run", data_docs=True))
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["data_docs"] is True and "data-docs/index.html" in m["files"]
+    assert verify_release(folder) == []
+    assert "Data Docs</th><td>included" in (folder / "report.html").read_text()
+    pages = list((folder / "data-docs").rglob("*.html"))
+    assert {p.parts[-3] for p in (folder / "data-docs" / "validations").rglob("*.html")} == {"docs-run"}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "__none__" not in text and "newsletter" not in text.lower() and "<footer" not in text
+        assert ".card-header" in text  # our offline stylesheet, in place of the remote Bootstrap
+    size = sum(p.stat().st_size for p in (folder / "data-docs").rglob("*") if p.is_file())
+    assert size < 1_000_000  # GE's unlinked animations, logos and fonts (4 MB) are not copied
+    # the manifest must say truly whether Data Docs are there
+    forged = json.loads((folder / "manifest.json").read_text())
+    forged["data_docs"] = False
+    (folder / "manifest.json").write_text(json.dumps(forged))
+    assert any("Data Docs are not included" in p for p in verify_release(folder))
 
 
 def test_same_seed_gives_byte_identical_files(tmp_path, demo_paths, seed_file):

@@ -128,6 +128,7 @@ def release_flow(
     name: str | None = None,
     workspace: str | None = None,
     internal_report: bool = False,
+    data_docs: bool = False,
     gate: dict[str, float] | None = None,
     sign_key: str | None = None,
     dataset: str | None = None,

@@ -94,6 +94,7 @@ class ReleaseConfig:
     name: str | None = None
     workspace: Path = field(default_factory=default_workspace)
     internal_report: bool = False
+    data_docs: bool = False  # GE Data Docs of the gate in the bundle (off: 0.3 MB and seconds saved)
     gate: Mapping[str, float] = field(default_factory=dict)
     sign_key: Path | None = None
     dataset: str | None = None  # registry identity (default: the schema's name)

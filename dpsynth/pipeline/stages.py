@@ -187,7 +187,8 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     """The Great Expectations gate: record validity and accuracy against the DP measurement.
 
     The result is kept in the private workspace; a failed gate raises and nothing is
-    published. Data Docs are rendered for the bundle only when the gate passes.
+    published. Data Docs are rendered for the bundle only when the config asks for them
+    (``data_docs``) and the gate passes.
     """
     from ..gate import run_gate
 
@@ -198,8 +199,8 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     docs = folder / "data-docs"
     if docs.exists():
         shutil.rmtree(docs)
-    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None, docs=docs,
-                       run_name=plan.name)
+    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None,
+                       docs=docs if plan.config.data_docs else None, run_name=plan.name)
     write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
         worst = sorted(
