@@ -14,13 +14,9 @@ import json
 import numpy as np
 import pytest
 
-from dpsynth.encoding import EncodedTable, decode, encode, read_table
+from dpsynth.encoding import EncodedTable, decode
 from dpsynth.gate import run_gate, session
-from dpsynth.methods.marginals import MarginalsMethod
-from dpsynth.privacy.budget import Budget, Ledger
-from dpsynth.schema import load_schema
-
-from tests.conftest import ROOT
+from tests.test_gate import release  # noqa: F401 - the module-scoped fixture
 
 _SET, _BETWEEN, _TYPE = ("expect_column_values_to_be_in_set", "expect_column_values_to_be_between",
                          "expect_column_values_to_be_in_type_list")
@@ -47,15 +43,8 @@ BEFORE = [
 
 
 @pytest.fixture(scope="module")
-def demo():
-    schema = load_schema(ROOT / "schemas" / "demo.yaml")
-    raw = encode(read_table(ROOT / "data" / "demo.csv", schema), schema)
-    method = MarginalsMethod()
-    budget = Budget(epsilon=1.0, delta=1e-6)
-    rng = np.random.default_rng(20240601)
-    m = method.measure(raw, Ledger(budget, method.plan(schema, budget)), rng)
-    codes = method.synthesize(m, schema, None, rng)
-    return schema, m, codes, decode(codes, rng)
+def demo(release):  # test_gate's honest demo release (marginals, epsilon 1, fixed seed)
+    return release.schema, release.measurement, release.codes, release.table
 
 
 def _listing(summary: dict) -> list[tuple]:
