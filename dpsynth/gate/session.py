@@ -15,6 +15,7 @@ results, use a file context of their own: :mod:`dpsynth.gate.ge`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from typing import Any, Mapping, Sequence
@@ -38,6 +39,12 @@ def context(root: str | None = None):
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # GE logs its set-up (temporary folders) at INFO, and sets one module's logger to INFO
+    # itself; under Prefect's logging that would reach the command line's stderr, whose
+    # failure contract is one line.
+    for name in ("great_expectations", "great_expectations.data_context.types.base"):
+        if logging.getLogger(name).level in (logging.NOTSET, logging.INFO):
+            logging.getLogger(name).setLevel(logging.WARNING)
     if root is None:
         ctx = gx.get_context(mode="ephemeral")
     else:
