@@ -79,7 +79,7 @@ def _release(data: Path, schema: Path, out: Path, ws: Path, engine: str, env: di
            "--epsilon", "1", "--out", str(out), "--workspace", str(ws), "--engine", engine, "--name", "r", *extra]
     load = os.getloadavg()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=out.parent)  # not the checkout: -c puts the cwd first on sys.path
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"release failed ({engine}): {proc.stderr.strip().splitlines()[-3:]}")
