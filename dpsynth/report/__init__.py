@@ -9,7 +9,7 @@ privacy ledger, the validation gate and the plots.
 
 Modules: :mod:`.privacy` (statement, ledger), :mod:`.accuracy` (utility score,
 per-size accuracy, validation), :mod:`.release` (summary, parameters, files),
-:mod:`.plots` (matplotlib only), :mod:`.html` (CSS, escaping, numbers, tables).
+:mod:`.plots` (the charts, SVG from :mod:`dpsynth.plots`), :mod:`.html` (CSS, escaping, numbers, tables).
 
 Everything shown is public: the schema, the DP measurement, the synthetic codes, the
 manifest and the gate summary (counts and fractions). No raw row is read. The page
