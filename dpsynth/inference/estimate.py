@@ -224,4 +224,6 @@ def _initial(tree: JunctionTree, warm: GraphicalModel | None) -> list[np.ndarray
 
 
 def options_from(mapping: dict[str, Any] | None) -> EstimatorOptions:
+    """EstimatorOptions from a mapping of its field names (None or empty: the defaults);
+    an unknown key raises TypeError."""
     return EstimatorOptions(**(mapping or {}))

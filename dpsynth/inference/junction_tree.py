@@ -46,15 +46,18 @@ class Domain:
 
     @classmethod
     def from_dict(cls, sizes: dict[str, int]) -> "Domain":
+        """The domain of a ``{column: cardinality}`` mapping, columns in the mapping's order."""
         return cls(names=tuple(sizes), sizes=tuple(int(v) for v in sizes.values()))
 
     def index(self, name: str) -> int:
+        """Position of column ``name`` in the domain; KeyError if it is not there."""
         try:
             return self.names.index(name)
         except ValueError:
             raise KeyError(f"column {name!r} is not in the domain") from None
 
     def size(self, name: str) -> int:
+        """Cardinality (number of codes) of column ``name``."""
         return self.sizes[self.index(name)]
 
     def canonical(self, attrs: Iterable[str]) -> Clique:
@@ -62,9 +65,11 @@ class Domain:
         return tuple(sorted(set(attrs), key=self.index))
 
     def shape(self, attrs: Sequence[str]) -> tuple[int, ...]:
+        """Cardinalities of ``attrs`` in the order given: the shape of their table."""
         return tuple(self.size(a) for a in attrs)
 
     def cells(self, attrs: Iterable[str]) -> int:
+        """Number of cells of a table over ``attrs`` (product of cardinalities; 1 for none)."""
         return math.prod(self.size(a) for a in attrs)
 
 
@@ -110,16 +115,20 @@ class JunctionTree:
     parent: tuple[int, ...]
 
     def separator(self, i: int, j: int) -> Clique:
+        """Columns shared by cliques ``i`` and ``j``, in domain order."""
         s = set(self.cliques[i]) & set(self.cliques[j])
         return tuple(a for a in self.cliques[i] if a in s)
 
     def neighbours(self, i: int) -> list[int]:
+        """Indices of the cliques joined to clique ``i`` by a tree edge."""
         return [b if a == i else a for a, b in self.edges if i in (a, b)]
 
     def cells(self) -> list[int]:
+        """Number of cells of each clique's table, in clique order."""
         return [self.domain.cells(c) for c in self.cliques]
 
     def total_cells(self) -> int:
+        """Cells over all clique tables together: the model's size."""
         return sum(self.cells())
 
     def containing(self, attrs: Iterable[str]) -> int | None:
@@ -139,6 +148,7 @@ class UnionFind:
         self.root = list(range(n))
 
     def find(self, x: int) -> int:
+        """Root of the set holding ``x`` (halving the path on the way)."""
         root = self.root
         while root[x] != x:
             root[x] = root[root[x]]
@@ -154,6 +164,7 @@ class UnionFind:
         return True
 
     def components(self) -> int:
+        """Number of disjoint sets."""
         return len({self.find(x) for x in range(len(self.root))})
 
 

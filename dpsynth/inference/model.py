@@ -168,14 +168,19 @@ class GraphicalModel:
 
     @classmethod
     def from_potentials(cls, tree: JunctionTree, theta: Sequence[np.ndarray], total: float) -> "GraphicalModel":
+        """The model with log potentials ``theta`` (one array per clique of ``tree``),
+        calibrated by message passing and scaled to ``total`` records."""
         beliefs, _ = calibrate(tree, theta)
         return cls(tree=tree, theta=tuple(theta), total=float(total), log_beliefs=tuple(beliefs))
 
     @property
     def domain(self) -> Domain:
+        """The domain of the model's junction tree."""
         return self.tree.domain
 
     def clique_marginal(self, i: int) -> np.ndarray:
+        """Expected counts over clique ``i`` (``total`` times its belief), shaped by its
+        columns' cardinalities in domain order."""
         return self.total * np.exp(self.log_beliefs[i])
 
     def project(self, attrs: Sequence[str]) -> np.ndarray:

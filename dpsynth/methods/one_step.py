@@ -84,6 +84,8 @@ class OneStepParams:
             raise ParamError(f"parameter 'steps' must lie in [1, 100], got {self.steps}")
 
     def family_of(self, col: Column) -> str:
+        """The family modelling ``col``: ``loglinear`` for a categorical column or a numeric one
+        on ``auto``, else its ``families`` override or ``numeric_family``."""
         if col.type == "categorical":
             return "loglinear"
         chosen = dict(str(i).partition(":")[::2] for i in self.families)
@@ -178,10 +180,16 @@ def _to_codes(col: Column, x: np.ndarray) -> np.ndarray:
 
 
 class OneStepMethod(MethodBase):
+    """Method ``one-step``: DP log-linear model and per-column parametric families,
+    synthesised by one-step sampling (see the module docstring)."""
+
     name: ClassVar[str] = "one-step"
     params_type: ClassVar[type] = OneStepParams
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """One equal share per estimator: beta units get epsilon / units each (pure Laplace), the
+        others split the zCDP rest evenly; ParamError if ``families`` names an unknown or
+        categorical column."""
         unknown = sorted({str(i).partition(":")[0] for i in self.params.families} - set(schema.names))
         if unknown:
             raise ParamError(f"parameter 'families' names columns not in the schema: {unknown}")
@@ -201,6 +209,8 @@ class OneStepMethod(MethodBase):
 
     # --- measure: the DP boundary ------------------------------------------------
     def measure(self, codes: EncodedTable, ledger: Ledger, rng: np.random.Generator) -> Measurement:
+        """Spends the plan: a noisy record count, the noisy log-linear marginals, and each family
+        column's DP parameter estimates (plus a noisy present/missing count if nullable)."""
         schema = codes.schema
         charges: list[Charge] = []
         ch = ledger.spend("measure/records")
@@ -274,6 +284,9 @@ class OneStepMethod(MethodBase):
         return one_step(model, theta, omega).sample
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """``rows`` coded records (None: the noisy record count): log-linear columns from the model
+        fitted to the noisy marginals, family columns from their DP parameters, each sampled
+        one-step (or as ``params`` say); missing values drawn at their noisy share."""
         records = max(float(m.records.value), 1.0) if m.records is not None else float(m.estimated_records() or 1)
         n = max(1, int(round(records))) if rows is None else int(rows)
         out = np.zeros((n, len(schema.columns)), dtype=code_dtype(schema.cardinalities))

@@ -117,6 +117,9 @@ def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.nda
 
 
 class PgmMethod(MethodBase):
+    """Method ``pgm``: marginals selected by MST or AIM, measured with discrete Gaussian
+    noise, fitted by one graphical model and sampled from it (see the module docstring)."""
+
     name: ClassVar[str] = "pgm"
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
@@ -143,6 +146,9 @@ class PgmMethod(MethodBase):
         return self.params.units or 16 * len(schema.columns)
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
+        """The stages of ``select``: for MST, rho in thirds (1-way marginals, pair selections, pair
+        measurements), or all on the 1-way marginals when no pair fits ``max_clique_cells``;
+        for AIM, ``units`` equal select/measure shares. ParamError for a column over the limit."""
         self._check_domain(schema)
         d = len(schema.columns)
         if self.params.select == "aim":
@@ -291,6 +297,8 @@ class PgmMethod(MethodBase):
 
     # --- synthesis (post-processing) -------------------------------------------------
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """Fits the graphical model to the noisy marginals (``iters`` steps) and samples ``rows``
+        records from it (None: the measurement's record estimate, else the model's total)."""
         model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:

@@ -60,6 +60,9 @@ def beta_noise_scale(n: float, epsilon: float) -> tuple[float, float, float]:
 
 @dataclass(frozen=True, kw_only=True)
 class DpBeta:
+    """Result of :func:`dp_beta`: the estimate (a, b), the noisy means ``t1``, ``t2``, the clamping
+    threshold, the Laplace scale on each centred sum and the record count ``n`` used."""
+
     a: float
     b: float
     t1: float          # noisy mean log x
@@ -97,6 +100,9 @@ def normal_noise_sigma(rho: float) -> tuple[float, float]:
 
 @dataclass(frozen=True, kw_only=True)
 class DpNormal:
+    """Result of :func:`dp_normal`: mean and standard deviation in the column's units, the noisy
+    sums on the rescaled values u in [-1, 1], and the Gaussian sd ``sigma`` on each sum."""
+
     mu: float
     sd: float
     sums: tuple[float, float]   # noisy sum u and sum (u^2 - 1/2)
@@ -162,16 +168,22 @@ class BinnedBurr:
     edges: tuple[float, ...]
 
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniforms on the open interval (0, 1)."""
         return np.clip(rng.random(n), 1e-16, 1.0 - 1e-16)
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """lo + scale * Burr XII(c, k) quantiles of ``omega``, clamped to [lo, hi] (the first and
+        last edges); one value per seed uniform."""
         lo, hi = self.edges[0], self.edges[-1]
         return np.clip(lo + theta[2] * burr_quantile(omega, float(theta[0]), float(theta[1])), lo, hi)
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """Grouped MLE (c, k, scale) of the histogram of ``data`` over ``edges`` (values outside
+        the bounds count in the end bins)."""
         e = np.asarray(self.edges)
         codes = np.clip(np.searchsorted(e[1:-1], data, side="right"), 0, e.size - 2)
         return grouped_burr_mle(np.bincount(codes, minlength=e.size - 1), e)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with every parameter raised to at least 1e-3."""
         return np.maximum(theta, 1e-3)

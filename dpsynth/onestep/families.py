@@ -34,15 +34,19 @@ class Normal:
     min_sigma: float = _TINY
 
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniforms on the open interval (0, 1); ValueError for n < 1."""
         return _uniforms(n, rng)
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """mu + sigma * Phi^-1(omega): one normal value per seed uniform."""
         return theta[0] + theta[1] * special.ndtri(omega)
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """(mean, standard deviation with ddof 0) of ``data``."""
         return np.array([np.mean(data), np.std(data)])
 
     def project(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with sigma raised to at least ``min_sigma``."""
         return np.array([theta[0], max(theta[1], self.min_sigma)])
 
     def exact(self, theta_hat: np.ndarray, omega: np.ndarray) -> np.ndarray:
@@ -77,12 +81,16 @@ class BurrXII:
     max_log_c: float = 6.0
 
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniforms on the open interval (0, 1); ValueError for n < 1."""
         return _uniforms(n, rng)
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """Burr XII(c, k) quantiles of the seed uniforms ``omega``."""
         return burr_quantile(omega, float(theta[0]), float(theta[1]))
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """Maximum likelihood (c, k) of the positive values of ``data``, k profiled out and
+        log c searched in [-max_log_c, max_log_c]; ValueError with fewer than two positive values."""
         x = np.asarray(data, dtype=np.float64)
         x = x[x > 0]
         if x.size < 2:
@@ -102,6 +110,7 @@ class BurrXII:
         return np.array([c, n / float(np.sum(np.logaddexp(0.0, c * logx)))])
 
     def project(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with c and k raised to at least ``min_param``."""
         return np.maximum(theta, self.min_param)
 
 
@@ -154,14 +163,19 @@ class Beta:
     lower: float = _TINY
 
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniforms on the open interval (0, 1); ValueError for n < 1."""
         return _uniforms(n, rng)
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """Beta(a, b) quantiles of the seed uniforms ``omega`` (values in [0, 1])."""
         return special.betaincinv(float(theta[0]), float(theta[1]), omega)
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """Maximum likelihood (a, b >= ``lower``) from the mean log x and mean log(1 - x) of
+        ``data`` clipped into (0, 1)."""
         x = np.clip(np.asarray(data, dtype=np.float64), 1e-300, 1.0 - 1e-16)
         return beta_mle_from_stats(float(np.mean(np.log(x))), float(np.mean(np.log1p(-x))), self.lower)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with a and b raised to at least ``lower``."""
         return np.maximum(theta, self.lower)

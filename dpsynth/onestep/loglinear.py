@@ -41,6 +41,8 @@ class TableTooLarge(ValueError):
 
 
 def check_table_size(shape: Sequence[int], max_cells: int, names: Sequence[str] = ()) -> int:
+    """Number of cells of a table of ``shape``; TableTooLarge if it is above ``max_cells``
+    (``names``, the table's columns, only word the error)."""
     cells = math.prod(int(s) for s in shape)
     if cells > max_cells:
         who = f" of columns {list(names)}" if names else ""
@@ -58,6 +60,8 @@ def two_way_cliques(d: int) -> list[tuple[int, ...]]:
 
 
 def marginals_of(p: np.ndarray, cliques: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+    """The marginal of table ``p`` over each clique (a tuple of axes), other axes summed out;
+    each keeps its axes in increasing order."""
     d = p.ndim
     return [p.sum(axis=tuple(a for a in range(d) if a not in c)) for c in cliques]
 
@@ -159,6 +163,7 @@ class LogLinear:
 
     # parameter <-> marginals
     def split(self, theta: np.ndarray) -> list[np.ndarray]:
+        """The flat parameter ``theta`` cut into one array per clique, shaped by the clique's sizes."""
         sizes = [math.prod(self.shape[a] for a in c) for c in self.cliques]
         parts = np.split(np.asarray(theta, dtype=np.float64), np.cumsum(sizes)[:-1])
         return [p.reshape(tuple(self.shape[a] for a in c)) for p, c in zip(parts, self.cliques)]
@@ -173,6 +178,8 @@ class LogLinear:
         return theta
 
     def table(self, theta: np.ndarray) -> np.ndarray:
+        """Probability table of ``shape`` for ``theta``: the remembered model table when ``theta``
+        came from it, else IPF on the marginals ``theta`` holds."""
         theta = np.asarray(theta, dtype=np.float64)
         known = self._tables.get(theta.tobytes())
         if known is not None:
@@ -181,6 +188,7 @@ class LogLinear:
 
     # the engine's interface
     def seed(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniforms on [0, 1), one per record."""
         return rng.random(n)
 
     def sample_table(self, p: np.ndarray, omega: np.ndarray) -> np.ndarray:
@@ -189,9 +197,12 @@ class LogLinear:
         return np.minimum(np.searchsorted(cdf, omega * cdf[-1], side="right"), cdf.size - 1)
 
     def sample(self, theta: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """Flat cell indices (C order) drawn from ``table(theta)`` by inverse CDF at ``omega``."""
         return self.sample_table(self.table(theta), omega)
 
     def estimate(self, data: np.ndarray) -> np.ndarray:
+        """The 1- and 2-way marginal probabilities (flat ``theta``) of records given as flat
+        cell indices."""
         counts = np.bincount(np.asarray(data, dtype=np.int64), minlength=math.prod(self.shape))
         return self.theta_of(counts.reshape(self.shape) / max(1, counts.sum()))
 

@@ -74,6 +74,9 @@ def release_counts(x: int, n: int, y: int, m: int, epsilon: float, rng: np.rando
 
 @dataclass(frozen=True, kw_only=True)
 class TwoProportions:
+    """Result of :func:`two_proportions_test`: the pooled estimate, the one-step and
+    bootstrap one-sided p-values, and the number of replicates used."""
+
     theta_hat: float
     p_one_step: float
     p_bootstrap: float
