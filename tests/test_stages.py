@@ -113,3 +113,26 @@ def test_the_api_passes_other_config_settings_through_the_same_mapping(tmp_path,
         dpsynth.release(data, schema, method="marginals", epsilon=1.0, out=tmp_path / "out",
                         workspace=tmp_path / "ws", sign_keys="k")
     assert not (tmp_path / "ws" / "releases").exists()
+
+
+def test_encode_tolerates_a_concurrent_encode_of_the_same_input(tmp_path, demo_paths, monkeypatch):
+    """Two releases of one input (different names) encode into the same cache folder; the
+    one that finishes second must keep the first one's codes, not fail. Before the fix its
+    directory rename failed (ENOTEMPTY) and the release exited 1 (seen in CI as a flaky
+    two-process registry race)."""
+    from dpsynth.pipeline import stages
+    from dpsynth.schema import load_schema
+
+    data, schema_path = demo_paths
+    schema = load_schema(schema_path)
+    real = stages.encode_to_parts
+    ws = tmp_path / "ws"
+
+    def rival_finishes_first(data_, schema_, tmp, **kw):
+        real(data_, schema_, tmp, **kw)
+        real(data_, schema_, tmp.parent / "codes", **kw)  # the other process's rename landed
+
+    monkeypatch.setattr(stages, "encode_to_parts", rival_finishes_first)
+    path = stages.encode_stage(Path(data), schema, ws, "0" * 64)
+    assert path.is_dir() and any(path.iterdir())
+    assert [p.name for p in path.parent.iterdir()] == ["codes"]  # no temporary folder left

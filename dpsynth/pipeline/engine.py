@@ -166,7 +166,6 @@ def run_stages(
     """
     cached: list[str] = []
     warnings = list(plan.warnings)
-    stages.start_gate_warm_up()  # GE's import runs in the background while the method works
 
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)
@@ -177,6 +176,9 @@ def run_stages(
     with claim_name(plan):
         codes = step("encode", plan)
         dataset = charge_dataset(plan)  # in the orchestrating process, before measuring
+        # GE's import runs in the background while the method works; only a request that
+        # got its name and its budget pays for it (a refused one exits with one clean line).
+        stages.start_gate_warm_up()
         # From the measure stage on, a failure means the budget was spent (exit 1, said so).
         with spent_on_failure("measure"):
             measurement = step("measure", plan, codes)

@@ -78,7 +78,14 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
         encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner)
         for f in tmp.iterdir():
             fsync_path(f)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            # Another release of the same input finished encoding first (a directory
+            # cannot replace a non-empty one): its codes are the same, keep them.
+            if not path.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
