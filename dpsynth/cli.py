@@ -190,30 +190,31 @@ def _cmd_methods(args: argparse.Namespace) -> int:
 
 
 def _describe_method(name: str, cls: type) -> list[str]:
-    """Description (first docstring line), guarantee (the method's ``guarantee``
-    PrivacyStatement), and each parameter's type, choices and default. A parameter field
-    may state its range in words as ``field(metadata={"range": "..."})``; it is shown
-    instead of the type."""
+    """Description (first paragraph of the class docstring), guarantee (the class's
+    ``guarantee`` PrivacyStatement, which every method must declare), and each
+    parameter's type, choices and default. A parameter field may state its range in words
+    (:func:`dpsynth.methods.base.param`); it is shown instead of the type."""
     import dataclasses
     import inspect
     import typing
 
     own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
     doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
-    first = doc.splitlines()[0].replace("``", "") if doc else ""
+    first = " ".join(doc.split("\n\n", 1)[0].split()).replace("``", "")
     lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
-    guarantee = getattr(cls, "guarantee", None)
-    if guarantee is not None:
-        lines.append(f"  guarantee: {guarantee.headline()}" + (f"; {guarantee.detail}" if guarantee.detail else ""))
-    else:
-        lines.append("  guarantee: not declared by the method; each release states it in manifest.json")
+    g = cls.guarantee
+    if g.kind == "dp":  # the headline already names the relation; the detail qualifies it
+        lines.append(f"  guarantee: {g.headline()}" + (f"; {g.detail}" if g.detail else ""))
+    else:  # NOT DP: the headline carries the detail in brackets
+        lines.append(f"  guarantee: {g.headline()}")
     hints = typing.get_type_hints(cls.params_type)
     fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
     if not fields:
         lines.append("  parameters: none")
     for f in fields:
         default = f.default if f.default is not dataclasses.MISSING else "required"
-        shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
+        shown = ("none" if default is None else str(default).lower() if isinstance(default, bool)
+                 else "empty" if default == () else default)
         rng = f.metadata.get("range")
         lines.append(f"  --param {f.name}=  {rng or _type_text(hints[f.name])}  (default {shown})")
     params_doc = inspect.getdoc(cls.params_type) or ""

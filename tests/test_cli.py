@@ -104,6 +104,31 @@ def test_methods_shows_description_guarantee_and_parameters(capsys):
     assert "replace one record" in blocks["private-sampling"]  # the same relation its releases state
 
 
+def test_methods_states_every_guarantee_description_and_range(capsys):
+    """Each registered method's block: a one-sentence description, a declared guarantee
+    (DP with its neighbour relation, or NOT DP), and ranges for the numeric parameters."""
+    from dpsynth.methods import METHODS
+
+    assert main(["methods"]) == 0
+    blocks = {b.split(":", 1)[0]: b.splitlines() for b in capsys.readouterr().out.split("\n\n")}
+    for name, cls in METHODS.items():
+        lines = blocks[name]
+        assert lines[0].rstrip().endswith("."), lines[0]  # a whole sentence, not a cut line
+        guarantee = [ln for ln in lines if ln.startswith("  guarantee: ")]
+        assert len(guarantee) == 1 and "not declared" not in guarantee[0], (name, guarantee)
+        if cls.guarantee.differentially_private:
+            assert f"(neighbouring tables: {cls.guarantee.neighbours})" in guarantee[0]
+        else:
+            assert "NOT differentially private" in guarantee[0]
+    ma = "\n".join(blocks["microaggregation"])
+    assert "guarantee: NOT differentially private: anonymised release" in ma
+    assert "--param group_size=  whole number >= 2" in ma
+    assert "pure epsilon-DP" in "\n".join(blocks["microaggregation-dp"])
+    assert "--param degree=  2 or 3" in "\n".join(blocks["pgm"])
+    assert "--param max_cells=  whole number in [2, 50000000]  (default 50000)" in "\n".join(blocks["one-step"])
+    assert "--param m=  whole number >= the Walsh functions" in "\n".join(blocks["private-sampling"])
+
+
 def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
     assert _release(tmp_path, demo_paths, "--name", "strict", "--gate", "max_tvd_k1=0.000001") == 1
     err = _our_lines(capsys.readouterr().err)

@@ -116,6 +116,25 @@ def test_every_registered_method_is_checked():
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_a_measurement_never_claims_more_than_its_class_guarantee(name, table):
+    """``dpsynth methods`` prints the class's guarantee: a release of the method may state
+    less (a heuristic run), never DP where the class says NOT DP, nor another relation."""
+    declared = METHODS[name].guarantee
+    m, _ = _measure(name, table, 0)
+    if m.statement.differentially_private:
+        assert declared.differentially_private and m.statement.neighbours == declared.neighbours
+    if not declared.differentially_private:
+        assert m.statement.kind == declared.kind
+
+
+def test_a_method_class_without_a_guarantee_is_refused():
+    from dpsynth.methods.base import MethodBase
+
+    with pytest.raises(TypeError, match="must declare guarantee"):
+        type("NoStatement", (MethodBase,), {"name": "no-statement"})
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_special_raw_values_are_mapped_never_raised(name):
     raw = _raw_table()
     enc = encode(raw, SCHEMA)  # must not raise

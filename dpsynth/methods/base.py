@@ -45,6 +45,7 @@ __all__ = [
     "ParamError",
     "PrivacyStatement",
     "convert_param",
+    "param",
     "parse_params",
     "params_to_dict",
 ]
@@ -81,16 +82,33 @@ class Method(Protocol):
 
 class MethodBase:
     """Defaults every registered method inherits: the protocol's class attributes it
-    may leave unset, and construction from its parameter dataclass."""
+    may leave unset, and construction from its parameter dataclass.
+
+    ``guarantee`` is not optional: every method class that has a ``name`` states, as a
+    :class:`PrivacyStatement`, what its releases guarantee by default (DP with its
+    neighbour relation, or anonymous / heuristic: NOT DP). ``dpsynth methods`` prints it;
+    a release's own measurement may state less (e.g. a heuristic run), never more."""
 
     name: ClassVar[str]
     params_type: ClassVar[type]
+    guarantee: ClassVar[PrivacyStatement]
     takes_rows_as: ClassVar[str | None] = None
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and not isinstance(getattr(cls, "guarantee", None), PrivacyStatement):
+            raise TypeError(f"method class {cls.__name__} ({cls.name!r}) must declare "
+                            "guarantee: ClassVar[PrivacyStatement]")
+
     def __init__(self, params: Any = None):
         self.params = self.params_type() if params is None else params
+
+
+def param(default: Any, range: str) -> Any:
+    """A parameter field with its allowed values in words (shown by ``dpsynth methods``)."""
+    return dataclasses.field(default=default, metadata={"range": range})
 
 
 # --- parameters from the command line ----------------------------------------

@@ -36,7 +36,7 @@ from ..microaggregation import (
 )
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema
-from .base import Measurement, MethodBase, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, param, params_to_dict
 from .microaggregation_common import (
     BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
 )
@@ -61,13 +61,13 @@ class MicroaggregationParams:
     :mod:`dpsynth.microaggregation.embedding`). pairs: also publish the 2-way marginals
     the blocks imply, for the gate. max_net_points: memory limit on the net."""
 
-    anonymous_only: bool = False
-    group_size: int = 20
-    t: int | None = None
-    alpha: float | None = None
+    anonymous_only: bool = param(False, "true or false; must be true (the explicit opt-in to a release that is NOT DP)")
+    group_size: int = param(20, "whole number >= 2, at most the input's rows")
+    t: int | None = param(None, "whole number >= 1, or none (default from the block count)")
+    alpha: float | None = param(None, "number in (0, 4], or none (default from the block count)")
     numeric: Literal["hybrid", "scaled", "bins"] = "hybrid"
     pairs: bool = True
-    max_net_points: float = 2e6
+    max_net_points: float = param(2e6, "number >= 100")
 
     def __post_init__(self) -> None:
         if not isinstance(self.anonymous_only, bool):
@@ -87,6 +87,9 @@ class MicroaggregationMethod(MethodBase):
     """Method ``microaggregation``: (n/k)-anonymous PCA microaggregation. NOT differentially private."""
 
     name: ClassVar[str] = "microaggregation"
+    guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(kind="anonymous", detail=(
+        "every published block mean averages at least group_size records; refused unless "
+        "anonymous_only=true; microaggregation-dp is the DP version"))
     provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationParams
 

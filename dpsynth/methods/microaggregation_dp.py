@@ -50,7 +50,7 @@ from ..microaggregation.net import largest_feasible_t
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_laplace
 from ..schema import Schema
-from .base import Measurement, MethodBase, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 from .microaggregation_common import (
     BLOCKS, block_distribution, blocks_frame, check_numeric, embeddings, implied_measured, synthesize_blocks,
 )
@@ -73,17 +73,17 @@ class MicroaggregationDPParams:
     kappa: the paper's exponent (Remark 5.16: 1/3). numeric: "scaled" or "bins".
     pairs: also state implied 2-way marginals. max_net_points: memory limit on the net."""
 
-    split: tuple[float, ...] | None = None
-    b_factor: float | None = None
-    records_share: float = 0.02
+    split: tuple[float, ...] | None = param(None, "three numbers > 0 (projection, weights, means), or none")
+    b_factor: float | None = param(None, "number > 0, or none (1 for paper, 8 for tuned)")
+    records_share: float = param(0.02, "number in (0, 0.5)")
     preset: Literal["paper", "tuned"] = "tuned"
-    t: int | None = None
-    alpha: float | None = None
-    b: float | None = None
-    kappa: float = 1 / 3
+    t: int | None = param(None, "whole number >= 1, or none (from the preset)")
+    alpha: float | None = param(None, "number in (0, 4], or none (from the preset)")
+    b: float | None = param(None, "number >= 1, or none (from the preset)")
+    kappa: float = param(1 / 3, "number in (0, 1) (paper preset only)")
     numeric: Literal["hybrid", "scaled", "bins"] = "hybrid"
     pairs: bool = True
-    max_net_points: float = 2e6
+    max_net_points: float = param(2e6, "number >= 100")
 
     def __post_init__(self) -> None:
         if self.split is not None and (len(self.split) != 3 or not all(math.isfinite(x) and x > 0 for x in self.split)):
@@ -115,9 +115,15 @@ class MicroaggregationDPParams:
 
 
 class MicroaggregationDPMethod(MethodBase):
-    """Method ``microaggregation-dp``: noisy damped microaggregation (Section 5, Theorems 5.12-5.15)."""
+    """Method ``microaggregation-dp``: records grouped by a private projection and a net; publishes noisy cell weights and damped noisy cell means (Section 5, Theorems 5.12-5.15).
+
+    See the module docstring."""
 
     name: ClassVar[str] = "microaggregation-dp"
+    guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
+        kind="dp", neighbours=DP_ADD_REMOVE.neighbours,
+        detail="pure epsilon-DP: Laplace noise on the count, the cell weights and the damped means; "
+               "exponential-mechanism projection")
     provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationDPParams
 

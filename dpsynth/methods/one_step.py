@@ -45,7 +45,10 @@ from ..privacy.accounting import gaussian_sigma, rho_from_epsilon
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.noise import discrete_gaussian
 from ..schema import Column, Schema
-from .base import Measurement, MethodBase, NoisyCount, NoisyMarginal, ParamError, params_to_dict
+from .base import (
+    DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, NoisyMarginal, ParamError, PrivacyStatement, param,
+    params_to_dict,
+)
 
 __all__ = ["OneStepParams", "OneStepMethod", "column_blocks", "interactions", "loglinear_domain"]
 
@@ -64,11 +67,12 @@ class OneStepParams:
     """
 
     numeric_family: Family = "auto"
-    families: tuple[str, ...] = ()
-    max_cells: int = 50_000
+    families: tuple[str, ...] = param((), "comma-separated column:family, family one of normal, beta, "
+                                          "burr, loglinear (numeric columns only)")
+    max_cells: int = param(50_000, "whole number in [2, 50000000]")
     partition: bool = False
     one_step: bool = True
-    steps: int = 1
+    steps: int = param(1, "whole number in [1, 100]")
 
     def __post_init__(self) -> None:
         if self.numeric_family not in _FAMILIES:
@@ -180,10 +184,14 @@ def _to_codes(col: Column, x: np.ndarray) -> np.ndarray:
 
 
 class OneStepMethod(MethodBase):
-    """Method ``one-step``: DP log-linear model and per-column parametric families,
-    synthesised by one-step sampling (see the module docstring)."""
+    """Method ``one-step``: a DP two-way log-linear model (numeric columns by their bins, or by a parametric family each), synthesised by one-step sampling.
+
+    See the module docstring."""
 
     name: ClassVar[str] = "one-step"
+    guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
+        kind="dp", neighbours=DP_ADD_REMOVE.neighbours,
+        detail="zCDP: discrete Gaussian marginals and counts; beta families add pure-epsilon Laplace estimates")
     params_type: ClassVar[type] = OneStepParams
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:

@@ -50,7 +50,7 @@ from ..privacy.noise import discrete_gaussian
 from ..rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal
-from .base import Measurement, MethodBase, ParamError, params_to_dict
+from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 
 __all__ = ["PgmParams", "PgmMethod"]
 
@@ -66,11 +66,11 @@ class PgmParams:
     ``iters``: the estimator's iteration cap for the released model."""
 
     select: Literal["mst", "aim"] = "mst"
-    degree: int = 3
-    units: int | None = None
-    max_model_cells: int = 10_000_000
-    max_clique_cells: int = 1_000_000
-    iters: int = 1000
+    degree: int = param(3, "2 or 3 (aim only)")
+    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)")
+    max_model_cells: int = param(10_000_000, "whole number >= 1 (aim only)")
+    max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
+    iters: int = param(1000, "whole number >= 1")
 
     def __post_init__(self) -> None:
         if self.select not in ("mst", "aim"):
@@ -117,10 +117,14 @@ def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.nda
 
 
 class PgmMethod(MethodBase):
-    """Method ``pgm``: marginals selected by MST or AIM, measured with discrete Gaussian
-    noise, fitted by one graphical model and sampled from it (see the module docstring)."""
+    """Method ``pgm``: marginals selected by MST or AIM, measured with discrete Gaussian noise, fitted by one graphical model and sampled from it.
+
+    See the module docstring."""
 
     name: ClassVar[str] = "pgm"
+    guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
+        kind="dp", neighbours=DP_ADD_REMOVE.neighbours,
+        detail="zCDP: discrete Gaussian measurements, exponential-mechanism selection charged as epsilon^2/8")
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True

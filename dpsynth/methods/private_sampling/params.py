@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..base import param
+
 __all__ = ["PrivateSamplingParams"]
 
 
@@ -79,14 +81,15 @@ class PrivateSamplingParams:
     bit instead of two one-hot bits (the encoding the papers use for yes/no columns).
     """
 
-    k: int | None = None
-    public_n: int | None = None
-    d: int = 2
-    m: int = 4096
-    delta: float = 0.05
-    Delta: float | None = None
-    gamma: float = 0.125
-    max_tries: int = 10
+    k: int | None = param(None, "whole number >= 1 (the release takes it from --rows)")
+    public_n: int | None = param(None, "the input's exact row count, declared public; required unless heuristic=true")
+    d: int = param(2, "whole number >= 1")
+    m: int = param(4096, "whole number >= the Walsh functions of degree <= d on the one-hot features "
+                          "(1 + p + p(p-1)/2 for d = 2)")
+    delta: float = param(0.05, "number in (0, 0.5]")
+    Delta: float | None = param(None, "number >= 1 + delta; required unless heuristic=true")
+    gamma: float = param(0.125, "number in (0, 1)")
+    max_tries: int = param(10, "whole number >= 1")
     heuristic: bool = False
     compact: bool = False
 
