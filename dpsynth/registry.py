@@ -314,7 +314,8 @@ def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, co
         raise RegistryRefused(
             f"dataset {after.dataset!r}: {what} would bring its lifetime spend to epsilon "
             f"{after.spent_epsilon:.4g} over the cap {cap.epsilon:g} (spent {before:.4g}, delta {after.delta:g}); "
-            "nothing was measured"
+            f"nothing was measured. Lower --epsilon, or, if the data owner agrees, raise the cap: "
+            f"dpsynth budget set {after.dataset} --epsilon E --delta D"
         )
     periods = []
     if cap is not None and cap.period is not None:
@@ -326,5 +327,6 @@ def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, co
         if spent > eps * (1 + _TOL):
             raise RegistryRefused(
                 f"dataset {after.dataset!r}: {what} would bring this {period}'s spend to epsilon {spent:.4g} "
-                f"over the {period} budget {eps:g}; nothing was measured"
+                f"over the {period} budget {eps:g}; nothing was measured. Lower --epsilon or wait for the "
+                f"next {period} (UTC)"
             )

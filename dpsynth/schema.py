@@ -343,7 +343,7 @@ def _parse_column(raw: Any, position: int) -> Column:
     name = _column_name(raw, position)
     unknown = sorted(set(raw) - _COLUMN_KEYS)
     if unknown:
-        raise SchemaError(f"column {name!r}: unknown keys {unknown}")
+        raise SchemaError(f"column {name!r}: unknown keys {unknown}; a column takes {sorted(_COLUMN_KEYS)}")
     ctype = raw.get("type")
     if ctype not in ("categorical", "numeric", "datetime"):
         raise SchemaError(f"column {name!r}: type must be 'categorical', 'numeric' or 'datetime', got {ctype!r}")
@@ -372,7 +372,8 @@ def _parse_column(raw: Any, position: int) -> Column:
         if not values:
             raise SchemaError(f"column {name!r}: values is empty")
         if len(values) > _MAX_CATEGORIES:
-            raise SchemaError(f"column {name!r}: {len(values)} categories exceed {_MAX_CATEGORIES}")
+            raise SchemaError(f"column {name!r}: {len(values)} categories exceed {_MAX_CATEGORIES}; list the "
+                              "frequent public values and set other: true, or drop the column")
         clash = sorted(set(values) & set(missing))
         if clash:
             raise SchemaError(f"column {name!r}: {clash} is both a value and a missing token")
@@ -499,7 +500,8 @@ def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
         raise SchemaError(f"{source}: must be a mapping with 'name' and 'columns'")
     unknown = sorted(set(raw) - {"name", "columns", "description", "draft"})
     if unknown:
-        raise SchemaError(f"{source}: unknown top-level keys {unknown}")
+        raise SchemaError(f"{source}: unknown top-level keys {unknown}; a schema takes name, columns, "
+                          "description and draft")
     draft = raw.get("draft", False)
     if not isinstance(draft, bool):
         raise SchemaError(f"{source}: draft must be true or false (delete the line once reviewed)")

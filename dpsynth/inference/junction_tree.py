@@ -192,7 +192,8 @@ def build_junction_tree(
             if domain.cells(c) > max_cells:
                 raise ModelTooLarge(
                     f"the model needs a clique {list(c)} of {domain.cells(c):,} cells, "
-                    f"above the limit of {max_cells:,}"
+                    f"above the limit of {max_cells:,}: give these columns fewer bins or categories in "
+                    "the schema, or raise the limit (pgm: max_clique_cells, max_model_cells)"
                 )
     # Largest clique first: it becomes the root.
     maximal.sort(key=lambda c: -domain.cells(c))

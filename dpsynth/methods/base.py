@@ -161,7 +161,8 @@ def parse_params(cls: type, raw: Mapping[str, str]) -> Any:
     unknown = sorted(set(raw) - fields)
     if unknown:
         raise ParamError(
-            f"unknown parameter(s) {unknown} for this method; known: {sorted(fields) or 'none'}"
+            f"unknown parameter(s) {unknown} for this method; known: {sorted(fields) or 'none'} "
+            "(`dpsynth methods` shows each with its range)"
         )
     values = {k: convert_param(k, str(v), hints[k]) if isinstance(v, str) else v for k, v in raw.items()}
     try:

@@ -121,7 +121,8 @@ class MicroaggregationMethod(MethodBase):
         G = geo.embed_sparse(codes)
         n = G.shape[0]
         if n < p.group_size:
-            raise ValueError(f"the input has fewer rows than parameter 'group_size' = {p.group_size}")
+            raise ValueError(f"the input has fewer rows than parameter 'group_size' = {p.group_size}: "
+                             "pass a smaller --param group_size (at least 2)")
         k = n // p.group_size
         t, alpha = anonymous_net(k, p.t, p.alpha)
         t = min(t, geo.dim)

@@ -200,10 +200,12 @@ class OneStepMethod(MethodBase):
         categorical column."""
         unknown = sorted({str(i).partition(":")[0] for i in self.params.families} - set(schema.names))
         if unknown:
-            raise ParamError(f"parameter 'families' names columns not in the schema: {unknown}")
+            raise ParamError(f"parameter 'families' names columns not in the schema: {unknown}; "
+                             f"use the schema's numeric columns: {[c.name for c in schema.columns if c.type != 'categorical']}")
         for col in schema.columns:
             if col.type == "categorical" and any(str(i).partition(":")[0] == col.name for i in self.params.families):
-                raise ParamError(f"parameter 'families': column {col.name!r} is categorical")
+                raise ParamError(f"parameter 'families': column {col.name!r} is categorical (always modelled "
+                                 "by the log-linear model); remove it from families")
         units = _units(schema, self.params)
         pure = [u for u in units if u[1] == "laplace"]
         eps_each = budget.epsilon / len(units)

@@ -133,7 +133,10 @@ class PgmMethod(MethodBase):
     def _check_domain(self, schema: Schema) -> None:
         for c in schema.columns:
             if c.cardinality > self.params.max_clique_cells:
-                raise ParamError(f"column {c.name!r} has {c.cardinality:,} codes, above max_clique_cells")
+                raise ParamError(
+                    f"column {c.name!r} has {c.cardinality:,} codes, above max_clique_cells="
+                    f"{self.params.max_clique_cells:,}: pass --param max_clique_cells={c.cardinality} or more, "
+                    f"or give {c.name!r} fewer bins or categories in the schema")
 
     def _mst_pairs(self, schema: Schema) -> list[tuple[int, int]]:
         cards = schema.cardinalities

@@ -95,6 +95,8 @@ def check_net_size(t: int, alpha: float, max_points: float) -> None:
         f"an alpha-net with t={t}, alpha={alpha:g} would hold about {estimate_net_size(t, alpha):.3g} points, "
         f"over the limit of {max_points:.3g} (parameter 'max_net_points'); the smallest feasible alpha for "
         f"t={t} is {a:g}" + (f", the largest feasible t for alpha={alpha:g} is {tt}" if tt else "")
+        + ": pass one of those (--param alpha=... or t=...), leave t and alpha unset for the defaults, "
+        "or raise max_net_points"
     )
 
 

@@ -41,9 +41,11 @@ class Budget:
         if not isinstance(self.epsilon, (int, float)) or not (
             math.isfinite(self.epsilon) and self.epsilon > 0
         ):
-            raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon!r}")
+            raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon!r}: pass e.g. --epsilon 1 "
+                             "(docs/choosing.md, 'Choosing epsilon')")
         if not isinstance(self.delta, (int, float)) or not (0 < self.delta < 1):
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}: pass e.g. --delta 1e-6, well below "
+                             "1/rows (docs/choosing.md, 'Choosing delta')")
 
     @cached_property
     def rho(self) -> float:
@@ -123,13 +125,15 @@ class Ledger:
         if pure == 0.0 and total > cap * (1.0 + _RHO_TOLERANCE):
             raise BudgetExceeded(
                 f"the plan spends rho={total:.6g} but the budget (epsilon={budget.epsilon}, "
-                f"delta={budget.delta}) allows rho={cap:.6g}"
+                f"delta={budget.delta}) allows rho={cap:.6g}: raise --epsilon, or lower the method's own "
+                "budget parameters (e.g. sds epsilon=)"
             )
         eps = total_epsilon(planned, budget.delta) if pure > 0.0 else 0.0
         if eps > budget.epsilon * (1.0 + _RHO_TOLERANCE):
             raise BudgetExceeded(
                 f"the plan spends epsilon={eps:.6g} (pure {pure:.6g} "
-                f"plus rho={total:.6g}) but the budget allows epsilon={budget.epsilon}"
+                f"plus rho={total:.6g}) but the budget allows epsilon={budget.epsilon}: raise --epsilon, or "
+                "lower the method's own budget parameters"
             )
         self._planned: dict[str, Charge] = {c.stage: c for c in planned}
         self._spent: dict[str, Charge] = {}

@@ -238,7 +238,7 @@ def check_release(n: int, p: int, params: PrivateSamplingParams, epsilon: float)
             f"k = {params.rows} rows are not covered at epsilon = {epsilon:g}: Theorem 12.2 allows at most "
             f"k = {allowed} (bound {bound:.3g}) for n = {n}, p = {p}, d = {params.d}, m = {params.m}, "
             f"delta = {params.delta:g}, Delta = {params.density_bound:g}; releasing k = {params.rows} rows needs "
-            f"epsilon >= {eps_k:.4g}. Lower k, raise epsilon, or set heuristic=True (not certified DP)."
+            f"epsilon >= {eps_k:.4g}. Lower k (--rows), raise epsilon, or set heuristic=true (NOT DP); for a DP synthetic table use --method pgm or sds."
         )
     return eps_k
 

@@ -42,7 +42,7 @@ from .algorithm import private_sample
 from .bounds import check_release, epsilon_for_k, n_walsh
 from .params import PrivateSamplingParams
 
-__all__ = ["N_PUBLIC", "NOT_DP", "REPLACE_ONE", "PrivateSamplingMethod", "bits_to_codes"]
+__all__ = ["N_PUBLIC", "NOT_DP", "REPLACE_ONE", "PrivateSamplingMethod", "bits_to_codes", "walsh_refusal"]
 
 STAGE = "measure/private-sampling"
 # Theorem 12.2 compares tables of equal size (n is public): neighbours differ in one record's values.
@@ -88,6 +88,22 @@ def bits_to_codes(
     return EncodedTable(schema=schema, codes=codes)
 
 
+def walsh_refusal(params: PrivateSamplingParams, schema: Schema, p: int, L: int) -> str:
+    """The refusal of an ``m`` below the Walsh basis, with the changes that would pass it
+    (public: schema and parameters only)."""
+    fixes = [f"pass --param m={L} or more"]
+    if params.d > 1:
+        fixes.append(f"lower d to {params.d - 1} (needs m >= {n_walsh(p, params.d - 1)})")
+    if not params.compact and any(card == 2 for card in schema.cardinalities):
+        p_c = sum(_widths(schema, True))
+        fixes.append(f"pass --param compact=true ({p_c} features, needs m >= {n_walsh(p_c, params.d)})")
+    fixes.append("drop columns or merge categories in the schema")
+    return (f"parameter 'm' = {params.m} is below the {L} Walsh functions of degree <= {params.d} on the {p} "
+            f"one-hot features of schema {schema.name!r}, so the reduced space can never be well conditioned. "
+            f"To change: {'; or '.join(fixes)}. Even then Theorem 12.2 certifies few or no rows of a real "
+            "table (docs/private-sampling.md): for a DP synthetic table use --method pgm or sds")
+
+
 class PrivateSamplingMethod(MethodBase):
     """Method ``private-sampling``: noiseless private sampling on the Boolean cube."""
 
@@ -123,11 +139,7 @@ class PrivateSamplingMethod(MethodBase):
         p = sum(_widths(schema, self.params.compact))
         L = n_walsh(p, self.params.d)
         if self.params.m < L:
-            raise ParamError(
-                f"parameter 'm' = {self.params.m} is below the {L} Walsh functions of degree <= "
-                f"{self.params.d} on the {p} one-hot features of schema {schema.name!r}: the reduced space "
-                "can never be well conditioned; raise m or lower d"
-            )
+            raise ParamError(walsh_refusal(self.params, schema, p, L))
         detail = {"theorem": "12.2", "k": self.params.k, "features": p, "walsh_functions": L}
         if self.params.public_n is not None:
             # Checked now, on the declared n: refuses before any row is read (or, in
@@ -161,7 +173,8 @@ class PrivateSamplingMethod(MethodBase):
         if self.params.public_n is not None and n != int(self.params.public_n):
             # Under the declared model n is public, so this refusal reveals nothing it does not.
             raise ValueError("the input's record count differs from the declared public_n: "
-                             "the guarantee would rest on a false declaration (nothing was sampled)")
+                             "the guarantee would rest on a false declaration (nothing was sampled); "
+                             "declare the input's exact record count with --param public_n=N")
         core = self.params
         epsilon = float(ledger.budget.epsilon)
         statement, certified = self.statement(p, epsilon)
