@@ -111,7 +111,7 @@ def publish_release(
     out.mkdir(parents=True, exist_ok=True)
     target = out / name
     if target.exists():
-        raise PublishError(f"release {target} already exists: releases are never overwritten")
+        raise PublishError(f"release {target} already exists: releases are never overwritten; pass another --name")
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-"))
     try:
         copied: list[str] = []
@@ -150,7 +150,7 @@ def publish_release(
         fsync_path(tmp)
         _before_rename(tmp)
         if target.exists():
-            raise PublishError(f"release {target} already exists: releases are never overwritten")
+            raise PublishError(f"release {target} already exists: releases are never overwritten; pass another --name")
         os.rename(tmp, target)
         fsync_path(out)
     except BaseException:

@@ -182,10 +182,11 @@ def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
     """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
     dupes = sorted({c for c in found if list(found).count(c) > 1})
     if dupes:
-        raise DataError(f"input {source}: columns {dupes} appear more than once")
+        raise DataError(f"input {source}: columns {dupes} appear more than once; rename or drop the copies")
     missing = [c for c in schema.names if c not in found]
     if missing:
-        raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing")
+        raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing "
+                        "(add them to the input, or remove them from the schema)")
     extra = [c for c in found if c not in schema.names]
     if extra:
         raise DataError(

@@ -143,3 +143,26 @@ def test_unknown_parameter_points_to_dpsynth_methods():
     with pytest.raises(ParamError) as exc:
         get_method("pgm", {"selct": "aim"})
     assert "`dpsynth methods`" in _one_line(exc) and "'select'" in str(exc.value)
+
+
+def test_input_column_refusals_say_what_to_fix(tmp_path):
+    from dpsynth.encoding import DataError, check_file
+
+    schema = _wide_schema(columns=2, card=3)
+    (tmp_path / "a.csv").write_text("c0\n1\n")
+    with pytest.raises(DataError) as exc:
+        check_file(tmp_path / "a.csv", schema)
+    assert "['c1']" in _one_line(exc) and "add them to the input, or remove them from the schema" in str(exc.value)
+    (tmp_path / "b.csv").write_text("c0,c0,c1\n1,1,1\n")
+    with pytest.raises(DataError) as exc:
+        check_file(tmp_path / "b.csv", schema)
+    assert "rename or drop the copies" in _one_line(exc)
+
+
+def test_an_existing_release_folder_says_choose_another_name(tmp_path):
+    from dpsynth.bundle import PublishError, publish_release
+
+    (tmp_path / "r1").mkdir()
+    with pytest.raises(PublishError) as exc:
+        publish_release(tmp_path, "r1", {}, {})
+    assert "pass another --name" in _one_line(exc)
