@@ -115,7 +115,8 @@ class MicroaggregationDPParams:
 
 
 class MicroaggregationDPMethod(MethodBase):
-    """Method ``microaggregation-dp``: records grouped by a private projection and a net; publishes noisy cell weights and damped noisy cell means (Section 5, Theorems 5.12-5.15).
+    """Method ``microaggregation-dp``: records grouped by a private projection and a net;
+    publishes noisy cell weights and damped noisy cell means (Section 5, Theorems 5.12-5.15).
 
     See the module docstring."""
 

@@ -184,7 +184,8 @@ def _to_codes(col: Column, x: np.ndarray) -> np.ndarray:
 
 
 class OneStepMethod(MethodBase):
-    """Method ``one-step``: a DP two-way log-linear model (numeric columns by their bins, or by a parametric family each), synthesised by one-step sampling.
+    """Method ``one-step``: a DP two-way log-linear model (numeric columns by their bins,
+    or by a parametric family each), synthesised by one-step sampling.
 
     See the module docstring."""
 

@@ -117,7 +117,8 @@ def _noisy(counts: np.ndarray, sigma: float, rng: np.random.Generator) -> np.nda
 
 
 class PgmMethod(MethodBase):
-    """Method ``pgm``: marginals selected by MST or AIM, measured with discrete Gaussian noise, fitted by one graphical model and sampled from it.
+    """Method ``pgm``: marginals selected by MST or AIM, measured with discrete Gaussian
+    noise, fitted by one graphical model and sampled from it.
 
     See the module docstring."""
 
