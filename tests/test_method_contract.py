@@ -306,3 +306,21 @@ def test_private_sampling_states_its_neighbour_relation():
     from dpsynth.methods.private_sampling import REPLACE_ONE
 
     assert REPLACE_ONE.differentially_private and "replace one record" in REPLACE_ONE.neighbours
+
+
+@pytest.mark.parametrize("factor", [0.7, 1.3])
+def test_a_wrong_two_way_scale_of_sds_turns_the_suite_red(factor, table, monkeypatch):
+    """sds states the noise of its 2-way tuples too: drawing them at a wrong scale, 1-way
+    noise left right, must fail the suite (the gate checks the 2-way with that scale)."""
+    from dpsynth.methods.sds import aggregation
+
+    right = aggregation._report_level
+
+    def wrong(k, counts, cand, eligible, sd, *rest):
+        return right(k, counts, cand, eligible, sd * factor if k == 2 else sd, *rest)
+
+    monkeypatch.setattr(aggregation, "_report_level", wrong)
+    m, _ = _measure("sds", table, 0)
+    assert any(len(nm.attrs) == 2 for nm in m.measured), "sds states its 2-way tuples"
+    with pytest.raises(AssertionError, match="stated scale"):
+        check_stated_noise("sds", table)

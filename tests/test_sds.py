@@ -634,3 +634,43 @@ def test_estimator_pgm_fits_the_measured_marginals():
     assert tvd["with pair"] < 0.02 < 0.2 < tvd["1-way only"], tvd
     with pytest.raises(ParamError, match="estimator"):
         get_method("sds", {"estimator": "mbi"})
+
+
+# --- the measurement states every measured k-tuple table --------------------------------------
+
+
+def test_every_measured_tuple_table_is_stated_with_its_noise():
+    schema = _schema([3, 4, 3, 2], nullable=True)
+    codes = _dense(2000, _reg(schema), 21)
+    _, m, _ = _measure(codes, schema, epsilon=4.0)
+    by_k = {k: [nm for nm in m.measured if len(nm.attrs) == k] for k in (1, 2, 3)}
+    assert len(by_k[1]) == 4 and len(by_k[2]) == 6 and len(by_k[3]) == 4  # every combination was a candidate
+    for k, group in by_k.items():
+        for nm in group:
+            assert nm.counts.shape == tuple(schema.columns[schema.index(a)].cardinality for a in nm.attrs)
+            assert nm.stddev == pytest.approx(m.meta["noise_sd"][k - 1]) and nm.mechanism == "gaussian"
+            assert not nm.derived  # empty_cells="value": every cell measured
+    # the stated counts are the noisy counts before normalisation, the aggregates after it
+    levels = tables_from_frame(m.tables["aggregates"], schema, 3)
+    for nm in by_k[3]:
+        combo = tuple(schema.index(a) for a in nm.attrs)
+        published = levels[2].get(combo, np.zeros(nm.counts.shape))
+        assert np.all(published <= nm.counts) and np.all((published > 0) == (nm.counts > 0))
+
+
+def test_deficit_mode_derives_the_cells_of_empty_values():
+    schema = _schema([3, 4, 3], nullable=True)
+    codes = _dense(3000, _reg(schema), 22)
+    miss = np.array(schema.missing_codes)
+    mask = np.random.default_rng(22).random(codes.shape) < 0.2
+    codes[mask] = np.broadcast_to(miss, codes.shape)[mask]
+    _, m, _ = _measure(codes, schema, epsilon=4.0, **PAPER)
+    for nm in m.measured:
+        if len(nm.attrs) < 2:
+            continue
+        idx = np.indices(nm.counts.shape).reshape(len(nm.attrs), -1)
+        holds_missing = np.any([idx[a] == schema.columns[schema.index(c)].missing_code
+                                for a, c in enumerate(nm.attrs)], axis=0)
+        assert set(nm.derived) == set(np.flatnonzero(holds_missing).tolist())
+        assert np.all(nm.counts.ravel()[list(nm.derived)] >= 0)
+        assert nm.counts.ravel()[list(nm.derived)].sum() > 0  # the empty cells hold records

@@ -98,6 +98,9 @@ class AggregateResult:
     info: dict[str, Any]
     #: ``one_way="public"``: each column's noisy 1-way counts over all its codes (missing too)
     one_way: dict[int, np.ndarray] = field(default_factory=dict)
+    #: every measured k-tuple table (k >= 2, before normalisation): noisy counts, 0 where
+    #: not above the threshold or not a candidate
+    measured: dict[Combo, np.ndarray] = field(default_factory=dict)
 
 
 def _eligibility(cards: Sequence[int], miss: Sequence[int | None], as_value: bool
@@ -132,11 +135,13 @@ def _level_spec(k: int, prev: dict[Combo, np.ndarray], cards: Sequence[int], eli
 
 def _report_level(
     k: int, counts: dict[Combo, np.ndarray], cand: dict[Combo, np.ndarray], eligible: list[np.ndarray],
-    sd: float, tau: float, public: bool, one_way: dict[int, np.ndarray], rng: np.random.Generator,
+    sd: float, tau: float, public: bool, one_way: dict[int, np.ndarray], measured: dict[Combo, np.ndarray],
+    rng: np.random.Generator,
 ) -> dict[Combo, np.ndarray]:
     """Noisy counts of the candidates; those > tau and > 0 are reported (others become 0).
 
-    With ``one_way="public"`` the 1-way noisy counts are also kept whole in ``one_way``.
+    With ``one_way="public"`` the 1-way noisy counts are also kept whole in ``one_way``;
+    at k >= 2 a copy of every table (reported or not) goes to ``measured``.
     """
     level: dict[Combo, np.ndarray] = {}
     for c, cnt in counts.items():
@@ -147,8 +152,11 @@ def _report_level(
             one_way[c[0]] = noisy.copy()
             mask = mask & eligible[c[0]]  # empty cells belong to no tuple from here on
         keep = mask & (noisy > tau) & (noisy > 0)
+        kept = np.where(keep, noisy, 0).astype(np.int64)
+        if k >= 2:
+            measured[c] = kept.copy()  # normalise() later lowers the reported copy in place
         if keep.any():
-            level[c] = np.where(keep, noisy, 0).astype(np.int64)
+            level[c] = kept
     return level
 
 
@@ -184,6 +192,7 @@ def aggregate(
     delta_t = params.delta if params.delta is not None else 1.0 / (max(n_p, 3) * math.log(max(n_p, 3)))
     rule = _threshold_rule(params)
     one_way: dict[int, np.ndarray] = {}
+    measured: dict[Combo, np.ndarray] = {}
 
     levels: list[dict[Combo, np.ndarray]] = []
     info: dict[str, Any] = {"allowed_sensitivity": [], "thresholds": [], "noise_sd": [], "candidates": [],
@@ -219,7 +228,7 @@ def aggregate(
                 tau = 0.0 if public else _threshold_k1(sigmas[0], allowed, delta_t)
             else:
                 tau = _threshold(k, rule, split.sigmas[k - 1], allowed)
-            level = _report_level(k, counts, cand, eligible, sd, tau, public, one_way, rng)
+            level = _report_level(k, counts, cand, eligible, sd, tau, public, one_way, measured, rng)
         else:
             tau = float("nan")
         levels.append(level)
@@ -230,7 +239,7 @@ def aggregate(
         info["reported"].append(int(sum(int(np.count_nonzero(t)) for t in level.values())))
     normalise(levels)
     info["threshold_delta"] = float(delta_t)
-    return AggregateResult(levels=levels, records=int(n_p), info=info, one_way=one_way)
+    return AggregateResult(levels=levels, records=int(n_p), info=info, one_way=one_way, measured=measured)
 
 
 # --- the publishable table ------------------------------------------------------------------

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import numpy as np
@@ -15,10 +14,11 @@ from ...privacy.budget import Budget, Charge, Ledger
 from ...rowsource import RowSource
 from ...privacy.noise import discrete_laplace_sd
 from ...schema import Schema
-from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, NoisyMarginal, PrivacyStatement, params_to_dict
+from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacyStatement, params_to_dict
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
 from .complete import _Model, _rake_to_one_way, _sample_complete, public_one_way
+from .measured import one_way_marginals, tuple_marginals
 from .params import SdsParams
 from .strict import _sample_strict
 
@@ -50,8 +50,9 @@ class SdsMethod(MethodBase):
         """The DP aggregates of ``codes`` (a table or a chunked row source), spending exactly
         the plan through ``ledger``.
 
-        ``measured`` holds the 1-way marginals with their noise scale; the ``aggregates``
-        table holds the reported, normalised tuple counts the samplers read.
+        ``measured`` holds every measured combination of columns (k = 1 .. R) with its
+        noise scale; the ``aggregates`` table holds the reported, normalised tuple counts
+        the samplers read.
         """
         schema = codes.schema
         split = self.split(schema, ledger.budget)
@@ -63,21 +64,8 @@ class SdsMethod(MethodBase):
         res = aggregate(codes if isinstance(codes, RowSource) else codes.codes, schema, self.params, split, rng,
                         spend=spend)
         frame = aggregates_frame(res.levels, schema)
-        sd1 = float(res.info["noise_sd"][0]) if res.info["noise_sd"] else 0.0
-        # 1-counts at or below max(tau_1, 0) were suppressed (see aggregate).
-        tau1 = max(0.0, res.info["thresholds"][0]) if math.isfinite(res.info["thresholds"][0]) else 0.0
-        measured = []
-        for j, col in enumerate(schema.columns):
-            if j in res.one_way:  # measured directly, every code, no threshold: a plain marginal
-                measured.append(NoisyMarginal(attrs=(col.name,), counts=res.one_way[j].astype(np.float64),
-                                              stddev=sd1 if math.isfinite(sd1) else 0.0))
-                continue
-            t = res.levels[0].get((j,), np.zeros(col.cardinality, dtype=np.int64)).astype(np.float64)
-            if col.missing_code is not None:
-                t[col.missing_code] = max(0.0, res.records - float(t.sum()))
-            measured.append(NoisyMarginal(
-                attrs=(col.name,), counts=t, stddev=sd1 if math.isfinite(sd1) else 0.0, threshold=tau1,
-                derived=() if col.missing_code is None else (col.missing_code,)))
+        one_way = one_way_marginals(res, schema)
+        measured = one_way + tuple_marginals(res, schema, one_way, self.params.empty_cells == "value")
         meta = {
             # the levels actually measured: 1 where auto_length found the 2-way tables noise
             "reporting_length": int(res.info.get("levels_measured", self.params.reporting_length)),
