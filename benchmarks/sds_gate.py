@@ -36,8 +36,9 @@ TABLES = ("demo", "national2019/demographic", "national2019/all", "tx2019/all", 
 EPSILON, DELTA, SEED = 1.0, 1e-6, 0
 
 
-def load(name: str):
-    """(schema, encoded table) of a benchmark table; None when its data is absent."""
+def load(name: str, data: Path | None = None):
+    """(schema, encoded table) of a benchmark table (NIST files under ``data``, default the
+    shared data); None when its data is absent."""
     from dpsynth.encoding import EncodedTable, encode, read_table
     from dpsynth.nist_score import NIST_DEMOGRAPHIC_FEATURES
     from dpsynth.schema import load_schema, schema_from_dict
@@ -46,7 +47,7 @@ def load(name: str):
         schema = load_schema(ROOT / "schemas" / "demo.yaml")
         return schema, encode(read_table(ROOT / "data" / "demo.csv", schema), schema)
     file, cols = name.split("/")
-    csv = SHARED_DATA / "nist" / f"{file}.csv"
+    csv = (data or SHARED_DATA) / "nist" / f"{file}.csv"
     if not csv.is_file():
         return None
     full = load_schema(ROOT / "schemas" / "nist.yaml")

@@ -625,9 +625,10 @@ def test_estimator_pgm_fits_the_measured_marginals():
     truth = count_marginals(cm, schema.cardinalities, [(0, 1)])[(0, 1)].astype(np.float64)
     pair = NoisyMarginal(attrs=("c0", "c1"), counts=truth + np.random.default_rng(3).normal(0, 2.0, truth.shape),
                          stddev=2.0)
-    joint = dataclasses.replace(meas, measured=meas.measured + (pair,))
+    one_way = dataclasses.replace(meas, measured=tuple(nm for nm in meas.measured if len(nm.attrs) == 1))
+    joint = dataclasses.replace(one_way, measured=one_way.measured + (pair,))
     tvd = {}
-    for label, mm in (("1-way only", meas), ("with pair", joint)):
+    for label, mm in (("1-way only", one_way), ("with pair", joint)):
         syn = m.synthesize(mm, schema, None, np.random.default_rng(4)).codes
         got = count_marginals(column_major(syn), schema.cardinalities, [(0, 1)])[(0, 1)]
         tvd[label] = 0.5 * np.abs(got / got.sum() - truth / truth.sum()).sum()

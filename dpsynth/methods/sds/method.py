@@ -20,6 +20,7 @@ from .budget import NoiseSplit, noise_split, plan_charges
 from .complete import _Model, _rake_to_one_way, _sample_complete, public_one_way
 from .measured import one_way_marginals, tuple_marginals
 from .params import SdsParams
+from .refit import honour_pairs
 from .strict import _sample_strict
 
 
@@ -119,9 +120,15 @@ class SdsMethod(MethodBase):
             model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
                            one_way=one_way, missing_measured=m.meta.get("empty_cells") == "value")
             raw = _sample_complete(model, n, self.params, rng)
-            if self.params.rake_one_way and n > 0:
-                targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
-                                      if (c.name,) in m.marginals}
+            targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
+                                  if (c.name,) in m.marginals}
+            refit = None
+            if self.params.fit_pairs:
+                refit = honour_pairs(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
+                                     targets if self.params.rake_one_way else {}, total, rng)
+            if refit is not None:
+                raw = refit[0]
+            elif self.params.rake_one_way and n > 0:
                 raw = _rake_to_one_way(raw, targets, rng)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)

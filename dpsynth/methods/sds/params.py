@@ -59,6 +59,9 @@ class SdsParams:
     #: Measure only the 1-way level (with every Gaussian share) when the DP record count
     #: says that the 2-way tables would be noise (see :func:`budget.pair_noise_ratio`).
     auto_length: bool = True
+    #: Complete synthesis: redraw the records from a reweighted pool when a measured 2-way
+    #: table says, beyond its noise, that they are off (:mod:`.refit`; post-processing).
+    fit_pairs: bool = True
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -115,6 +118,8 @@ class SdsParams:
             bad("synthesis", "must be complete or strict")
         if self.estimator not in ("sds", "pgm"):
             bad("estimator", "must be sds or pgm")
+        if not isinstance(self.fit_pairs, bool):
+            bad("fit_pairs", "must be true or false")
         if not isinstance(self.auto_length, bool):
             bad("auto_length", "must be true or false")
         if not isinstance(self.use_synthetic_counts, bool):

@@ -1,0 +1,165 @@
+"""Last step of ``sds``'s complete sampler: honour the measured 2-way tables it misses.
+
+The complete sampler draws every column from R - 1 parents, so a pair of columns that
+never meet in a family gets only the dependence the network implies. Where a measured
+2-way table says, beyond its noise, that the sample is wrong, the records are reweighted
+to a target between the sample and the measurement, and the release is drawn from the
+reweighted pool. Post-processing only (it reads the measurement, never the rows); the
+reasoning and the numbers are in docs/sds.md, "Honouring the 2-way tables".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ...fitting import AxisMargin, CodeMargin, proportional_fit
+from ...measurement import Measurement
+from ...schema import Schema
+
+__all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "PairCheck", "pair_checks", "misfit_pairs", "fit_weights",
+           "honour_pairs", "pool_size"]
+
+#: Records in the reweighted pool per released record (the pool's effective size must
+#: stay above the release's, or the draw repeats records).
+POOL_FACTOR = 4
+#: Largest pool in records (memory: pool x columns int64).
+POOL_MAX_ROWS = 2_000_000
+#: A 2-way table is refitted when its misfit exceeds its cells by this many standard
+#: deviations of a chi-square with as many degrees of freedom (a false alarm ~1e-9).
+DISCREPANCY_Z = 6.0
+#: Passes of test-and-refit (fitting some pairs moves others); rounds of fitting per pass.
+PASSES = 4
+ROUNDS = 20
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    """A measured 2-way table seen from a pool of records.
+
+    ``cells``: each record's cell (row-major over the two columns' codes); ``noisy``: the
+    stated counts (flat); ``suppressed``: cells published as 0 because their noisy count
+    was not above ``threshold``; ``stddev``: the per-cell noise.
+    """
+
+    cols: tuple[int, int]
+    shape: tuple[int, int]
+    cells: np.ndarray
+    noisy: np.ndarray
+    suppressed: np.ndarray
+    threshold: float
+    stddev: float
+
+    def estimate(self, weights: np.ndarray, total: float) -> tuple[np.ndarray, np.ndarray]:
+        """The pool's counts of this table scaled to ``total`` records, and their sampling
+        variance (multinomial, at the weights' effective size)."""
+        counts = np.bincount(self.cells, weights=weights, minlength=self.noisy.size)
+        wsum = max(float(weights.sum()), 1e-300)
+        ess = wsum**2 / max(float(np.dot(weights, weights)), 1e-300)
+        counts = counts * (total / wsum)
+        return counts, np.clip(counts * (1.0 - counts / max(total, 1e-300)), 0.0, None) * (total / ess)
+
+    def misfit(self, estimate: np.ndarray, variance: np.ndarray | float = 0.0) -> float:
+        """Squared distance to the measurement, each cell in units of its variance (the
+        noise's plus the estimate's own ``variance``): reported cells by their noisy count,
+        suppressed cells only by how far ``estimate`` exceeds the threshold."""
+        scale = self.stddev**2 + np.broadcast_to(np.asarray(variance, dtype=np.float64), estimate.shape)
+        gap = np.where(self.suppressed, np.clip(estimate - self.threshold, 0.0, None), self.noisy - estimate)
+        return float(np.sum(gap**2 / scale))
+
+    def is_off(self, estimate: np.ndarray, variance: np.ndarray | float = 0.0, z: float = DISCREPANCY_Z) -> bool:
+        """Whether the misfit is beyond what noise explains (chi-square, d = cells)."""
+        d = self.noisy.size
+        return self.misfit(estimate, variance) > d + z * math.sqrt(2.0 * d)
+
+    def target(self, estimate: np.ndarray, one_way: Mapping[int, np.ndarray],
+               variance: np.ndarray | float = 0.0) -> np.ndarray:
+        """Counts between the pool and the measurement, on the 1-way tables' margins.
+
+        The step towards the measurement is the smallest that leaves a misfit of one noise
+        variance per cell (what an honest sample of the truth would show); a suppressed
+        cell is observed as ``min(estimate, threshold + stddev)``. The result is fitted to
+        the two 1-way tables, the least noisy statistics of the release.
+        """
+        d = self.noisy.size
+        step = 1.0 - math.sqrt(d / max(self.misfit(estimate, variance), d))
+        seen = np.where(self.suppressed, np.minimum(estimate, self.threshold + self.stddev), self.noisy)
+        t = np.clip(estimate + step * (seen - estimate), 0.0, None).reshape(self.shape) + 1e-12
+        a, b = self.cols
+        t = proportional_fit(t, [AxisMargin(1, one_way[a]), AxisMargin(0, one_way[b])], rounds=50)
+        return t.ravel()
+
+
+def pair_checks(pool: np.ndarray, m: Measurement, schema: Schema) -> list[PairCheck]:
+    """One :class:`PairCheck` per 2-way table the measurement states with noise."""
+    cards = schema.cardinalities
+    out = []
+    for nm in m.measured:
+        if len(nm.attrs) != 2 or not nm.stddev > 0:
+            continue
+        a, b = (schema.index(x) for x in nm.attrs)
+        noisy = np.asarray(nm.counts, dtype=np.float64).ravel()
+        tau = max(0.0, float(nm.threshold or 0.0))
+        cells = pool[:, a].astype(np.int64) * cards[b] + pool[:, b]
+        out.append(PairCheck(cols=(a, b), shape=(cards[a], cards[b]), cells=cells, noisy=noisy,
+                             suppressed=noisy <= tau, threshold=tau, stddev=float(nm.stddev)))
+    return out
+
+
+def misfit_pairs(checks: list[PairCheck], weights: np.ndarray, total: float) -> list[int]:
+    """Indices of the tables the weighted pool misses beyond their noise."""
+    return [i for i, c in enumerate(checks) if c.is_off(*c.estimate(weights, total))]
+
+
+def fit_weights(pool: np.ndarray, checks: list[PairCheck], one_way: Mapping[int, np.ndarray],
+                total: float) -> tuple[np.ndarray, int]:
+    """Record weights of ``pool`` honouring every table it missed, and how many it refitted.
+
+    Each pass adds the tables still off (with a target computed against the current
+    weights), then fits the weights to every chosen table and, last, to the 1-way tables.
+    """
+    weights = np.ones(pool.shape[0])
+    chosen: dict[int, CodeMargin] = {}
+    ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=np.asarray(t, dtype=np.float64))
+            for j, t in one_way.items()]
+    for _ in range(PASSES):
+        new = [i for i in misfit_pairs(checks, weights, total) if i not in chosen]
+        if not new:
+            break
+        for i in new:
+            c = checks[i]
+            est, var = c.estimate(weights, total)
+            chosen[i] = CodeMargin(codes=c.cells, target=c.target(est, one_way, var))
+        weights = proportional_fit(weights, [*chosen.values(), *ones], rounds=ROUNDS)
+    return weights, len(chosen)
+
+
+def pool_size(rows: int) -> int:
+    """Records in the pool for a release of ``rows`` records."""
+    return max(rows, min(POOL_FACTOR * rows, POOL_MAX_ROWS))
+
+
+def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurement, schema: Schema,
+                 one_way: Mapping[int, np.ndarray], total: float, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, int] | None:
+    """``raw``'s records redrawn from a reweighted pool when a measured 2-way table says
+    they are off; None when none is (the caller keeps ``raw``). ``draw(k)`` samples k more
+    records from the same model; ``one_way`` holds a target table per column."""
+    from ...postprocess import resample
+
+    n = raw.shape[0]
+    checks = pair_checks(raw, m, schema)
+    if n == 0 or not misfit_pairs(checks, np.ones(n), total):
+        return None
+    pool = np.vstack([raw, draw(pool_size(n) - n)]) if pool_size(n) > n else raw
+    margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
+               else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
+               for j, c in enumerate(schema.columns)}
+    weights, refitted = fit_weights(pool, pair_checks(pool, m, schema), margins, total)
+    if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach
+        return None
+    out = resample(pool, weights, n, rng)
+    return out[rng.permutation(n)], refitted
