@@ -258,7 +258,7 @@ def test_sds_release_report_shows_every_measured_size_and_its_tuples(tmp_path):
     r = _release(tmp_path, "sds")
     page = r.report_path.read_text()
     m = Measurement.load(r.path)
-    assert sorted(_accuracy_rows(page)) == sorted({len(nm.attrs) for nm in m.measured})
+    assert sorted(_accuracy_rows(page)) == sorted({len(nm.attrs) for nm in m.measured}) == [1, 2, 3]
     n_tuples = len(m.tables["aggregates"])
     assert f"{n_tuples:,} rows, each an aggregate count of one combination of values" in _text(page)
     params = page[page.index('id="parameters"'):page.index('id="files"')]

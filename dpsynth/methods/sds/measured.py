@@ -83,3 +83,38 @@ def tuple_marginals(res: AggregateResult, schema: Schema, one_way: list[NoisyMar
         out.append(NoisyMarginal(attrs=tuple(names[j] for j in combo), counts=counts,
                                  stddev=_finite_sd(sds[k - 1]), threshold=threshold, derived=derived))
     return out
+
+
+def _mutual_information(counts: np.ndarray) -> float:
+    """Mutual information of a 2-way table of noisy counts (clipped at 0)."""
+    joint = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None)
+    total = float(joint.sum())
+    if total <= 0:
+        return 0.0
+    joint = joint / total
+    outer = joint.sum(axis=1, keepdims=True) * joint.sum(axis=0, keepdims=True)
+    nz = joint > 0
+    return float(np.sum(joint[nz] * np.log(joint[nz] / outer[nz])))
+
+
+def tree_view(measured: tuple[NoisyMarginal, ...]) -> tuple[NoisyMarginal, ...]:
+    """The 1-way marginals and a maximum spanning tree of the 2-way ones (by the mutual
+    information of their noisy tables): a model whose cliques are pairs, so that the
+    graphical-model estimator stays tractable however many pairs were measured.
+    Post-processing: it reads only the measurement."""
+    ones = tuple(nm for nm in measured if len(nm.attrs) == 1)
+    pairs = sorted((nm for nm in measured if len(nm.attrs) == 2), key=lambda nm: -_mutual_information(nm.counts))
+    root: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while root.get(a, a) != a:
+            a = root[a]
+        return a
+
+    tree = []
+    for nm in pairs:
+        a, b = find(nm.attrs[0]), find(nm.attrs[1])
+        if a != b:
+            root[a] = b
+            tree.append(nm)
+    return ones + tuple(tree)

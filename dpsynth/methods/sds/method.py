@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import numpy as np
@@ -18,7 +19,7 @@ from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacySt
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
 from .complete import _Model, _rake_to_one_way, _sample_complete, public_one_way
-from .measured import one_way_marginals, tuple_marginals
+from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
 from .refit import honour_pairs
 from .strict import _sample_strict
@@ -106,7 +107,8 @@ class SdsMethod(MethodBase):
         cards = schema.cardinalities
         mode = self.params.synthesis
         if self.params.estimator == "pgm":
-            raw = fit_measurement(m, schema).sample(n, rng)
+            # a tree of pairs: every stated pair at once would make one clique of all columns
+            raw = fit_measurement(dataclasses.replace(m, measured=tree_view(m.measured)), schema).sample(n, rng)
         elif mode == "strict":
             raw = _sample_strict(levels, cards, n, self.params, rng)
             for j, col in enumerate(schema.columns):

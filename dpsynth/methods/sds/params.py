@@ -27,8 +27,9 @@ class SdsParams:
     ``fabrication_mode`` picks pac-synth's presets (default ``uncontrolled``: eta = 1,
     threshold 0). ``sigma_proportions`` (p_1 .. p_R > 0) override ``accuracy_mode``
     (prioritize_long: p_k = 1/k; prioritize_short: 1/(R-k+1); balanced: 1).
-    ``estimator="pgm"`` synthesizes from one graphical model fitted to the measured
-    marginals (``dpsynth.inference.fit_measurement``, post-processing) instead of the
+    ``estimator="pgm"`` synthesizes from one graphical model fitted to the measured 1-way
+    marginals and a maximum spanning tree of the 2-way ones (by their noisy mutual
+    information; ``dpsynth.inference.fit_measurement``, post-processing) instead of the
     aggregate-seeded sampler; ``synthesis`` and ``rake_one_way`` then do not apply.
     ``auto_length`` (ours, complete synthesis with ``one_way="public"``): when the DP
     record count says the planned 2-way noise would swamp the 2-way tables
