@@ -130,7 +130,7 @@ class SdsMethod(MethodBase):
                                      targets if self.params.rake_one_way else {}, total, rng)
             if refit is not None:
                 raw = refit[0]
-            elif self.params.rake_one_way and n > 0:
+            if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
                 raw = _rake_to_one_way(raw, targets, rng)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)
