@@ -166,3 +166,21 @@ def test_an_existing_release_folder_says_choose_another_name(tmp_path):
     with pytest.raises(PublishError) as exc:
         publish_release(tmp_path, "r1", {}, {})
     assert "pass another --name" in _one_line(exc)
+
+
+def test_sds_reporting_length_above_the_width_names_the_largest_that_passes():
+    schema = _wide_schema(columns=3, card=2)
+    method = get_method("sds", {"reporting_length": 4})
+    with pytest.raises(ValueError) as exc:
+        method.plan(schema, BUDGET)
+    text = _one_line(exc)
+    assert "--param reporting_length=3 or less" in text
+    get_method("sds", {"reporting_length": 3}).plan(schema, BUDGET)  # the proposed value passes
+
+
+def test_sds_records_share_that_leaves_nothing_says_lower_it():
+    schema = _wide_schema(columns=3, card=2)
+    method = get_method("sds", {"number_of_records_epsilon_proportion": 0.999})
+    with pytest.raises(ValueError) as exc:
+        method.plan(schema, Budget(epsilon=0.01, delta=1e-6))
+    assert "lower it" in _one_line(exc)

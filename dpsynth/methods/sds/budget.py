@@ -160,7 +160,8 @@ def _check_domain(params: SdsParams, schema: Schema) -> None:
     R = params.reporting_length
     p = len(schema.columns)
     if R > p:
-        raise ValueError(f"parameter 'reporting_length' must be <= the number of columns ({p}), got {R}")
+        raise ValueError(f"parameter 'reporting_length' must be <= the number of columns ({p}), got {R}; "
+                         f"pass --param reporting_length={p} or less")
     cells = sum(_elementary_symmetric(schema.cardinalities, k) for k in range(1, R + 1))
     if cells > MAX_TUPLE_CELLS:
         big = sorted(schema.columns, key=lambda c: -c.cardinality)[:3]
@@ -198,7 +199,8 @@ def _split(pr: SdsParams, budget: Budget) -> NoiseSplit:
         rho_m = total - 0.5 * eps_n**2
         if rho_m <= 0:
             raise ValueError(
-                "parameter 'number_of_records_epsilon_proportion' leaves no budget for the marginals"
+                "parameter 'number_of_records_epsilon_proportion' leaves no budget for the marginals; "
+                "lower it (default 0.005)"
             )
     eps_q, base, sigmas = split_marginals_rho(rho_m, R, pr.percentile_epsilon_proportion, props)
     return NoiseSplit(eps, eps_n, rho_m, eps_q, base, sigmas)
