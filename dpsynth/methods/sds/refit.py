@@ -23,8 +23,8 @@ from ...schema import Schema
 __all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "PairCheck", "pair_checks", "misfit_pairs", "fit_weights",
            "honour_pairs", "pool_size"]
 
-#: Records in the reweighted pool per released record (the pool's effective size must
-#: stay above the release's, or the draw repeats records).
+#: Records in the reweighted pool per released record. When the weights' effective size
+#: falls below the release's (the draw would repeat records), the pool doubles once.
 POOL_FACTOR = 4
 #: Largest pool in records (memory: pool x columns int64).
 POOL_MAX_ROWS = 2_000_000
@@ -137,9 +137,10 @@ def fit_weights(pool: np.ndarray, checks: list[PairCheck], one_way: Mapping[int,
     return weights, len(chosen)
 
 
-def pool_size(rows: int) -> int:
-    """Records in the pool for a release of ``rows`` records."""
-    return max(rows, min(POOL_FACTOR * rows, POOL_MAX_ROWS))
+def pool_size(rows: int, factor: int = POOL_FACTOR) -> int:
+    """Records in the pool for a release of ``rows`` records (``factor`` per record, at
+    most :data:`POOL_MAX_ROWS`, never fewer than ``rows``)."""
+    return max(rows, min(factor * rows, POOL_MAX_ROWS))
 
 
 def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurement, schema: Schema,
@@ -154,12 +155,20 @@ def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurem
     checks = pair_checks(raw, m, schema)
     if n == 0 or not misfit_pairs(checks, np.ones(n), total):
         return None
-    pool = np.vstack([raw, draw(pool_size(n) - n)]) if pool_size(n) > n else raw
-    margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
-               else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
-               for j, c in enumerate(schema.columns)}
-    weights, refitted = fit_weights(pool, pair_checks(pool, m, schema), margins, total)
-    if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach
-        return None
+    pool, weights, refitted = raw, np.ones(n), 0
+    for factor in (POOL_FACTOR, 2 * POOL_FACTOR):
+        size = pool_size(n, factor)
+        if size > pool.shape[0]:
+            pool = np.vstack([pool, draw(size - pool.shape[0])])
+        elif pool.shape[0] > n:  # at the cap: a larger pool is not allowed
+            break
+        margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
+                   else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
+                   for j, c in enumerate(schema.columns)}
+        weights, refitted = fit_weights(pool, pair_checks(pool, m, schema), margins, total)
+        if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach
+            return None
+        if weights.sum() ** 2 / float(np.dot(weights, weights)) >= n:  # effective size above the release's
+            break
     out = resample(pool, weights, n, rng)
     return out[rng.permutation(n)], refitted
