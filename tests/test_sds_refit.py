@@ -171,3 +171,26 @@ def test_estimator_pgm_fits_a_tree_of_the_stated_pairs_on_a_wide_table():
     assert sum(len(nm.attrs) == 1 for nm in view) == 14 and sum(len(nm.attrs) == 2 for nm in view) == 13
     assert ("c0", "c1") in {nm.attrs for nm in view}
     assert _pair_tvd(out.codes, codes, schema.cardinalities, (0, 1)) < 0.05
+
+
+def test_the_pool_doubles_once_when_its_weights_are_too_uneven(monkeypatch):
+    """Weights whose effective size is below the release's would repeat records: the pool
+    grows to 2 x POOL_FACTOR x n once, and no further."""
+    schema, codes = _pair_table(2_000, 6)
+    m, _ = _release(schema, codes, {"fit_pairs": False})
+    sizes = []
+
+    def skewed(pool, checks, one_way, total):
+        sizes.append(pool.shape[0])
+        w = np.ones(pool.shape[0])
+        w[: pool.shape[0] // 10] = 1e6  # effective size about a tenth of the pool
+        return w, 1
+
+    monkeypatch.setattr(refit, "fit_weights", skewed)
+    monkeypatch.setattr(refit, "misfit_pairs", lambda checks, w, total: [0])
+    n = 1_000
+    raw = codes[:n].astype(np.int64)
+    out, refitted = refit.honour_pairs(raw, lambda k: codes[np.arange(k) % len(codes)].astype(np.int64), m, schema,
+                                       {}, float(n), np.random.default_rng(0))
+    assert sizes == [refit.POOL_FACTOR * n, 2 * refit.POOL_FACTOR * n]
+    assert out.shape == raw.shape and refitted == 1
