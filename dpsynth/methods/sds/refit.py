@@ -53,14 +53,13 @@ class PairCheck:
     threshold: float
     stddev: float
 
-    def estimate(self, weights: np.ndarray, total: float) -> tuple[np.ndarray, np.ndarray]:
+    def estimate(self, weights: np.ndarray, total: float, ess: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The pool's counts of this table scaled to ``total`` records, and their sampling
-        variance (multinomial, at the weights' effective size)."""
+        variance (multinomial, at the weights' effective size ``ess``, computed when None)."""
         counts = np.bincount(self.cells, weights=weights, minlength=self.noisy.size)
-        wsum = max(float(weights.sum()), 1e-300)
-        ess = wsum**2 / max(float(np.dot(weights, weights)), 1e-300)
-        counts = counts * (total / wsum)
-        return counts, np.clip(counts * (1.0 - counts / max(total, 1e-300)), 0.0, None) * (total / ess)
+        counts = counts * (total / max(float(counts.sum()), 1e-300))
+        size = effective_size(weights) if ess is None else ess
+        return counts, np.clip(counts * (1.0 - counts / max(total, 1e-300)), 0.0, None) * (total / size)
 
     def misfit(self, estimate: np.ndarray, variance: np.ndarray | float = 0.0) -> float:
         """Squared distance to the measurement, each cell in units of its variance (the
@@ -109,9 +108,15 @@ def pair_checks(pool: np.ndarray, m: Measurement, schema: Schema) -> list[PairCh
     return out
 
 
+def effective_size(weights: np.ndarray) -> float:
+    """(sum w)^2 / sum w^2: how many equally weighted records the weights are worth."""
+    return float(weights.sum()) ** 2 / max(float(np.sum(weights * weights)), 1e-300)
+
+
 def misfit_pairs(checks: list[PairCheck], weights: np.ndarray, total: float) -> list[int]:
     """Indices of the tables the weighted pool misses beyond their noise."""
-    return [i for i, c in enumerate(checks) if c.is_off(*c.estimate(weights, total))]
+    ess = effective_size(weights)
+    return [i for i, c in enumerate(checks) if c.is_off(*c.estimate(weights, total, ess))]
 
 
 def fit_weights(pool: np.ndarray, checks: list[PairCheck], one_way: Mapping[int, np.ndarray],
@@ -129,9 +134,10 @@ def fit_weights(pool: np.ndarray, checks: list[PairCheck], one_way: Mapping[int,
         new = [i for i in misfit_pairs(checks, weights, total) if i not in chosen]
         if not new:
             break
+        ess = effective_size(weights)
         for i in new:
             c = checks[i]
-            est, var = c.estimate(weights, total)
+            est, var = c.estimate(weights, total, ess)
             chosen[i] = CodeMargin(codes=c.cells, target=c.target(est, one_way, var))
         weights = proportional_fit(weights, [*chosen.values(), *ones], rounds=ROUNDS)
     return weights, len(chosen)
@@ -168,7 +174,7 @@ def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurem
         weights, refitted = fit_weights(pool, pair_checks(pool, m, schema), margins, total)
         if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach
             return None
-        if weights.sum() ** 2 / float(np.dot(weights, weights)) >= n:  # effective size above the release's
+        if effective_size(weights) >= n:  # worth as many records as the release: no repeats needed
             break
     out = resample(pool, weights, n, rng)
     return out[rng.permutation(n)], refitted
