@@ -94,9 +94,6 @@ _FROZE: list[bool] = []
 def _cmd_release(args: argparse.Namespace) -> int:
     from . import gate_worker
 
-    # Great Expectations' import starts now in its own process, on the other core, while
-    # this one imports the pipeline (and Prefect); its output goes nowhere.
-    gate_worker.start()
     with _long_lived_imports():
         from .bundle import MANIFEST
         from .pipeline import ReleaseConfig
@@ -104,6 +101,10 @@ def _cmd_release(args: argparse.Namespace) -> int:
         if args.engine != "local":
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
+    # Great Expectations' import starts now, in a worker forked from this still
+    # single-threaded process (it shares the modules imported above), on the other core
+    # while this one prepares and runs the method; its output goes nowhere.
+    gate_worker.start()
 
     settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
     settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))

@@ -101,11 +101,13 @@ def test_the_worker_ends_when_the_release_is_killed():
         import time
         from dpsynth import gate_worker
         gate_worker.start()
-        print(gate_worker._WORKER["proc"].pid, flush=True)
+        print(gate_worker._WORKER["proc"].pid, type(gate_worker._WORKER["proc"]).__name__, flush=True)
         time.sleep(600)
     """)
     try:
-        child = int(parent.stdout.readline())
+        pid, kind = parent.stdout.readline().split()
+        child = int(pid)
+        assert kind == "_Forked"  # a single-threaded process forks its worker
         assert _alive(child)
     finally:
         parent.kill()
@@ -132,3 +134,24 @@ def test_the_release_process_does_not_import_great_expectations_itself():
     assert proc.returncode == 0, err[-2000:]
     assert out.strip().endswith("False"), out
     assert "dpsynth-ge-warm-up" not in out
+
+
+@pytest.mark.skipif(not gate_worker.enabled(), reason="DPSYNTH_GATE_WORKER is off")
+def test_with_other_threads_running_the_worker_is_a_fresh_interpreter(folders):
+    """A fork is unsafe beside other threads (a Prefect flow run): the worker is spawned then."""
+    import subprocess as sp
+    import threading
+
+    schema, synthetic, measurement = folders
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert gate_worker.start()
+        assert isinstance(gate_worker._WORKER["proc"], sp.Popen)
+        summary = gate_worker.call(gate_files, schema, synthetic, measurement, None, None, None, "w")
+        assert summary == gate_files(schema, synthetic, measurement, None, None, None, "w")
+    finally:
+        stop.set()
+        other.join()
+        gate_worker.stop()
