@@ -176,6 +176,14 @@ def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
                 status, value = _WORKER["recv"].recv()
             except (EOFError, OSError):
                 _discard()
+            except BaseException:
+                # Interrupted (Ctrl-C) between request and reply: the reply would answer the
+                # next call. This worker can no longer be trusted; the next start() makes one.
+                proc = _WORKER.get("proc")
+                _discard()
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                raise
             else:
                 if status == "error":
                     raise value

@@ -155,3 +155,20 @@ def test_with_other_threads_running_the_worker_is_a_fresh_interpreter(folders):
         stop.set()
         other.join()
         gate_worker.stop()
+
+
+@pytest.mark.skipif(not gate_worker.enabled(), reason="DPSYNTH_GATE_WORKER is off")
+def test_an_interrupted_call_never_hands_its_reply_to_the_next_call(worker, monkeypatch):
+    """Defect: a Ctrl-C while waiting for the worker left its reply in the pipe, where
+    the next release in the same process would have read it as its own gate summary."""
+    recv = gate_worker._WORKER["recv"]
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recv, "recv", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gate_worker.call(os.getpid)
+    assert not gate_worker.running()
+    assert gate_worker.start()
+    assert gate_worker.call(divmod, 7, 2) == (3, 1)  # its own answer, not a stale one
