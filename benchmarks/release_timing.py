@@ -20,13 +20,16 @@ imported), the bundle's size and whether it holds Data Docs. Separately: the tim
 fresh interpreter takes to import Great Expectations.
 
 ``--code ROOT`` runs the releases with another checkout's ``dpsynth`` on PYTHONPATH (the
-"before" column: ``git archive main | tar -x -C /tmp/base``); ``--label`` names the
-JSON (``results/release_timing-<label>.json``); ``--compare before after`` prints both
-side by side and writes ``results/release_timing.json``.
+"before" column: ``git archive main | tar -x -C /tmp/base``); ``--codes before=/tmp/base
+after=.`` runs several checkouts in one run, interleaved release by release, and reports
+median and max per code with ``--repeat``; ``--label`` names the JSON
+(``results/release_timing-<label>.json``); ``--compare before after`` prints two
+single-code runs side by side and writes ``results/release_timing.json``.
 
 Usage::
 
-    flock /work/wt/bench.lock python benchmarks/release_timing.py --label after
+    flock /work/wt/bench.lock python benchmarks/release_timing.py --label ops --repeat 5 \
+        --datasets gen8000x20 --codes before=/tmp/base after=.
     python benchmarks/release_timing.py --compare before after
 """
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -78,9 +82,13 @@ def _release(data: Path, schema: Path, out: Path, ws: Path, engine: str, env: di
            "release", "--data", str(data), "--schema", str(schema), "--method", method,
            "--epsilon", "1", "--out", str(out), "--workspace", str(ws), "--engine", engine, "--name", "r", *extra]
     load = os.getloadavg()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=out.parent)  # not the checkout: -c puts the cwd first on sys.path
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the release and every process it waited for (its GE worker included)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"release failed ({engine}): {proc.stderr.strip().splitlines()[-3:]}")
     manifest = json.loads((out / "r" / "manifest.json").read_text())
@@ -88,7 +96,7 @@ def _release(data: Path, schema: Path, out: Path, ws: Path, engine: str, env: di
     work = sum(v for k, v in t.items() if k != "orchestration")
     method_s = t.get("measure", 0.0) + t.get("synthesize", 0.0)
     files = manifest.get("files", {})
-    return {"wall_s": wall, "stage_work_s": work, "overhead_s": wall - work, "method_s": method_s,
+    return {"wall_s": wall, "cpu_s": cpu, "stage_work_s": work, "overhead_s": wall - work, "method_s": method_s,
             "wall_minus_method_s": wall - method_s,
             "validate_publish_s": t.get("validate", 0.0) + t.get("publish", 0.0),
             "bundle_bytes": _size(out / "r"),
@@ -133,46 +141,103 @@ def _datasets(tmp: Path, names: list[str]) -> list[tuple[str, Path, Path]]:
     return out
 
 
+def _codes(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """(label, checkout) pairs: ``--codes before=/tmp/base after=.``, else ``--code`` as ``--label``."""
+    if args.codes:
+        return [(label, Path(path).resolve()) for label, path in args.codes]
+    return [(args.label, Path(args.code).resolve() if args.code else ROOT)]
+
+
 def run(args: argparse.Namespace) -> None:
+    """Every (repetition, engine, dataset, variant, code) once, the codes interleaved, so a
+    change of the machine's load falls on every code alike."""
     results = []
+    codes = _codes(args)
+    load_start = list(os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         base_env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home"),
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
         base_env.pop("PREFECT_API_URL", None)
-        code = Path(args.code).resolve() if args.code else ROOT
-        base_env["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT)])
+        base_env["PYTHONPATH"] = str(ROOT)
         datasets = _datasets(tmp, args.datasets)
         ge_import = _ge_import_s(base_env)
         server = _start_server(base_env) if "prefect-server" in args.engines else None
         try:
-            for engine in args.engines:
-                env = base_env if engine != "prefect-server" else {
-                    **base_env, "PREFECT_API_URL": f"http://127.0.0.1:{PORT}/api"}
-                for label, data, schema in datasets:
-                    for variant, extra in args.variants:
-                        for rep in range(args.repeat):
-                            run_dir = Path(tempfile.mkdtemp(dir=tmp))
-                            r = _release(data, schema, run_dir / "out", run_dir / "ws",
-                                         "local" if engine == "local" else "prefect", env, args.method, extra)
-                            results.append({"dataset": label, "engine": engine, "variant": variant, "rep": rep, **r})
-                            print(f"{label} {engine} {variant} #{rep}: wall {r['wall_s']:.2f} s", flush=True)
+            for rep in range(args.repeat):
+                for engine in args.engines:
+                    for label, data, schema in datasets:
+                        for variant, extra in args.variants:
+                            for code_label, code in codes:
+                                env = {**base_env, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}
+                                if engine == "prefect-server":
+                                    env["PREFECT_API_URL"] = f"http://127.0.0.1:{PORT}/api"
+                                run_dir = Path(tempfile.mkdtemp(dir=tmp))
+                                r = _release(data, schema, run_dir / "out", run_dir / "ws",
+                                             "local" if engine == "local" else "prefect", env, args.method, extra)
+                                results.append({"code": code_label, "dataset": label, "engine": engine,
+                                                "variant": variant, "rep": rep, **r})
+                                print(f"{code_label} {label} {engine} {variant} #{rep}: wall {r['wall_s']:.2f} s, "
+                                      f"method {r['method_s']:.2f} s, load {r['loadavg_before'][0]:.2f}", flush=True)
         finally:
             if server is not None:
                 server.terminate()
                 server.wait(timeout=30)
     _print(results)
+    summary = _summary(results, codes[-1][0])
+    _print_summary(summary)
     write_json(f"release_timing-{args.label}", {
-        "label": args.label, "code": str(code), "method": args.method, "epsilon": 1.0,
-        "ge_import_s": ge_import, "loadavg_end": list(os.getloadavg()), "results": results})
+        "label": args.label, "codes": {lab: str(c) for lab, c in codes}, "method": args.method, "epsilon": 1.0,
+        "repeat": args.repeat, "ge_import_s": ge_import, "loadavg_start": load_start,
+        "loadavg_end": list(os.getloadavg()), "summary": summary, "results": results})
+
+
+_SUMMARISED = ("wall_s", "cpu_s", "method_s", "wall_minus_method_s", "validate_publish_s", "measure_s", "synthesize_s",
+               "validate_s", "publish_s", "orchestration_s")
+
+
+def _summary(results: list[dict[str, Any]], reference: str) -> list[dict[str, Any]]:
+    """Median and max per (code, dataset, engine, variant), and wall minus the median
+    method time of the ``reference`` code's runs of the same cell (the method's time
+    when nothing competes with it for the interpreter)."""
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r.get("code", "-"), r["dataset"], r["engine"], r["variant"]), []).append(r)
+    out = []
+    for (code, dataset, engine, variant), rs in groups.items():
+        row: dict[str, Any] = {"code": code, "dataset": dataset, "engine": engine, "variant": variant, "runs": len(rs)}
+        for k in _SUMMARISED:
+            values = [x.get(k, 0.0) for x in rs]  # a stage a run did not have (orchestration) counts 0
+            row[f"{k}_median"], row[f"{k}_max"] = statistics.median(values), max(values)
+        ref = groups.get((reference, dataset, engine, variant), [])
+        if ref:
+            ref_method = statistics.median(x["method_s"] for x in ref)
+            walls = [x["wall_s"] - ref_method for x in rs]
+            row["reference_method_s"] = ref_method
+            row["wall_minus_reference_method_s_median"] = statistics.median(walls)
+            row["wall_minus_reference_method_s_max"] = max(walls)
+        out.append(row)
+    return out
+
+
+def _print_summary(summary: list[dict[str, Any]]) -> None:
+    heads = ["code", "dataset", "engine", "variant", "n", "wall med", "wall max", "cpu med", "method med", "wall-method med",
+             "wall-method max", "wall-ref med", "wall-ref max", "val+pub med", "val+pub max"]
+    rows = [[s["code"], s["dataset"], s["engine"], s["variant"], s["runs"], s["wall_s_median"], s["wall_s_max"],
+             s.get("cpu_s_median", "-"), s["method_s_median"], s["wall_minus_method_s_median"], s["wall_minus_method_s_max"],
+             s.get("wall_minus_reference_method_s_median", "-"), s.get("wall_minus_reference_method_s_max", "-"),
+             s["validate_publish_s_median"], s["validate_publish_s_max"]] for s in summary]
+    print_table(heads, rows)
 
 
 def _print(results: list[dict[str, Any]]) -> None:
-    rows = [[r["dataset"], r["engine"], r["variant"], r["wall_s"], r["method_s"], r["wall_minus_method_s"],
+    rows = [[r.get("code", "-"), r["dataset"], r["engine"], r["variant"], r["wall_s"], r["method_s"], r["wall_minus_method_s"],
              r["validate_publish_s"], *(r.get(f"{s}_s", 0.0) for s in STAGES), r["bundle_bytes"] / 1e6]
             for r in results]
-    print_table(["dataset", "engine", "variant", "wall", "method", "wall-method", "val+pub", *STAGES, "MB"], rows)
+    print_table(["code", "dataset", "engine", "variant", "wall", "method", "wall-method", "val+pub", *STAGES, "MB"], rows)
 
 
 def compare(before: str, after: str) -> None:
@@ -204,6 +269,13 @@ def compare(before: str, after: str) -> None:
                                   "loadavg": list(os.getloadavg())})
 
 
+def _code_pair(text: str) -> tuple[str, str]:
+    label, sep, path = text.partition("=")
+    if not sep or not label or not path:
+        raise argparse.ArgumentTypeError(f"expected LABEL=PATH, got {text!r}")
+    return label, path
+
+
 def _variant(text: str) -> tuple[str, list[str]]:
     name, _, flags = text.partition("=")
     return name, flags.split() if flags else []
@@ -213,6 +285,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--label", default="after")
     p.add_argument("--code", help="checkout whose dpsynth the releases import (default: this one)")
+    p.add_argument("--codes", nargs="+", type=_code_pair, metavar="LABEL=PATH",
+                   help="several checkouts, interleaved run by run (e.g. before=/tmp/base after=.); the last "
+                        "one's median method time is the reference of wall-ref")
     p.add_argument("--datasets", nargs="+", default=["demo", "gen8000x20"])
     p.add_argument("--engines", nargs="+", default=["local", "prefect-server"],
                    choices=["local", "prefect-server", "prefect-ephemeral"])

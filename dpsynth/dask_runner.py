@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
+from .extras import require
+
 __all__ = ["DaskRunner", "connect", "parse_address"]
 
 T = TypeVar("T")
@@ -88,6 +90,7 @@ def _call_with(part: Any, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
 @contextmanager
 def connect(address: str, *, memory_limit: str | None = None) -> Iterator[DaskRunner]:
     """A runner on the scheduler at ``address``, or on a LocalCluster for ``local[:N]``."""
+    require("distributed")
     from distributed import Client, LocalCluster
 
     target, workers = parse_address(address)

@@ -47,6 +47,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
+from .extras import require
 from .fitting import CodeMargin, proportional_fit
 
 __all__ = [
@@ -267,7 +268,7 @@ def reweight(
     ``lo / k <= w_i <= hi / k`` (hi None = no upper bound). Weights within ``snap_tol``
     (relative) of uniform are returned exactly uniform.
     """
-    import cvxpy as cp
+    cp = require("cvxpy")
 
     x = _as_sample(sample, n_bits)
     k = x.shape[0]

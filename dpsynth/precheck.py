@@ -60,6 +60,26 @@ def check_options(method_cls: Any, options: Mapping[str, Any]) -> None:
         )
 
 
+def check_installed(method_cls: Any, options: Mapping[str, Any], dask_address: str | None = None) -> None:
+    """Refuses a request whose method, post-processing or cluster needs an optional
+    dependency that is not installed, naming the extra (:mod:`dpsynth.extras`).
+
+    A method class lists the modules it needs in ``requires``; ``correct_marginals``
+    needs cvxpy; a Dask address needs dask.distributed.
+    """
+    from .extras import missing
+
+    needs = [*getattr(method_cls, "requires", ())]
+    needs += ["cvxpy"] if options.get("correct_marginals") else []
+    needs += ["distributed"] if dask_address else []
+    for module in needs:
+        reason = missing(module)
+        if reason is not None:
+            what = f"method {getattr(method_cls, 'name', method_cls)!r}" if module in getattr(
+                method_cls, "requires", ()) else ("correct_marginals" if module == "cvxpy" else "dask_address")
+            raise PrecheckError(f"{what}: {reason}")
+
+
 def max_table_bytes() -> int:
     """The memory cap of a synthetic table: ``$DPSYNTH_MAX_TABLE_BYTES`` or the default."""
     raw = os.environ.get("DPSYNTH_MAX_TABLE_BYTES")

@@ -134,3 +134,21 @@ def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
     err = _our_lines(capsys.readouterr().err)
     assert len(err) == 1 and "validation failed: max_tvd_k1" in err[0]
     assert not (tmp_path / "out" / "strict").exists()
+
+
+def test_release_imports_pause_the_collector_and_always_restart_it(monkeypatch):
+    """`dpsynth release` imports the pipeline with the cyclic collector paused and freezes
+    what the import made; a failing import must not leave the collector off."""
+    import gc
+
+    from dpsynth import cli
+
+    monkeypatch.setattr(cli, "_FROZE", [])
+    try:
+        with pytest.raises(ImportError):
+            with cli._long_lived_imports():
+                assert not gc.isenabled()
+                raise ImportError("a failing import")
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

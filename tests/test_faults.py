@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 KILL_POINTS = {
     "measure": ("dpsynth.measurement", "Measurement.save", "after"),  # written, not marked complete
     "synthesize": ("dpsynth.pipeline.stages", "decode", "before"),
-    "validate": ("dpsynth.gate", "run_gate", "before"),
+    "validate": ("dpsynth.gate_worker", "call", "before"),  # the gate runs in its GE worker process
     "publish": ("dpsynth.bundle", "_before_rename", "before"),  # bundle complete, not renamed
 }
 

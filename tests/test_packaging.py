@@ -92,3 +92,40 @@ def test_wheel_has_no_top_level_flows_or_tasks(tmp_path):
     assert {n.split("/")[0] for n in names} == {"dpsynth", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "dpsynth/orchestration/release.py" in names and "dpsynth/py.typed" in names
     assert not any(n.startswith(("flows/", "tasks/")) for n in names)
+
+
+def test_solvers_and_dask_are_extras_not_runtime_dependencies():
+    """Defect (issue 15, install): cvxpy and its solvers (about 240 MB) and dask.distributed
+    (14 packages) were installed for everyone, though only private sampling, the marginal
+    correction and a Dask cluster use them."""
+    project = _pyproject()["project"]
+    runtime = " ".join(project["dependencies"]).lower()
+    for heavy in ("cvxpy", "clarabel", "dask"):
+        assert heavy not in runtime, heavy
+    extras = project["optional-dependencies"]
+    assert any("cvxpy" in r for r in extras["solvers"]) and any("dask[distributed]" in r for r in extras["dask"])
+    assert "dpsynth[solvers,dask]" in extras["test"]  # `make test` and CI keep every path
+
+
+@pytest.mark.parametrize("method, params, dask, extra", [
+    ("private-sampling", {"Delta": "4", "heuristic": "true", "d": "1", "m": "64"}, None, "solvers"),
+    ("marginals", {"correct_marginals": "true"}, None, "solvers"),
+    ("marginals", {}, "local:1", "dask"),
+])
+def test_a_missing_extra_is_refused_before_anything_is_read(tmp_path, monkeypatch, method, params, dask, extra):
+    import importlib.util
+
+    from dpsynth import extras, pipeline
+    from dpsynth.precheck import PrecheckError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("cvxpy", "distributed") else real(name, *a))
+    cfg = pipeline.ReleaseConfig(data=ROOT / "data" / "demo.csv", schema=ROOT / "schemas" / "demo.yaml", method=method,
+                                 epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws", params=params,
+                                 rows=40 if method == "private-sampling" else None, dask_address=dask)
+    with pytest.raises(PrecheckError, match=rf"pip install 'dpsynth\[{extra}\]'"):
+        pipeline.prepare(cfg)
+    assert not (tmp_path / "ws").exists() or not list((tmp_path / "ws").glob("releases/*"))
+    with pytest.raises(extras.MissingExtra, match=rf"dpsynth\[{extra}\]"):
+        extras.require("cvxpy" if extra == "solvers" else "distributed")

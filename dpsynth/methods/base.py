@@ -95,6 +95,7 @@ class MethodBase:
     takes_rows_as: ClassVar[str | None] = None
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
+    requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -28,7 +28,7 @@ from ..encoding import check_file
 from ..rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
-from ..precheck import check_options, check_rows, noise_warnings
+from ..precheck import check_installed, check_options, check_rows, noise_warnings
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..registry import check_dataset_name, check_period
@@ -268,6 +268,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     method_params, options = split_params(config.method, config.params, config.rows)
     method = get_method(config.method, method_params)
     check_options(type(method), options)
+    check_installed(type(method), options, config.dask_address)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget

@@ -39,6 +39,7 @@ __all__ = [
     "correct_to_measurement",
     "encode_release",
     "encode_stage",
+    "gate_files",
     "internal_report_stage",
     "measure_stage",
     "publish_stage",
@@ -180,14 +181,32 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
 
 
 def start_gate_warm_up() -> None:
-    """Starts importing Great Expectations (4-9 s) in a background thread while the
-    method works, so the gate rarely waits for it (:mod:`dpsynth.gate.session`).
+    """Starts importing Great Expectations (3-7 s of CPU) while the method works, so the
+    gate rarely waits for it: in a worker process on another core
+    (:mod:`dpsynth.gate_worker`), or in a background thread of this process when no
+    worker can run (``DPSYNTH_GATE_WORKER=off``, or it failed to start).
 
-    Called once the public checks passed: a refused request never pays for it.
+    Called once the public checks passed (the CLI starts the worker earlier: its output
+    goes nowhere, so a refused request still exits with one clean line).
     """
-    from ..gate.session import warm_up_in_background
+    from .. import gate_worker
 
-    warm_up_in_background()
+    if not gate_worker.start():
+        from ..gate.session import warm_up_in_background
+
+        warm_up_in_background()
+
+
+def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows: int | None,
+               thresholds: Mapping[str, float] | None, docs: Path | None, run_name: str) -> dict[str, Any]:
+    """The gate on a synthetic folder and its measurement folder (what the validate stage
+    sends to the gate worker); returns the gate's summary."""
+    from ..gate import run_gate
+
+    m = Measurement.load(measurement_dir)
+    codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", schema)
+    table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
+    return run_gate(table, codes, m, rows, thresholds, docs=docs, run_name=run_name)
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
@@ -197,17 +216,16 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     published. Data Docs are rendered for the bundle only when the config asks for them
     (``data_docs``) and the gate passes.
     """
-    from ..gate import run_gate
+    from .. import gate_worker
 
-    m = Measurement.load(measurement_dir)
-    codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
-    table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
     folder = plan.release_dir()
     docs = folder / "data-docs"
     if docs.exists():
         shutil.rmtree(docs)
-    summary = run_gate(table, codes, m, plan.config.rows, dict(plan.config.gate) or None,
-                       docs=docs if plan.config.data_docs else None, run_name=plan.name)
+    # In the warm GE worker when there is one (its GE is imported and its context made),
+    # else here; the same function either way.
+    summary = gate_worker.call(gate_files, plan.schema, synthetic_dir, measurement_dir, plan.config.rows,
+                               dict(plan.config.gate) or None, docs if plan.config.data_docs else None, plan.name)
     write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
         worst = sorted(

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from ...extras import require
 from .bounds import check_release, epsilon_for_k, n_walsh
 from .params import PrivateSamplingParams, _as_boolean_matrix, _check_int
 
@@ -302,7 +303,7 @@ def _solve_lp_scaled(lp: ShrinkageLP, solver: str | None) -> tuple[np.ndarray, s
     method runs without crossover: only lambda is used, and the IPM's time was the most
     predictable (about 25 iterations of O(m L^2); cold-start simplex times varied 10x
     between instances of the same size)."""
-    import cvxpy as cp
+    cp = require("cvxpy")
 
     m = lp.A_eq.shape[1] - 1
     chosen = solver or ("HIGHS" if "HIGHS" in cp.installed_solvers() else "CLARABEL")
@@ -359,7 +360,7 @@ def solve_proximal_qp(
     Solved by CLARABEL in the scaled variable g = m h (objective ||g - 1||^2, which is
     m^2 ||h - u_m||^2 and has the same minimiser). Returns the summary and h* (confidential).
     """
-    import cvxpy as cp
+    cp = require("cvxpy")
 
     W_S, c_X, m, L = _walsh_inputs(W_S, c_X)
     if not 0.0 <= lam <= 1.0:

@@ -111,6 +111,7 @@ class PrivateSamplingMethod(MethodBase):
     params_type: ClassVar[type] = PrivateSamplingParams
     takes_rows_as: ClassVar[str] = "k"
     provides_marginals: ClassVar[bool] = False  # only sampled points: nothing to correct towards
+    requires: ClassVar[tuple[str, ...]] = ("cvxpy",)  # its LP and QP (the `solvers` extra)
     guarantee: ClassVar[PrivacyStatement] = PrivacyStatement(
         kind="dp", neighbours=REPLACE_ONE.neighbours,
         detail="the data owner declares n public (public_n); pure epsilon-DP only when Theorem 12.2 covers "
