@@ -67,7 +67,7 @@ def test_failure_contract_in_a_fresh_process(tmp_path, demo_paths):
 def test_existing_release_exits_nonzero(tmp_path, demo_paths, capsys):
     assert _release(tmp_path, demo_paths, "--name", "r") == 0
     assert _release(tmp_path, demo_paths, "--name", "r") == 2
-    assert "never overwritten" in capsys.readouterr().err
+    assert "never overwritten; pass another --name" in capsys.readouterr().err
 
 
 def test_schema_infer_warns_and_drafts(tmp_path, demo_paths, capsys):
@@ -133,6 +133,7 @@ def test_gate_override_can_fail_a_release(tmp_path, demo_paths, capsys):
     assert _release(tmp_path, demo_paths, "--name", "strict", "--gate", "max_tvd_k1=0.000001") == 1
     err = _our_lines(capsys.readouterr().err)
     assert len(err) == 1 and "validation failed: max_tvd_k1" in err[0]
+    assert "To publish: raise --epsilon" in err[0] and "--gate KEY=VALUE" in err[0]  # what to change
     assert not (tmp_path / "out" / "strict").exists()
 
 

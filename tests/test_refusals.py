@@ -184,3 +184,4 @@ def test_sds_records_share_that_leaves_nothing_says_lower_it():
     with pytest.raises(ValueError) as exc:
         method.plan(schema, Budget(epsilon=0.01, delta=1e-6))
     assert "lower it" in _one_line(exc)
+

@@ -284,7 +284,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     check_name(name)
     target = Path(config.out) / name
     if target.exists():
-        raise ReleaseError(f"release {target} already exists: releases are never overwritten")
+        raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
     return ReleasePlan(
         config=config,
         schema=schema,

@@ -84,7 +84,7 @@ def claim_name(plan: ReleasePlan) -> Iterator[None]:
         with exclusive_lock(names / f"{plan.name}.lock"):
             target = Path(plan.config.out) / plan.name
             if target.exists():  # published while this run was preparing
-                raise ReleaseError(f"release {target} already exists: releases are never overwritten")
+                raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
             _bind_name(plan, names / f"{plan.name}.json")
             yield
     except LockBusy:

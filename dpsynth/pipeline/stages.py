@@ -236,7 +236,9 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
         raise ValidationFailed(
             f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
             f"{BudgetSpent.NOTE} (details: validation.json in the private workspace's release folder, "
-            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names)"
+            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names). To publish: raise "
+            f"--epsilon, coarsen or drop columns in the schema, try another --method (pgm, marginals), or, "
+            f"having read validation.json, relax a check with --gate KEY=VALUE"
         )
     return summary
 
