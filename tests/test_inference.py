@@ -21,6 +21,7 @@ from dpsynth.inference import (
     Observation,
     allocate,
     build_junction_tree,
+    calibrate,
     estimate,
     fit_loss,
     fit_measurement,
@@ -97,6 +98,21 @@ def test_queries_outside_a_clique_match_brute_force():
     full = model.project(dom.names)
     for q in [("a", "e"), ("e", "a", "d"), ("d",), ("a", "c", "e")]:
         assert np.allclose(model.project(q), _marg(dom, full, q), rtol=1e-9, atol=1e-9)
+
+
+def test_calibrated_beliefs_are_the_brute_force_clique_marginals():
+    # Random (large) potentials on a branching tree of cliques: every calibrated belief
+    # must equal the marginal of the normalised product of the potentials, and so sum to one.
+    rng = np.random.default_rng(31)
+    dom = Domain(names=("a", "b", "c", "d", "e", "f"), sizes=(2, 3, 4, 2, 3, 2))
+    tree = build_junction_tree(dom, [("a", "b"), ("b", "c", "d"), ("c", "e"), ("d", "f")])
+    theta = [8.0 * rng.normal(size=dom.shape(c)) for c in tree.cliques]
+    beliefs, log_z = calibrate(tree, theta)
+    p = _joint(dom, dict(zip(tree.cliques, theta)))
+    for c, b in zip(tree.cliques, beliefs):
+        assert abs(float(np.exp(b).sum()) - 1.0) < 1e-12
+        assert np.allclose(np.exp(b), _marg(dom, p, c), rtol=1e-9, atol=1e-12)
+    assert np.isfinite(log_z)
 
 
 def test_noisy_fit_lowers_the_objective_and_is_consistent():

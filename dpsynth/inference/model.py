@@ -115,8 +115,9 @@ def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.
         b = acc[st.clique]
         if st.parent >= 0:
             down = _lse(beliefs[st.parent], st.down_axes).reshape(st.down_shape)
-            b = b + down - up[st.clique].reshape(st.down_shape)
-            beliefs[st.clique] = b - _logsumexp_all(b)
+            # The parent's belief is normalised and the separator's mass cancels
+            # against the up message, so this belief already sums to one.
+            beliefs[st.clique] = b + down - up[st.clique].reshape(st.down_shape)
         else:
             z = _logsumexp_all(b)
             log_z += z

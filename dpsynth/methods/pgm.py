@@ -32,7 +32,9 @@ marginals, then seeded forward sampling on the junction tree.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import time
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Callable, ClassVar, Literal
@@ -53,6 +55,8 @@ from ..measurement import DP_ADD_REMOVE, NoisyMarginal
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 
 __all__ = ["PgmParams", "PgmMethod"]
+
+log = logging.getLogger(__name__)
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
 
@@ -287,18 +291,23 @@ class PgmMethod(MethodBase):
             next_unit += take
             sigma = gaussian_sigma(1.0, meas_rho)
             eps = exponential_epsilon_for_rho(sel_rho)
+            t0 = time.perf_counter()
             cliques = [tuple(c) for c in model.tree.cliques]
             size_ok = _size_check(dom, cliques, cands, names, used * limit)
             est = [model.project(tuple(names[j] for j in r)) for r in cands]
             gap = np.array([np.abs(t - e).sum() for t, e in zip((truth[r] for r in cands), est)])
             score = weights * (gap - math.sqrt(2.0 / math.pi) * sigma * sizes)
+            t1 = time.perf_counter()
             i = exponential_mechanism(score, eps, sens, rng, allowed=size_ok)
+            t2 = time.perf_counter()
             r = cands[i]
             attrs = tuple(names[j] for j in r)
             out.append(Observation(attrs=attrs, counts=_noisy(truth[r], sigma, rng), stddev=sigma))
             before = est[i]
             model = self._fit(schema, obs + out, iters=100, warm=model)
             moved = float(np.abs(model.project(attrs) - before).sum())
+            log.debug("aim round: units %d/%d, chose %s, score %.1fs, select %.1fs, fit %.1fs",
+                      next_unit - 1, units, attrs, t1 - t0, t2 - t1, time.perf_counter() - t2)
             if moved <= math.sqrt(2.0 / math.pi) * sigma * sizes[i]:
                 per_round *= 4
         return out
