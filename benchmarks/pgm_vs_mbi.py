@@ -7,6 +7,7 @@ select-measure-fit-sample time, excluding interpreter and import start-up):
 * ``nist-demo``: national2019.csv binned by schemas/nist.yaml, the 10 SDNist demographic columns;
 * ``nist-all``: the same, all 24 columns;
 * ``nistfine-demo``, ``nistfine-all``: the same columns binned by schemas/nist-fine.yaml (finer public bins);
+* ``nist-all-tx2019``, ``nistfine-demo-ma2019``, ...: the same on the tx2019 or ma2019 excerpt;
 * ``corr30k``: generated (random Bayesian network, 30,000 x 15, seed 2024; as sds_vs_pacsynth);
 * ``adult``: /work/shared/data/adult (integer-coded as in the MST/AIM papers).
 
@@ -52,9 +53,9 @@ DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") i
 OUT_NAME = "pgm_vs_mbi"
 WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
 DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult")
-METHODS = ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")
-#: dpsynth pgm parameters of each of our benchmark methods.
-OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}}
+METHODS = ("pgm-mst", "pgm-aim", "pgm-aim2", "mbi-mst", "mbi-aim")
+#: dpsynth pgm parameters of each of our benchmark methods (pgm-aim2: AIM on 1- and 2-way candidates).
+OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}, "pgm-aim2": {"select": "aim", "degree": 2}}
 QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
     ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
     ("nist-all", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst")),
@@ -67,11 +68,13 @@ def load(name: str) -> dict[str, Any]:
     from dpsynth.schema import Schema, load_schema, schema_from_dict
 
     if name.startswith("nist"):
-        csv = DATA_DIR / "nist" / "national2019.csv"
+        # "<schema>-<columns>" on national2019, or "<schema>-<columns>-<file>" (tx2019, ma2019).
+        parts = name.split("-")
+        csv = DATA_DIR / "nist" / f"{parts[2] if len(parts) > 2 else 'national2019'}.csv"
         schema = load_schema(ROOT / "schemas" / ("nist-fine.yaml" if name.startswith("nistfine") else "nist.yaml"))
         codes = encode(read_table(csv, schema), schema).codes
         raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
-        if name.endswith("-demo"):
+        if parts[1] == "demo":
             keep = list(metrics.NIST_DEMOGRAPHIC_FEATURES)
             idx = [schema.index(c) for c in keep]
             schema = Schema(name="nist-demographic", columns=tuple(schema.columns[i] for i in idx))
@@ -90,7 +93,7 @@ def load(name: str) -> dict[str, Any]:
         cols = [{"name": c, "type": "categorical", "values": [str(v) for v in range(int(k))]} for c, k in sizes.items()]
         return {"schema": schema_from_dict({"name": "adult", "columns": cols}),
                 "codes": df[list(sizes)].to_numpy(dtype=np.int64)}
-    raise SystemExit(f"unknown data set {name!r}; known: {DATASETS}")
+    raise SystemExit(f"unknown data set {name!r}; known: {DATASETS} (NIST ones also with -tx2019, -ma2019)")
 
 
 # --- children (one per run) ---------------------------------------------------------------
@@ -256,6 +259,14 @@ def report(runs: dict[str, Any], ceilings: dict[str, Any]) -> None:
         rows.append([r["data"], r["epsilon"], r["seed"], r["method"], round(r["kmarginal"], 1), r["tvd1"], r["tvd2"],
                      r["tvd3"], round(r["wall_s"], 1), round(r["peak_mb"])])
     print_table(["data", "eps", "seed", "method", "k-marginal", "tvd1", "tvd2", "tvd3", "wall s", "peak MB"], rows)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs.values():
+        if r.get("status") == "ok":
+            groups.setdefault((r["data"], r["epsilon"], r["method"]), []).append(r)
+    summary = [[d, e, m, len(g), round(float(np.mean([r["kmarginal"] for r in g])), 2),
+                round(min(r["kmarginal"] for r in g), 1), round(max(r["kmarginal"] for r in g), 1),
+                round(float(np.mean([r["wall_s"] for r in g])), 1)] for (d, e, m), g in sorted(groups.items())]
+    print_table(["data", "eps", "method", "n", "k-marginal mean", "min", "max", "wall s mean"], summary)
     print("binning ceilings (real table encoded and decoded):", ceilings)
 
 

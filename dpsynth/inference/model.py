@@ -200,36 +200,31 @@ class GraphicalModel:
         return np.transpose(table, perm)
 
     def _eliminate(self, query: Clique) -> np.ndarray:
-        """Probability table over ``query`` by variable elimination on a pruned subtree."""
-        tree = self.tree
-        alive = set(range(len(tree.cliques)))
+        """Probability table over ``query`` (domain order) by variable elimination on the
+        smallest subtree that covers it: each clique's conditional given its separator with
+        its parent, summed leaf to root, keeping the query's columns in the messages."""
+        tree, dom = self.tree, self.domain
+        alive = _covering_subtree(tree, set(query))
+        root = min(alive)
+        parent, order = {root: -1}, [root]
+        for i in order:
+            for j in tree.neighbours(i):
+                if j in alive and j not in parent:
+                    parent[j] = i
+                    order.append(j)
         want = set(query)
-        changed = True
-        while changed:
-            changed = False
-            for i in sorted(alive):
-                nbrs = [j for j in tree.neighbours(i) if j in alive]
-                if len(nbrs) > 1 or len(alive) == 1:
-                    continue
-                covered = set().union(*(tree.cliques[j] for j in nbrs)) if nbrs else set()
-                private = set(tree.cliques[i]) - covered
-                if not (private & want):
-                    alive.discard(i)
-                    changed = True
-        letters = {a: chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k, a in enumerate(self.domain.names)}
-        operands: list = []
-        for i in alive:
-            operands += [np.exp(self.log_beliefs[i]), [letters[a] for a in tree.cliques[i]]]
-        for a, b in tree.edges:
-            if a in alive and b in alive:
-                sep = tree.separator(a, b)
-                if sep:
-                    m = np.exp(log_marginal(self.log_beliefs[a], tree.cliques[a], sep))
-                    inv = np.divide(1.0, m, out=np.zeros_like(m), where=m > 0)
-                    operands += [inv, [letters[s] for s in sep]]
-        spec = ",".join("".join(operands[k + 1]) for k in range(0, len(operands), 2))
-        spec += "->" + "".join(letters[a] for a in query)
-        return np.einsum(spec, *operands[0::2], optimize="greedy")
+        carried: dict[int, tuple[Clique, np.ndarray]] = {}
+        for i in reversed(order):
+            cl = tree.cliques[i]
+            table = np.exp(self.log_beliefs[i])
+            if parent[i] >= 0:  # the clique given its separator (zero where the separator is)
+                m = np.sum(table, axis=_axes_out(cl, tree.separator(i, parent[i])), keepdims=True)
+                table = np.divide(table, m, out=np.zeros_like(table), where=m > 0)
+            factors = [(cl, table)] + [carried.pop(j) for j in order if parent.get(j) == i]
+            keep = set(tree.separator(i, parent[i])) if parent[i] >= 0 else set()
+            carried[i] = _contract(dom, factors, keep | want)
+        attrs, table = carried[root]
+        return np.transpose(table, [attrs.index(a) for a in query])
 
     def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         """``rows`` records as an (rows, columns) int64 array of codes in domain order."""
@@ -264,3 +259,30 @@ class GraphicalModel:
                 out[order, dom.index(a)] = v
             perm = rng.permutation(rows)
         return out
+
+
+def _covering_subtree(tree: JunctionTree, want: set[str]) -> set[int]:
+    """Cliques left after pruning, leaf by leaf, those whose own columns miss ``want``."""
+    alive = set(range(len(tree.cliques)))
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(alive):
+            nbrs = [j for j in tree.neighbours(i) if j in alive]
+            if len(nbrs) > 1 or len(alive) == 1:
+                continue
+            covered = set().union(*(tree.cliques[j] for j in nbrs)) if nbrs else set()
+            if not ((set(tree.cliques[i]) - covered) & want):
+                alive.discard(i)
+                changed = True
+    return alive
+
+
+def _contract(dom: Domain, factors: list[tuple[Clique, np.ndarray]], keep: set[str]) -> tuple[Clique, np.ndarray]:
+    """Product of labelled tables summed to their columns in ``keep`` (domain order),
+    contracted pairwise by einsum, so the full product is never built."""
+    cols = dom.canonical(a for f in factors for a in f[0])
+    letter = {a: chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k, a in enumerate(cols)}
+    out = tuple(a for a in cols if a in keep)
+    spec = ",".join("".join(letter[a] for a in f[0]) for f in factors) + "->" + "".join(letter[a] for a in out)
+    return out, np.einsum(spec, *(f[1] for f in factors), optimize="greedy")
