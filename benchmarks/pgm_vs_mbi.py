@@ -53,9 +53,11 @@ DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") i
 OUT_NAME = "pgm_vs_mbi"
 WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
 DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult")
-METHODS = ("pgm-mst", "pgm-aim", "pgm-aim2", "mbi-mst", "mbi-aim")
-#: dpsynth pgm parameters of each of our benchmark methods (pgm-aim2: AIM on 1- and 2-way candidates).
-OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}, "pgm-aim2": {"select": "aim", "degree": 2}}
+METHODS = ("pgm-mst", "pgm-aim", "pgm-aim2", "pgm-aim2-u4d", "mbi-mst", "mbi-aim")
+#: dpsynth pgm parameters of each of our benchmark methods (pgm-aim2: AIM on 1- and 2-way candidates;
+#: pgm-aim2-u4d: the same with 4 budget units per column instead of AIM's 16, i.e. larger rounds).
+OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}, "pgm-aim2": {"select": "aim", "degree": 2},
+        "pgm-aim2-u4d": {"select": "aim", "degree": 2, "units_per_column": 4}}
 QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
     ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
     ("nist-all", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst")),
@@ -117,7 +119,10 @@ def child_ours(params: str, src: Path, dst: Path) -> None:
     budget = Budget(epsilon=float(z["epsilon"]), delta=DELTA)
     rng = np.random.default_rng(int(z["seed"]))
     t0 = time.perf_counter()
-    method = get_method("pgm", json.loads(params))
+    chosen = json.loads(params)
+    if "units_per_column" in chosen:
+        chosen["units"] = chosen.pop("units_per_column") * len(schema.columns)
+    method = get_method("pgm", chosen)
     ledger = Ledger(budget, method.plan(schema, budget))
     m = method.measure(EncodedTable(schema=schema, codes=data["codes"].astype(np.uint16)), ledger, rng)
     t1 = time.perf_counter()
