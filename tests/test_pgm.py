@@ -93,6 +93,20 @@ def test_measure_spends_exactly_the_plan(select):
     assert synth.codes.shape[1] == 5 and abs(synth.codes.shape[0] - 2000) < 200
 
 
+def test_aim_degree_2_learns_the_chain_with_pairs_only():
+    """AIM limited to 1- and 2-way candidates: never a triple, and with a strong chain and a
+    large budget it measures the chain's pairs (its scores query pairs across cliques)."""
+    rng = np.random.default_rng(13)
+    t = _table([4, 4, 4, 4, 4, 4], 20_000, rng)
+    b = Budget(epsilon=8.0, delta=1e-9)
+    method = get_method("pgm", {"select": "aim", "degree": 2, "units": 30})
+    m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
+    chosen = {frozenset(s) for s in m.meta["selected"]}
+    assert all(len(s) <= 2 for s in chosen)
+    chain = {frozenset((f"c{j}", f"c{j + 1}")) for j in range(5)}
+    assert chain <= chosen
+
+
 def test_mst_learns_the_chain():
     """With a strong chain c0 - c1 - ... and a large budget, MST picks the chain's pairs."""
     rng = np.random.default_rng(3)
