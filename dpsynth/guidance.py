@@ -59,7 +59,8 @@ def pair_noise_tvd(cells: int, noise_sd: float, records: float) -> float:
 
 
 def _two_way_tables(m: Measurement, schema: Schema) -> dict[tuple[int, int], np.ndarray]:
-    """Measured 2-way tables: the measurement's own 2-way marginals."""
+    """Measured 2-way tables: the measurement's own 2-way marginals (for an sds measurement
+    saved before sds stated them, its aggregates' 2-way rows)."""
     out: dict[tuple[int, int], np.ndarray] = {}
     for attrs, counts in m.marginals.items():
         if len(attrs) == 2:
