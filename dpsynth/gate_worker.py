@@ -91,6 +91,7 @@ def _fork() -> bool:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):  # also lets go of the parent's output pipes
                 os.dup2(devnull, fd)
+            _close_inherited(keep=(from_parent, to_parent))
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
             _serve_on(from_parent, to_parent, parent)
@@ -101,6 +102,22 @@ def _fork() -> bool:
     _WORKER.update(proc=_Forked(pid), send=Connection(to_child, readable=False),
                    recv=Connection(from_child, writable=False), owner=parent)
     return True
+
+
+def _close_inherited(keep: tuple[int, ...]) -> None:
+    """In a forked worker: close every descriptor inherited from the parent except 0-2 and
+    ``keep``. A copy of the parent's release-name lock (an ``flock``, which lives as long as
+    any copy of its descriptor) would otherwise outlive a killed release for as long as the
+    worker takes to notice, and refuse its rerun."""
+    import resource
+
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    top = top if 0 < top < 1 << 20 else 1 << 16
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, top)
 
 
 class _Forked:

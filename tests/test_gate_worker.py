@@ -172,3 +172,34 @@ def test_an_interrupted_call_never_hands_its_reply_to_the_next_call(worker, monk
     assert not gate_worker.running()
     assert gate_worker.start()
     assert gate_worker.call(divmod, 7, 2) == (3, 1)  # its own answer, not a stale one
+
+
+def test_a_forked_worker_does_not_keep_the_release_name_lock(tmp_path):
+    """The worker is forked while the release holds its name (an flock): killing the release
+    must free the name at once, not when the worker notices its parent is gone (a rerun after
+    a crash was refused as 'being built by another run right now')."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from pathlib import Path
+        from dpsynth import gate_worker
+        from dpsynth.workspace import exclusive_lock
+        with exclusive_lock(Path({str(tmp_path / "name.lock")!r})):
+            assert gate_worker.start()
+            pid = gate_worker._WORKER["proc"].pid
+            print(pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSYNTH_GATE_WORKER": "on"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    worker_pid = int(proc.stdout.split()[0])
+    from dpsynth.workspace import exclusive_lock
+
+    with exclusive_lock(tmp_path / "name.lock"):  # free at once, whether or not the worker still runs
+        pass
+    for _ in range(100):  # and the worker ends by itself
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
