@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -39,6 +40,10 @@ T = TypeVar("T")
 
 _LOCK = threading.Lock()
 _WORKER: dict[str, Any] = {}  # "proc", "send", "recv", "owner" (the pid that started it)
+
+#: The byte a forked worker sends once it has closed what it inherited, and how long to wait for it.
+_CLOSED = b"c"
+_CLOSE_WAIT_S = 30.0
 
 _BOOT = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from dpsynth.gate_worker import _serve; _serve()"
 
@@ -92,6 +97,7 @@ def _fork() -> bool:
             for fd in (0, 1, 2):  # also lets go of the parent's output pipes
                 os.dup2(devnull, fd)
             _close_inherited(keep=(from_parent, to_parent))
+            os.write(to_parent, _CLOSED)  # the parent waits for this before it goes on
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
             _serve_on(from_parent, to_parent, parent)
@@ -99,6 +105,17 @@ def _fork() -> bool:
             os._exit(0)
     os.close(from_parent)
     os.close(to_parent)
+    # Until the worker has closed its copies of this process's descriptors it holds any lock
+    # taken here (the release name's flock): wait for it, so a crash of this process from
+    # now on frees them at once.
+    ready, _, _ = select.select([from_child], [], [], _CLOSE_WAIT_S)
+    if not ready or os.read(from_child, 1) != _CLOSED:
+        os.close(to_child)
+        os.close(from_child)
+        stray = _Forked(pid)
+        stray.kill()
+        stray.wait(timeout=5)
+        return _spawn()
     _WORKER.update(proc=_Forked(pid), send=Connection(to_child, readable=False),
                    recv=Connection(from_child, writable=False), owner=parent)
     return True
