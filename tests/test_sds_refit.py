@@ -194,3 +194,23 @@ def test_the_pool_doubles_once_when_its_weights_are_too_uneven(monkeypatch):
                                        {}, float(n), np.random.default_rng(0))
     assert sizes == [refit.POOL_FACTOR * n, 2 * refit.POOL_FACTOR * n]
     assert out.shape == raw.shape and refitted == 1
+
+
+def test_a_pool_at_its_cap_is_fitted_once(monkeypatch):
+    """A release as large as the pool's cap cannot grow its pool: one fit, not two identical ones."""
+    schema, codes = _pair_table(2_000, 7)
+    m, _ = _release(schema, codes, {"fit_pairs": False})
+    sizes = []
+
+    def skewed(pool, checks, one_way, total):
+        sizes.append(pool.shape[0])
+        w = np.ones(pool.shape[0])
+        w[: pool.shape[0] // 10] = 1e6
+        return w, 1
+
+    monkeypatch.setattr(refit, "fit_weights", skewed)
+    monkeypatch.setattr(refit, "misfit_pairs", lambda checks, w, total: [0])
+    monkeypatch.setattr(refit, "POOL_MAX_ROWS", 1_000)
+    raw = codes[:1_000].astype(np.int64)
+    refit.honour_pairs(raw, lambda k: raw[:k], m, schema, {}, 1_000.0, np.random.default_rng(0))
+    assert sizes == [1_000]

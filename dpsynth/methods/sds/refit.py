@@ -162,12 +162,12 @@ def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurem
     if n == 0 or not misfit_pairs(checks, np.ones(n), total):
         return None
     pool, weights, refitted = raw, np.ones(n), 0
-    for factor in (POOL_FACTOR, 2 * POOL_FACTOR):
+    for attempt, factor in enumerate((POOL_FACTOR, 2 * POOL_FACTOR)):
         size = pool_size(n, factor)
+        if attempt and size <= pool.shape[0]:  # at the cap: refitting the same pool gives the same weights
+            break
         if size > pool.shape[0]:
             pool = np.vstack([pool, draw(size - pool.shape[0])])
-        elif pool.shape[0] > n:  # at the cap: a larger pool is not allowed
-            break
         margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
                    else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
                    for j, c in enumerate(schema.columns)}
