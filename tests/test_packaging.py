@@ -68,6 +68,29 @@ def test_library_modules_do_not_load_orchestration_or_plotting():
     assert not loaded & {"prefect", "great_expectations", "matplotlib"}, loaded
 
 
+def test_a_release_of_one_method_imports_only_that_method():
+    """The registry imports a method's module on lookup: preparing an sds release loads
+    neither microaggregation (scipy.spatial) nor scipy.stats (0.8 s of a CLI release before)."""
+    code = ("import sys, dpsynth.pipeline, dpsynth.bundle; from dpsynth.methods import METHODS, get_method; "
+            "get_method('sds', {}); assert sorted(METHODS) == sorted(METHODS._where)")
+    out = subprocess.run([sys.executable, "-c", code + "; print(sorted(sys.modules))"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded = set(eval(out.stdout.strip().splitlines()[-1]))  # noqa: S307 - our own printed list
+    assert "dpsynth.methods.sds" in loaded
+    assert not loaded & {"dpsynth.microaggregation", "dpsynth.methods.pgm", "dpsynth.methods.one_step",
+                         "dpsynth.onestep", "scipy.stats", "scipy.spatial"}, sorted(loaded & {
+                             "dpsynth.microaggregation", "scipy.stats", "scipy.spatial"})
+
+
+def test_the_registry_refuses_a_class_under_another_name(monkeypatch):
+    from dpsynth import methods
+
+    registry = methods._Registry({"marginals": ".sds:SdsMethod"})
+    with pytest.raises(RuntimeError, match="registered as 'marginals'"):
+        registry["marginals"]
+    assert "marginals" in registry and len(registry) == 1 and "sds" not in registry
+
+
 def test_repository_shims_point_at_the_installed_flow():
     from dpsynth.orchestration.release import release_flow
 
