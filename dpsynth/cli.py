@@ -98,13 +98,14 @@ def _cmd_release(args: argparse.Namespace) -> int:
         from .bundle import MANIFEST
         from .pipeline import ReleaseConfig
 
+        # Great Expectations' import starts now, in a worker forked from this still
+        # single-threaded process (it shares pandas and numpy, imported above), on the
+        # other core while this one imports Prefect, prepares and runs the method; its
+        # output goes nowhere.
+        gate_worker.start()
         if args.engine != "local":
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
-    # Great Expectations' import starts now, in a worker forked from this still
-    # single-threaded process (it shares the modules imported above), on the other core
-    # while this one prepares and runs the method; its output goes nowhere.
-    gate_worker.start()
 
     settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
     settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
