@@ -392,3 +392,20 @@ def test_gate_checks_a_three_way_marginal_against_its_stated_noise(release):
     t0 = {e["marginal"]: e["threshold"] for e in ok["marginal_errors"]}
     assert t["region|employment|hours_per_week"] > 2 * t0["region|employment|hours_per_week"]
     assert t["region"] == pytest.approx(t0["region"])
+
+
+def test_predicted_tvds_of_many_tables_equal_each_tables_own():
+    """The gate computes every marginal's predicted TVD and its spread in one pass; each must
+    equal the one-table formula, including tables that are negative, NaN or empty after clipping."""
+    from dpsynth.gate.thresholds import predicted_tvds
+
+    rng = np.random.default_rng(3)
+    tables = [rng.normal(50, 30, size=shape) for shape in [(3,), (4, 5), (2, 3, 2), (7,)]]
+    tables += [np.array([-3.0, -1.0]), np.array([np.nan, 4.0, np.inf]), np.array([0.0])]
+    sigmas = rng.uniform(0.5, 9.0, size=len(tables))
+    pred, sd = predicted_tvds(tables, 400, 410.0, sigmas)
+    for t, s, p, q in zip(tables, sigmas, pred, sd):
+        assert math.isclose(p, predicted_tvd(t, 400, 410.0, s), rel_tol=1e-12)
+        assert math.isclose(q, predicted_tvd_sd(t, 400, 410.0, s), rel_tol=1e-12)
+    with pytest.raises(ValueError, match="at least one cell"):
+        predicted_tvds([np.zeros(0)], 10, 10.0, [1.0])

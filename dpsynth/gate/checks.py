@@ -32,8 +32,7 @@ from .thresholds import (
     _row_band,
     dp_row_estimate,
     marginal_limits,
-    predicted_tvd,
-    predicted_tvd_sd,
+    predicted_tvds,
 )
 
 __all__ = ["Plan", "prepare", "RECORDS_SUITE", "MARGINALS_SUITE"]
@@ -224,9 +223,11 @@ def _marginal_checks(
     else:  # an empty table matches no distribution
         tvds = {k: 1.0 for k in keys}
     predicted, spread = {}, {}
-    for nm in measurement.measured:
-        predicted[nm.attrs] = predicted_tvd(nm.counts, codes.n, records, nm.stddev)
-        spread[nm.attrs] = predicted_tvd_sd(nm.counts, codes.n, records, nm.stddev)
+    if measurement.measured:
+        pred, sd = predicted_tvds([nm.counts for nm in measurement.measured], codes.n, records,
+                                  [nm.stddev for nm in measurement.measured])
+        for i, nm in enumerate(measurement.measured):
+            predicted[nm.attrs], spread[nm.attrs] = float(pred[i]), float(sd[i])
     for k in sorted({len(key) for key in keys}):
         group = [key for key in keys if len(key) == k]
         limit, mean_limit = marginal_limits(group, predicted, spread, k, over)

@@ -84,6 +84,7 @@ __all__ = [
     "marginal_limits",
     "predicted_tvd",
     "predicted_tvd_sd",
+    "predicted_tvds",
 ]
 
 #: Standard deviations of the predicted TVD a marginal may exceed its predicted mean by.
@@ -173,6 +174,41 @@ def predicted_tvd_sd(noisy: np.ndarray, rows: int, records: float, sigma: float)
         return 0.0
     return float(0.5 * math.sqrt(1.0 - 2.0 / math.pi) * math.sqrt(float(np.sum(s**2) + np.max(s) ** 2)))
 
+
+
+def predicted_tvds(tables: Sequence[np.ndarray], rows: int, records: float,
+                   sigmas: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predicted_tvd` and :func:`predicted_tvd_sd` of many DP marginals at once (one
+    array pass instead of a dozen small ones per marginal: an sds release states a thousand)."""
+    flat, starts, sizes = _segments(tables)
+    q = _targets(flat, starts, sizes)
+    n, big_n = max(1, int(rows)), max(1.0, float(records))
+    noise = np.repeat((np.asarray(sigmas, dtype=np.float64) / big_n) ** 2, sizes)
+    s = np.sqrt(q * (1.0 - q) / n + noise)
+    predicted = np.add.reduceat(s, starts) / math.sqrt(2.0 * math.pi)
+    spread = 0.5 * math.sqrt(1.0 - 2.0 / math.pi) * np.sqrt(
+        np.add.reduceat(s * s, starts) + np.maximum.reduceat(s, starts) ** 2)
+    return predicted, spread
+
+
+def _segments(tables: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tables flattened one after the other, each one's start and size (none may be empty)."""
+    sizes = np.array([np.asarray(t).size for t in tables], dtype=np.int64)
+    if sizes.size == 0 or sizes.min() < 1:
+        raise ValueError("every table needs at least one cell")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    flat = np.concatenate([np.asarray(t, dtype=np.float64).ravel() for t in tables])
+    return flat, starts, sizes
+
+
+def _targets(flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """:func:`_target` of every segment of ``flat``."""
+    q = np.clip(np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
+    totals = np.add.reduceat(q, starts)
+    empty = np.repeat(~(totals > 0), sizes)
+    q = q / np.repeat(np.where(totals > 0, totals, 1.0), sizes)
+    q[empty] = np.repeat(1.0 / sizes, sizes)[empty]
+    return q
 
 
 def _overrides(thresholds: Mapping[str, float] | None) -> dict[str, float]:
