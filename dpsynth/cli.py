@@ -97,7 +97,9 @@ def _cmd_release(args: argparse.Namespace) -> int:
     with _long_lived_imports():
         from .bundle import MANIFEST
         from .pipeline import ReleaseConfig
+        from .privacy.accounting import load_solver
 
+        load_solver()  # scipy.optimize: the budget's conversion needs it here, GE's scipy.stats in the worker
         # Great Expectations' import starts now, in a worker forked from this still
         # single-threaded process (it shares pandas and numpy, imported above), on the
         # other core while this one imports Prefect, prepares and runs the method; its

@@ -20,6 +20,7 @@ import math
 
 __all__ = [
     "epsilon_from_rho",
+    "load_solver",
     "rho_from_epsilon",
     "rho_from_pure_epsilon",
     "gaussian_rho",
@@ -31,6 +32,13 @@ def _epsilon_at_order(alpha: float, rho: float, log_inv_delta: float) -> float:
     return alpha * rho + (
         log_inv_delta + (alpha - 1.0) * math.log1p(-1.0 / alpha) - math.log(alpha)
     ) / (alpha - 1.0)
+
+
+def load_solver() -> None:
+    """Imports the solver :func:`epsilon_from_rho` uses (scipy.optimize, about 0.4 s), for a
+    caller that wants the import done now (the CLI, before it forks its gate worker, which
+    needs scipy too)."""
+    import scipy.optimize  # noqa: F401
 
 
 def epsilon_from_rho(rho: float, delta: float) -> float:
