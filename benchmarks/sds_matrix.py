@@ -17,6 +17,13 @@ For every cell: publish rate (the validation gate's verdict), the score, and the
 independent-columns baseline (each column drawn from its true 1-way marginal, as many
 rows as the real table) scored the same way.
 
+Issue 9 asks sds to beat that baseline on 2- and 3-way marginals wherever the baseline is
+not already within the noise of the truth. A cell is "within noise" (:func:`within_noise`)
+when the TVD that sds's planned 2-way noise alone adds to a 2-way table (the measurement's
+``pair_noise_ratio``: schema, budget and DP record count only) is at least the baseline's
+own mean 2-way TVD from the truth: at that budget a measured 2-way table cannot tell the
+truth from independence. The report marks such losses "(within noise)".
+
 Gate verdict: by default the benchmark evaluates the gate's own checks
 (:func:`dpsynth.gate.checks.prepare`, the same thresholds, observed values and comparisons
 GE applies) without starting Great Expectations, which takes seconds per run.
