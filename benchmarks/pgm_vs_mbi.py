@@ -248,14 +248,26 @@ def main() -> None:
         print(f"  {runs[key]}", flush=True)
         # Re-read before writing: several pieces of the grid may run at once.
         latest = json.loads(path.read_text()) if path.is_file() else {}
-        merged_runs = {**latest.get("runs", {}), key: runs[key]}
+        merged_runs = {**latest.get("runs", {}), **_superseded(latest.get("runs", {}), key), key: runs[key]}
         merged_ceilings = {**latest.get("ceilings", {}), **ceilings}
         write_json(OUT_NAME, {"delta": DELTA, "ceilings": merged_ceilings, "runs": merged_runs})
         runs, ceilings = {**merged_runs, **runs}, merged_ceilings
     report(runs, ceilings)
 
 
+def _superseded(runs: dict[str, Any], key: str) -> dict[str, Any]:
+    """A re-run (--force) keeps the earlier result of its cell under ``<key>|before-<date>``
+    (the date it was replaced), so no measured cell is ever lost."""
+    old = runs.get(key)
+    if old is None:
+        return {}
+    stem = f"{key}|before-{time.strftime('%Y-%m-%d', time.gmtime())}"
+    name = next(f"{stem}-{k}" if k else stem for k in range(len(runs) + 1) if (f"{stem}-{k}" if k else stem) not in runs)
+    return {name: {**old, "superseded": True}}
+
+
 def report(runs: dict[str, Any], ceilings: dict[str, Any]) -> None:
+    runs = {k: r for k, r in runs.items() if not r.get("superseded")}  # earlier results of re-run cells
     rows = []
     for r in sorted(runs.values(), key=lambda r: (r["data"], r["epsilon"], r["method"], r["seed"])):
         if r.get("status") != "ok":
