@@ -224,3 +224,51 @@ def test_nist_release_passes_the_gate_and_publishes(tmp_path, shared_data_dir, n
     schema = Path(__file__).resolve().parents[1] / "schemas" / schema_file
     folder = _release(tmp_path, shared_data_dir / "nist" / f"{name}.csv", schema)
     assert (folder / "synthetic.csv").is_file()
+
+
+def test_aim_refits_use_refit_iters_and_the_release_uses_iters(monkeypatch):
+    """``refit_iters`` caps every refit after an AIM round; ``iters`` caps the released model's fit."""
+    import dpsynth.inference.measurement as fitting
+    import dpsynth.methods.pgm as pgm_module
+
+    seen: list[int] = []
+    real = pgm_module.estimate
+
+    def spy(*args, options=None, **kw):
+        seen.append(options.iters)
+        return real(*args, options=options, **kw)
+
+    monkeypatch.setattr(pgm_module, "estimate", spy)
+    monkeypatch.setattr(fitting, "estimate", spy)
+    rng = np.random.default_rng(21)
+    t = _table([3, 4, 3, 2], 3000, rng)
+    b = Budget(epsilon=2.0, delta=1e-9)
+    method = get_method("pgm", {"select": "aim", "units": "8", "refit_iters": "7", "iters": "11"})
+    m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
+    rounds = len(m.meta["selected"])
+    assert rounds >= 1 and seen[1:] == [7] * rounds
+    seen.clear()
+    method.synthesize(m, t.schema, 100, rng)
+    assert seen == [11]
+
+
+def _aim_model_cells(params: dict, seed: int) -> tuple[int, set[frozenset[str]]]:
+    from dpsynth.inference import build_junction_tree, domain_of
+
+    rng = np.random.default_rng(seed)
+    t = _table([4, 4, 4, 4, 4, 4], 20_000, rng)
+    b = Budget(epsilon=8.0, delta=1e-9)
+    method = get_method("pgm", {"select": "aim", "units": "30", **params})
+    m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
+    tree = build_junction_tree(domain_of(t.schema), [nm.attrs for nm in m.measured])
+    return tree.total_cells(), {frozenset(s) for s in m.meta["selected"]}
+
+
+def test_aim_keeps_the_model_within_max_model_cells():
+    """AIM's size rule: the junction tree of everything measured stays within max_model_cells
+    (which bounds every refit's and the final fit's work per iteration). Without the limit the
+    same data and seed grow a larger model, so the limit is what holds it."""
+    free, _ = _aim_model_cells({"max_model_cells": "10000000"}, seed=22)
+    capped, chosen = _aim_model_cells({"max_model_cells": "150"}, seed=22)
+    assert free > 150
+    assert capped <= 150 and chosen

@@ -165,10 +165,10 @@ def _descend(
         return (th, b) + _evaluate(terms, b, n)
 
     def gradient_step(th: list[np.ndarray], grads: list[np.ndarray], alpha: float) -> list[np.ndarray]:
-        step = [np.zeros_like(t) for t in th]
+        out = [t.copy() for t in th]
         for t, g in zip(terms, grads):
-            step[t.clique] = step[t.clique] + expand(g, t.attrs, tree.cliques[t.clique])
-        return [t - alpha * s for t, s in zip(th, step)]
+            out[t.clique] -= alpha * expand(g, t.attrs, tree.cliques[t.clique])
+        return out
 
     per_clique = np.zeros(len(tree.cliques))
     for t in terms:

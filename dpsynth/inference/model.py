@@ -96,7 +96,12 @@ def _lse(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return logt
     top = np.max(logt, axis=axes, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
-    return np.log(np.sum(np.exp(logt - top), axis=axes, keepdims=True)) + top
+    shifted = np.subtract(logt, top)
+    np.exp(shifted, out=shifted)  # in place: one temporary the size of the table, not two
+    out = np.sum(shifted, axis=axes, keepdims=True)
+    np.log(out, out=out)
+    out += top
+    return out
 
 
 def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
@@ -117,7 +122,9 @@ def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.
             down = _lse(beliefs[st.parent], st.down_axes).reshape(st.down_shape)
             # The parent's belief is normalised and the separator's mass cancels
             # against the up message, so this belief already sums to one.
-            beliefs[st.clique] = b + down - up[st.clique].reshape(st.down_shape)
+            b += down  # in place: acc holds copies of theta
+            b -= up[st.clique].reshape(st.down_shape)
+            beliefs[st.clique] = b
         else:
             z = _logsumexp_all(b)
             log_z += z

@@ -65,16 +65,23 @@ AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
 class PgmParams:
     """``select``: mst or aim. ``degree``: AIM's largest candidate marginal (2 or 3).
     ``units``: AIM's budget units (default 16 x columns, AIM's round count).
-    ``max_model_cells``: AIM's limit on the junction tree's total cells (AIM: 80 MB of
-    float64 = 1e7). ``max_clique_cells``: candidates larger than this are never measured.
-    ``iters``: the estimator's iteration cap for the released model."""
+    ``max_model_cells``: AIM's limit on the junction tree's total cells (AIM's own is 80 MB
+    of float64 = 1e7; ours is 1e6, see below). ``max_clique_cells``: candidates larger than
+    this are never measured. ``iters``: the estimator's iteration cap for the released model.
+    ``refit_iters``: its cap for AIM's refit after each round (warm-started from the previous
+    round's model).
+
+    What bounds AIM's time, by construction: every estimator iteration costs a few passes over
+    the junction tree's cells (at most ``max_model_cells``), and there are at most
+    ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters``."""
 
     select: Literal["mst", "aim"] = "mst"
     degree: int = param(3, "2 or 3 (aim only)")
     units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)")
-    max_model_cells: int = param(10_000_000, "whole number >= 1 (aim only)")
+    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)")
     max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
     iters: int = param(1000, "whole number >= 1")
+    refit_iters: int = param(30, "whole number >= 1 (aim only)")
 
     def __post_init__(self) -> None:
         if self.select not in ("mst", "aim"):
@@ -83,7 +90,7 @@ class PgmParams:
             raise ParamError(f"parameter 'degree' must be 2 or 3, got {self.degree!r}")
         if self.units is not None and self.units < 1:
             raise ParamError(f"parameter 'units' must be >= 1, got {self.units!r}")
-        for name in ("max_model_cells", "max_clique_cells", "iters"):
+        for name in ("max_model_cells", "max_clique_cells", "iters", "refit_iters"):
             if getattr(self, name) < 1:
                 raise ParamError(f"parameter {name!r} must be >= 1, got {getattr(self, name)!r}")
 
@@ -242,7 +249,9 @@ class PgmMethod(MethodBase):
         )
 
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
-        opts = EstimatorOptions(iters=iters, max_cells=self.params.max_model_cells)
+        # Per-clique refusal only: AIM's selection keeps the whole tree within max_model_cells,
+        # MST's cliques are pairs within max_clique_cells.
+        opts = EstimatorOptions(iters=iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
         return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
 
     def _measure_mst(self, truth, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
@@ -304,10 +313,11 @@ class PgmMethod(MethodBase):
             attrs = tuple(names[j] for j in r)
             out.append(Observation(attrs=attrs, counts=_noisy(truth[r], sigma, rng), stddev=sigma))
             before = est[i]
-            model = self._fit(schema, obs + out, iters=100, warm=model)
+            model = self._fit(schema, obs + out, iters=self.params.refit_iters, warm=model)
             moved = float(np.abs(model.project(attrs) - before).sum())
-            log.debug("aim round: units %d/%d, chose %s, score %.1fs, select %.1fs, fit %.1fs",
-                      next_unit - 1, units, attrs, t1 - t0, t2 - t1, time.perf_counter() - t2)
+            log.debug("aim round: units %d/%d, chose %s, score %.1fs, select %.1fs, fit %.1fs, model %d cells",
+                      next_unit - 1, units, attrs, t1 - t0, t2 - t1, time.perf_counter() - t2,
+                      model.tree.total_cells())
             if moved <= math.sqrt(2.0 / math.pi) * sigma * sizes[i]:
                 per_round *= 4
         return out
