@@ -59,6 +59,7 @@ __all__ = [
     "tvd_by_k",
     "summarize_by_k",
     "tvd_vs_marginals",
+    "clipped_distributions",
     "independent_baseline",
     "fabricated_suppressed",
     "complete_share",
@@ -147,6 +148,18 @@ def tvd_by_k(
     return summarize_by_k(values, ks)
 
 
+def clipped_distributions(flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Noisy count tables laid end to end in ``flat`` (table i at ``starts[i]``, ``sizes[i]``
+    cells, none empty) as distributions: NaN, infinite and negative counts to 0, each table
+    normalised to 1, a table left with no mass read as uniform."""
+    q = np.clip(np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
+    totals = np.add.reduceat(q, starts)
+    q = q / np.repeat(np.where(totals > 0, totals, 1.0), sizes)
+    empty = np.repeat(~(totals > 0), sizes)
+    q[empty] = np.repeat(1.0 / sizes, sizes)[empty]
+    return q
+
+
 def tvd_vs_marginals(
     synth_codes: CodesLike,
     marginals: Mapping[tuple[int | str, ...], np.ndarray],
@@ -209,13 +222,9 @@ def tvd_vs_marginals(
     if sizes.size == 0:
         return {}
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    per_cell = lambda v: np.repeat(v, sizes)  # noqa: E731
-    q = np.clip(np.nan_to_num(np.concatenate([t.ravel() for t in targets]), nan=0.0, posinf=0.0, neginf=0.0),
-                0.0, None)
-    q_tot = np.add.reduceat(q, starts)
-    q = np.where(per_cell(q_tot > 0), q / per_cell(np.where(q_tot > 0, q_tot, 1.0)), per_cell(1.0 / sizes))
+    q = clipped_distributions(np.concatenate([np.asarray(t, dtype=np.float64).ravel() for t in targets]), starts, sizes)
     p = np.concatenate([c.ravel() for c in synths]).astype(np.float64)
-    p = p / per_cell(np.add.reduceat(p, starts))  # every table sums to the synthetic row count (> 0)
+    p = p / np.repeat(np.add.reduceat(p, starts), sizes)  # every table sums to the synthetic row count (> 0)
     dist = np.clip(0.5 * np.add.reduceat(np.abs(p - q), starts), 0.0, 1.0)
     out = dict(zip(keys, dist.tolist()))
     return {key: out[key] for key in marginals}

@@ -73,6 +73,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..measurement import Measurement
+from ..metrics import clipped_distributions
 
 __all__ = [
     "THRESHOLD_KEYS",
@@ -181,7 +182,7 @@ def predicted_tvds(tables: Sequence[np.ndarray], rows: int, records: float,
     """:func:`predicted_tvd` and :func:`predicted_tvd_sd` of many DP marginals at once (one
     array pass instead of a dozen small ones per marginal: an sds release states a thousand)."""
     flat, starts, sizes = _segments(tables)
-    q = _targets(flat, starts, sizes)
+    q = clipped_distributions(flat, starts, sizes)
     n, big_n = max(1, int(rows)), max(1.0, float(records))
     noise = np.repeat((np.asarray(sigmas, dtype=np.float64) / big_n) ** 2, sizes)
     s = np.sqrt(q * (1.0 - q) / n + noise)
@@ -199,16 +200,6 @@ def _segments(tables: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     flat = np.concatenate([np.asarray(t, dtype=np.float64).ravel() for t in tables])
     return flat, starts, sizes
-
-
-def _targets(flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """:func:`_target` of every segment of ``flat``."""
-    q = np.clip(np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
-    totals = np.add.reduceat(q, starts)
-    empty = np.repeat(~(totals > 0), sizes)
-    q = q / np.repeat(np.where(totals > 0, totals, 1.0), sizes)
-    q[empty] = np.repeat(1.0 / sizes, sizes)[empty]
-    return q
 
 
 def _overrides(thresholds: Mapping[str, float] | None) -> dict[str, float]:
