@@ -173,21 +173,28 @@ def test_estimator_pgm_fits_a_tree_of_the_stated_pairs_on_a_wide_table():
     assert _pair_tvd(out.codes, codes, schema.cardinalities, (0, 1)) < 0.05
 
 
+def _skew_every_fit(monkeypatch) -> list[int]:
+    """Makes every weight fit of the refit return weights whose effective size is about a
+    tenth of the pool, and every pair misfit; returns the list of pool sizes fitted."""
+    sizes: list[int] = []
+
+    def skewed(pool, checks, one_way, total):
+        sizes.append(pool.shape[0])
+        w = np.ones(pool.shape[0])
+        w[: pool.shape[0] // 10] = 1e6
+        return w, 1
+
+    monkeypatch.setattr(refit, "fit_weights", skewed)
+    monkeypatch.setattr(refit, "misfit_pairs", lambda checks, w, total: [0])
+    return sizes
+
+
 def test_the_pool_doubles_once_when_its_weights_are_too_uneven(monkeypatch):
     """Weights whose effective size is below the release's would repeat records: the pool
     grows to 2 x POOL_FACTOR x n once, and no further."""
     schema, codes = _pair_table(2_000, 6)
     m, _ = _release(schema, codes, {"fit_pairs": False})
-    sizes = []
-
-    def skewed(pool, checks, one_way, total):
-        sizes.append(pool.shape[0])
-        w = np.ones(pool.shape[0])
-        w[: pool.shape[0] // 10] = 1e6  # effective size about a tenth of the pool
-        return w, 1
-
-    monkeypatch.setattr(refit, "fit_weights", skewed)
-    monkeypatch.setattr(refit, "misfit_pairs", lambda checks, w, total: [0])
+    sizes = _skew_every_fit(monkeypatch)
     n = 1_000
     raw = codes[:n].astype(np.int64)
     out, refitted = refit.honour_pairs(raw, lambda k: codes[np.arange(k) % len(codes)].astype(np.int64), m, schema,
@@ -200,16 +207,7 @@ def test_a_pool_at_its_cap_is_fitted_once(monkeypatch):
     """A release as large as the pool's cap cannot grow its pool: one fit, not two identical ones."""
     schema, codes = _pair_table(2_000, 7)
     m, _ = _release(schema, codes, {"fit_pairs": False})
-    sizes = []
-
-    def skewed(pool, checks, one_way, total):
-        sizes.append(pool.shape[0])
-        w = np.ones(pool.shape[0])
-        w[: pool.shape[0] // 10] = 1e6
-        return w, 1
-
-    monkeypatch.setattr(refit, "fit_weights", skewed)
-    monkeypatch.setattr(refit, "misfit_pairs", lambda checks, w, total: [0])
+    sizes = _skew_every_fit(monkeypatch)
     monkeypatch.setattr(refit, "POOL_MAX_ROWS", 1_000)
     raw = codes[:1_000].astype(np.int64)
     refit.honour_pairs(raw, lambda k: raw[:k], m, schema, {}, 1_000.0, np.random.default_rng(0))
