@@ -130,6 +130,55 @@ def test_queries_across_cliques_match_the_brute_force_joint():
         assert np.allclose(model.project(q), 1000.0 * _marg(dom, p, q), rtol=1e-9, atol=1e-9), q
 
 
+def test_every_pair_answered_at_once_matches_the_brute_force_joint():
+    # project_many walks the tree once per first column; every pair of a branching tree
+    # with a second component (g, h joined by an empty separator), in both column orders,
+    # and single columns and in-clique triples mixed in, against the full product.
+    rng = np.random.default_rng(33)
+    dom = Domain(names=("a", "b", "c", "d", "e", "f", "g", "h"), sizes=(2, 3, 4, 2, 3, 2, 3, 2))
+    tree = build_junction_tree(dom, [("a", "b"), ("b", "c", "d"), ("c", "e"), ("d", "f"), ("g", "h")])
+    theta = [3.0 * rng.normal(size=dom.shape(c)) for c in tree.cliques]
+    model = GraphicalModel.from_potentials(tree, theta, total=1000.0)
+    p = _joint(dom, dict(zip(tree.cliques, theta)))
+    queries = [q for q in itertools.permutations(dom.names, 2)] + [("e",), ("d", "c", "b")]
+    assert sum(tree.containing(q) is None for q in queries) > 30
+    for q, got in zip(queries, model.project_many(queries)):
+        assert got.shape == dom.shape(q)
+        assert np.allclose(got, 1000.0 * _marg(dom, p, q), rtol=1e-9, atol=1e-9), q
+
+
+def test_noise_tol_stops_once_steps_gain_less_than_the_noise(monkeypatch):
+    # A tree model measured with noise: without the rule the fit runs to its cap; with it,
+    # it stops far earlier, at a loss a small fraction of the noise's own loss (half the
+    # measured cells) above the converged fit's (here 6.6 of 72.5). A rule that never
+    # fired, or fired at once, fails one of the two assertions.
+    rng = np.random.default_rng(34)
+    dom = Domain(names=("a", "b", "c", "d", "e"), sizes=(6, 5, 7, 4, 6))
+    p = _joint(dom, {e: 2.0 * rng.normal(size=dom.shape(e)) for e in [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]})
+    cliques = [("a",), ("b",), ("c",), ("d",), ("e",), ("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]
+    obs = [Observation(attrs=c, counts=1e5 * _marg(dom, p, c) + rng.normal(0, 30.0, dom.shape(c)), stddev=30.0)
+           for c in cliques]
+    half_cells = 0.5 * sum(o.counts.size for o in obs)
+    module = sys.modules["dpsynth.inference.estimate"]
+    real, calls = module.calibrate_full, []
+
+    def counting(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(module, "calibrate_full", counting)
+
+    def run(noise_tol):
+        calls.clear()
+        model = estimate(dom, obs, options=EstimatorOptions(iters=400, tol=0.0, noise_tol=noise_tol))
+        return fit_loss(model, obs), len(calls)
+
+    full_loss, full_calls = run(None)
+    loss, used = run(0.03)
+    assert full_calls >= 400 and used < 0.6 * full_calls
+    assert full_loss <= loss <= full_loss + 0.2 * half_cells
+
+
 def test_noisy_fit_lowers_the_objective_and_is_consistent():
     rng = np.random.default_rng(4)
     dom = Domain(names=("a", "b", "c"), sizes=(4, 3, 5))

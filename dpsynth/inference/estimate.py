@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .junction_tree import Domain, JunctionTree, build_junction_tree
-from .model import GraphicalModel, calibrate, expand
+from .model import GraphicalModel, calibrate_full, expand
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
 
@@ -56,6 +56,10 @@ class EstimatorOptions:
     iters: int = 1000
     tol: float = 1e-5
     patience: int = 10
+    #: Also stop when the last ``patience`` accepted steps together lowered the loss by less
+    #: than ``noise_tol`` times the noise's own expected loss (half the measured cells; the
+    #: loss of the true table): later steps only fit the noise closer. None: off.
+    noise_tol: float | None = None
     max_cells: int = 10_000_000
     growth: float = 1.5
     accelerate: bool = True
@@ -65,6 +69,8 @@ class EstimatorOptions:
             raise ValueError("iters must be >= 1")
         if not (self.growth >= 1.0):
             raise ValueError("growth must be >= 1")
+        if self.noise_tol is not None and not (self.noise_tol >= 0.0):
+            raise ValueError("noise_tol must be >= 0 or None")
 
 
 @dataclass
@@ -74,6 +80,10 @@ class _Term:
     target: np.ndarray  # shaped by attrs, domain order
     weight: float  # 1 / sigma^2
     axes: tuple[int, ...] = field(default=())
+    # An earlier term of the same clique whose columns hold this one's (-1: none): this
+    # term's marginal is summed from that smaller table, and its gradient folded into it.
+    source: int = -1
+    source_axes: tuple[int, ...] = field(default=())
 
 
 def estimate_total(observations: Sequence[Observation]) -> float:
@@ -98,19 +108,26 @@ def _terms(domain: Domain, tree: JunctionTree, observations: Sequence[Observatio
         cl = tree.cliques[i]
         axes = tuple(k for k, a in enumerate(cl) if a not in set(canon))
         terms.append(_Term(clique=i, attrs=canon, target=target, weight=1.0 / o.stddev**2, axes=axes))
+    terms.sort(key=lambda t: (t.clique, -t.target.size))
+    for k, t in enumerate(terms):
+        holders = [j for j in range(k) if terms[j].clique == t.clique and set(t.attrs) <= set(terms[j].attrs)]
+        if holders:
+            j = min(holders, key=lambda j: terms[j].target.size)
+            t.source = j
+            t.source_axes = tuple(x for x, a in enumerate(terms[j].attrs) if a not in set(t.attrs))
     return terms
 
 
 def _evaluate(terms: list[_Term], beliefs: list[np.ndarray], total: float) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-    """Loss, per-term probability marginals and per-term gradients (w.r.t. probabilities)."""
+    """Loss, per-term probability marginals and per-term gradients (w.r.t. probabilities),
+    from the cliques' beliefs as probabilities."""
     loss = 0.0
     probs, grads = [], []
-    dense: dict[int, np.ndarray] = {}
     for t in terms:
-        p = dense.get(t.clique)
-        if p is None:
-            p = dense[t.clique] = np.exp(beliefs[t.clique])
-        pm = np.sum(p, axis=t.axes) if t.axes else p
+        if t.source >= 0:
+            pm = np.sum(probs[t.source], axis=t.source_axes) if t.source_axes else probs[t.source]
+        else:
+            pm = np.sum(beliefs[t.clique], axis=t.axes) if t.axes else beliefs[t.clique]
         diff = total * pm - t.target
         loss += 0.5 * t.weight * float(np.sum(diff * diff))
         probs.append(pm)
@@ -121,7 +138,7 @@ def _evaluate(terms: list[_Term], beliefs: list[np.ndarray], total: float) -> tu
 def fit_loss(model: GraphicalModel, observations: Sequence[Observation]) -> float:
     """The estimator's objective at ``model`` (for tests and diagnostics)."""
     terms = _terms(model.domain, model.tree, observations)
-    return _evaluate(terms, list(model.log_beliefs), model.total)[0]
+    return _evaluate(terms, model.beliefs, model.total)[0]
 
 
 def estimate(
@@ -161,13 +178,18 @@ def _descend(
     (k = 0) whenever an accepted step raises the loss above the previous iterate's.
     """
     def state(th: list[np.ndarray]):
-        b, _ = calibrate(tree, th)
-        return (th, b) + _evaluate(terms, b, n)
+        log_b, prob, _ = calibrate_full(tree, th)
+        return (th, log_b) + _evaluate(terms, prob, n)
 
     def gradient_step(th: list[np.ndarray], grads: list[np.ndarray], alpha: float) -> list[np.ndarray]:
         out = [t.copy() for t in th]
-        for t, g in zip(terms, grads):
-            out[t.clique] -= alpha * expand(g, t.attrs, tree.cliques[t.clique])
+        acc = list(grads)
+        for k in reversed(range(len(terms))):  # a term's source comes before it
+            t = terms[k]
+            if t.source >= 0:
+                acc[t.source] = acc[t.source] + expand(acc[k], t.attrs, terms[t.source].attrs)
+            else:
+                out[t.clique] -= alpha * expand(acc[k], t.attrs, tree.cliques[t.clique])
         return out
 
     per_clique = np.zeros(len(tree.cliques))
@@ -179,6 +201,9 @@ def _descend(
     x = state(theta)
     prev_theta, k = x[0], 0
     best, stall = x[2], 0
+    # The noise's expected loss: each measured cell contributes (noise / sigma)^2 / 2 = 1/2.
+    floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * sum(t.target.size for t in terms)
+    history = [best]
     y = x
     for _ in range(opts.iters):
         new = state(gradient_step(y[0], y[4], alpha))
@@ -201,6 +226,9 @@ def _descend(
         else:
             stall = 0
         best = min(best, x[2])
+        history.append(best)
+        if floor is not None and len(history) > opts.patience and history[-1 - opts.patience] - best < floor:
+            break
         if opts.accelerate and k > 0:
             beta = k / (k + 3.0)
             y = state([a + beta * (a - b) for a, b in zip(x[0], prev_theta)])

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 
 from .junction_tree import Clique, Domain, JunctionTree
 
-__all__ = ["GraphicalModel", "calibrate", "expand", "log_marginal", "allocate"]
+__all__ = ["GraphicalModel", "calibrate", "calibrate_full", "expand", "log_marginal", "allocate"]
 
 
 def expand(arr: np.ndarray, sub: Sequence[str], clique: Sequence[str]) -> np.ndarray:
@@ -106,6 +107,17 @@ def _lse(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
     """Normalised log beliefs of every clique and the log partition function."""
+    log_b, _, log_z = calibrate_full(tree, theta)
+    return log_b, log_z
+
+
+def calibrate_full(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray], float]:
+    """Log beliefs, beliefs (probabilities) and the log partition function.
+
+    Up the tree in log space (log-sum-exp per clique, stable for any potentials); down
+    the tree each clique's belief is exponentiated once and its children's messages are
+    plain sums of it, so a clique with many children costs one pass per child, not a
+    log-sum-exp per child."""
     steps = _schedule(tree)
     acc = [np.array(t, dtype=np.float64, copy=True) for t in theta]
     up: dict[int, np.ndarray] = {}
@@ -114,22 +126,26 @@ def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.
             msg = _lse(acc[st.clique], st.up_axes).reshape(st.up_shape)
             up[st.clique] = msg
             acc[st.parent] += msg
-    beliefs: list[np.ndarray] = [np.empty(0)] * len(acc)
+    log_b: list[np.ndarray] = [np.empty(0)] * len(acc)
+    prob: list[np.ndarray] = [np.empty(0)] * len(acc)
     log_z = 0.0
     for st in steps:
         b = acc[st.clique]
         if st.parent >= 0:
-            down = _lse(beliefs[st.parent], st.down_axes).reshape(st.down_shape)
+            down = np.sum(prob[st.parent], axis=st.down_axes).reshape(st.down_shape)
+            with np.errstate(divide="ignore"):  # a separator cell of probability 0: log 0
+                np.log(down, out=down)
             # The parent's belief is normalised and the separator's mass cancels
             # against the up message, so this belief already sums to one.
             b += down  # in place: acc holds copies of theta
             b -= up[st.clique].reshape(st.down_shape)
-            beliefs[st.clique] = b
         else:
             z = _logsumexp_all(b)
             log_z += z
-            beliefs[st.clique] = b - z
-    return beliefs, log_z
+            b -= z
+        log_b[st.clique] = b
+        prob[st.clique] = np.exp(b)
+    return log_b, prob, log_z
 
 
 def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -186,10 +202,28 @@ class GraphicalModel:
         """The domain of the model's junction tree."""
         return self.tree.domain
 
+    @cached_property
+    def beliefs(self) -> tuple[np.ndarray, ...]:
+        """Every clique's belief as probabilities (``exp`` of ``log_beliefs``), computed once
+        per model and shared by its queries and its sampler; treat as read-only."""
+        return tuple(np.exp(b) for b in self.log_beliefs)
+
     def clique_marginal(self, i: int) -> np.ndarray:
         """Expected counts over clique ``i`` (``total`` times its belief), shaped by its
         columns' cardinalities in domain order."""
-        return self.total * np.exp(self.log_beliefs[i])
+        return self.total * self.beliefs[i]
+
+    def _conditional(self, i: int, parent: int) -> np.ndarray:
+        """Clique ``i``'s belief given its separator with ``parent`` (zero where the
+        separator has probability zero), cached per model: a round of AIM asks hundreds of
+        queries of one model, and most share cliques."""
+        cache = self.__dict__.setdefault("_conditionals", {})
+        key = (i, parent)
+        if key not in cache:
+            cl, table = self.tree.cliques[i], self.beliefs[i]
+            m = np.sum(table, axis=_axes_out(cl, self.tree.separator(i, parent)), keepdims=True)
+            cache[key] = np.divide(table, m, out=np.zeros_like(table), where=m > 0)
+        return cache[key]
 
     def project(self, attrs: Sequence[str]) -> np.ndarray:
         """Expected counts over ``attrs`` (in the order given), shaped by their cardinalities."""
@@ -205,6 +239,65 @@ class GraphicalModel:
             table = self.total * self._eliminate(canon)
         perm = [canon.index(a) for a in attrs]
         return np.transpose(table, perm)
+
+    def project_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """``project`` of every query, sharing the work of pairs whose two columns share no
+        clique: those are answered by one walk over the tree per first column."""
+        out: list[np.ndarray | None] = [None] * len(queries)
+        across: dict[str, list[int]] = {}
+        for k, q in enumerate(queries):
+            if len(q) == 2 and q[0] != q[1] and self.tree.containing(q) is None:
+                across.setdefault(q[0], []).append(k)
+            else:
+                out[k] = self.project(q)
+        for a, ks in across.items():
+            tables = self._pairs_with(a, {queries[k][1] for k in ks})
+            for k in ks:
+                out[k] = self.total * tables[queries[k][1]]
+        return out  # type: ignore[return-value]
+
+    def _pairs_with(self, a: str, wanted: set[str]) -> dict[str, np.ndarray]:
+        """Probability tables (a, b) for every b in ``wanted``, walking the tree outwards from a
+        clique holding ``a``: each clique receives P(a, separator with its parent), and its
+        conditional given that separator, summed to the separator and one more column,
+        gives that column's pair (and, summed to a child's separator, the child's message)."""
+        tree, dom = self.tree, self.domain
+        root = tree.containing((a,))
+        parent, order = {root: -1}, [root]
+        for i in order:
+            for j in tree.neighbours(i):
+                if j not in parent:
+                    parent[j] = i
+                    order.append(j)
+        carried: dict[int, list[tuple[Clique, np.ndarray]]] = {root: []}
+        found: dict[str, np.ndarray] = {}
+        for i in order:
+            base = carried.pop(i)
+            sep = set(tree.separator(i, parent[i])) if parent[i] >= 0 else set()
+            own = {a} & set(tree.cliques[i])
+            for b in tree.cliques[i]:
+                if b in wanted and b not in found:
+                    cols, t = _contract(dom, base + [self._reduced(i, parent[i], sep | own | {b})], {a, b})
+                    found[b] = np.transpose(t, [cols.index(a), cols.index(b)])
+            if len(found) == len(wanted):
+                break
+            for j in tree.neighbours(i):
+                if parent[j] == i:
+                    keep = sep | own | set(tree.separator(i, j))
+                    carried[j] = [_contract(dom, base + [self._reduced(i, parent[i], keep)], {a} | set(tree.separator(i, j)))]
+        return found
+
+    def _reduced(self, i: int, parent: int, keep: set[str]) -> tuple[Clique, np.ndarray]:
+        """Clique ``i``'s conditional given its separator with ``parent`` (its belief for
+        parent -1) summed to the columns in ``keep``, cached per model."""
+        cache = self.__dict__.setdefault("_reductions", {})
+        key = (i, parent, frozenset(keep))
+        if key not in cache:
+            cl = self.tree.cliques[i]
+            table = self._conditional(i, parent) if parent >= 0 else self.beliefs[i]
+            axes = _axes_out(cl, keep)
+            cache[key] = (tuple(c for c in cl if c in keep), np.sum(table, axis=axes) if axes else table)
+        return cache[key]
 
     def _eliminate(self, query: Clique) -> np.ndarray:
         """Probability table over ``query`` (domain order) by variable elimination on the
@@ -223,10 +316,7 @@ class GraphicalModel:
         carried: dict[int, tuple[Clique, np.ndarray]] = {}
         for i in reversed(order):
             cl = tree.cliques[i]
-            table = np.exp(self.log_beliefs[i])
-            if parent[i] >= 0:  # the clique given its separator (zero where the separator is)
-                m = np.sum(table, axis=_axes_out(cl, tree.separator(i, parent[i])), keepdims=True)
-                table = np.divide(table, m, out=np.zeros_like(table), where=m > 0)
+            table = self._conditional(i, parent[i]) if parent[i] >= 0 else self.beliefs[i]
             factors = [(cl, table)] + [carried.pop(j) for j in order if parent.get(j) == i]
             keep = set(tree.separator(i, parent[i])) if parent[i] >= 0 else set()
             carried[i] = _contract(dom, factors, keep | want)
@@ -245,7 +335,7 @@ class GraphicalModel:
             new = tuple(a for a in cl if a not in set(sep))
             if not new:
                 continue
-            prob = np.exp(self.log_beliefs[i])
+            prob = self.beliefs[i]
             axes = [cl.index(a) for a in sep] + [cl.index(a) for a in new]
             cond = np.transpose(prob, axes).reshape(dom.cells(sep), dom.cells(new))
             rsum = cond.sum(axis=1, keepdims=True)
@@ -287,9 +377,21 @@ def _covering_subtree(tree: JunctionTree, want: set[str]) -> set[int]:
 
 def _contract(dom: Domain, factors: list[tuple[Clique, np.ndarray]], keep: set[str]) -> tuple[Clique, np.ndarray]:
     """Product of labelled tables summed to their columns in ``keep`` (domain order),
-    contracted pairwise by einsum, so the full product is never built."""
-    cols = dom.canonical(a for f in factors for a in f[0])
+    contracted pairwise by einsum, so the full product is never built. A column that only
+    one factor has and ``keep`` lacks is summed out of that factor first (one cheap pass)."""
+    seen: dict[str, int] = {}
+    for cl, _ in factors:
+        for a in cl:
+            seen[a] = seen.get(a, 0) + 1
+    reduced = []
+    for cl, t in factors:
+        drop = tuple(k for k, a in enumerate(cl) if seen[a] == 1 and a not in keep)
+        if drop:
+            t = np.sum(t, axis=drop)
+            cl = tuple(a for k, a in enumerate(cl) if k not in drop)
+        reduced.append((cl, t))
+    cols = dom.canonical(a for f in reduced for a in f[0])
     letter = {a: chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k, a in enumerate(cols)}
     out = tuple(a for a in cols if a in keep)
-    spec = ",".join("".join(letter[a] for a in f[0]) for f in factors) + "->" + "".join(letter[a] for a in out)
-    return out, np.einsum(spec, *(f[1] for f in factors), optimize="greedy")
+    spec = ",".join("".join(letter[a] for a in f[0]) for f in reduced) + "->" + "".join(letter[a] for a in out)
+    return out, np.einsum(spec, *(f[1] for f in reduced), optimize="greedy" if len(reduced) > 2 else True)

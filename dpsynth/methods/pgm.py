@@ -82,6 +82,7 @@ class PgmParams:
     max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
     iters: int = param(1000, "whole number >= 1")
     refit_iters: int = param(30, "whole number >= 1 (aim only)")
+    noise_tol: float = param(0.03, "number >= 0 (0: run every iteration)")
 
     def __post_init__(self) -> None:
         if self.select not in ("mst", "aim"):
@@ -93,6 +94,8 @@ class PgmParams:
         for name in ("max_model_cells", "max_clique_cells", "iters", "refit_iters"):
             if getattr(self, name) < 1:
                 raise ParamError(f"parameter {name!r} must be >= 1, got {getattr(self, name)!r}")
+        if not (isinstance(self.noise_tol, (int, float)) and math.isfinite(self.noise_tol) and self.noise_tol >= 0):
+            raise ParamError(f"parameter 'noise_tol' must be a number >= 0, got {self.noise_tol!r}")
 
 
 def _stage_1way(col: str) -> str:
@@ -251,7 +254,8 @@ class PgmMethod(MethodBase):
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
         # Per-clique refusal only: AIM's selection keeps the whole tree within max_model_cells,
         # MST's cliques are pairs within max_clique_cells.
-        opts = EstimatorOptions(iters=iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
+        opts = EstimatorOptions(iters=iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells),
+                                noise_tol=self.params.noise_tol or None)
         return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
 
     def _measure_mst(self, truth, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
@@ -303,7 +307,7 @@ class PgmMethod(MethodBase):
             t0 = time.perf_counter()
             cliques = [tuple(c) for c in model.tree.cliques]
             size_ok = _size_check(dom, cliques, cands, names, used * limit)
-            est = [model.project(tuple(names[j] for j in r)) for r in cands]
+            est = model.project_many([tuple(names[j] for j in r) for r in cands])
             gap = np.array([np.abs(t - e).sum() for t, e in zip((truth[r] for r in cands), est)])
             score = weights * (gap - math.sqrt(2.0 / math.pi) * sigma * sizes)
             t1 = time.perf_counter()
@@ -326,7 +330,8 @@ class PgmMethod(MethodBase):
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         """Fits the graphical model to the noisy marginals (``iters`` steps) and samples ``rows``
         records from it (None: the measurement's record estimate, else the model's total)."""
-        model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters))
+        model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters,
+                                                                    noise_tol=self.params.noise_tol or None))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")

@@ -152,7 +152,7 @@ def sample_columns(model: GraphicalModel, omega: np.ndarray) -> np.ndarray:
         cl = tree.cliques[i]
         p = tree.parent[i]
         given = list(tree.separator(i, p)) if p >= 0 else []
-        belief = np.exp(model.log_beliefs[i])
+        belief = model.beliefs[i]
         for a in [c for c in cl if c not in set(given)]:
             keep = [c for c in cl if c in set(given) or c == a]
             table = np.sum(belief, axis=tuple(k for k, c in enumerate(cl) if c not in set(keep)))
