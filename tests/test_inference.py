@@ -116,6 +116,27 @@ def test_calibrated_beliefs_are_the_brute_force_clique_marginals():
     assert np.isfinite(log_z)
 
 
+def test_calibration_is_exact_when_a_separator_cell_lies_far_below_the_rest():
+    # Clique (a, b) gives b = 0 potentials 800 below everything else: shifted by the table's
+    # maximum, that message underflows to log 0. The calibrated log beliefs must still
+    # equal the log-space brute force (finite, about -800 for b = 0).
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(35)
+    dom = Domain(names=("a", "b", "c"), sizes=(3, 2, 4))
+    tree = build_junction_tree(dom, [("a", "b"), ("b", "c")])
+    th = {("a", "b"): rng.normal(size=(3, 2)), ("b", "c"): rng.normal(size=(2, 4))}
+    th[("a", "b")][:, 0] -= 800.0
+    theta = [th[c] for c in tree.cliques]
+    log_b, _ = calibrate(tree, theta)
+    joint = th[("a", "b")][:, :, None] + th[("b", "c")][None, :, :]
+    joint -= logsumexp(joint)
+    want = {("a", "b"): logsumexp(joint, axis=2), ("b", "c"): logsumexp(joint, axis=0)}
+    for c, b in zip(tree.cliques, log_b):
+        assert np.all(np.isfinite(b)) and np.allclose(b, want[c], rtol=0, atol=1e-9), c
+        assert b[..., 0].max() < -790 if c == ("a", "b") else b[0].max() < -790
+
+
 def test_queries_across_cliques_match_the_brute_force_joint():
     # Variable elimination on the covering subtree against the full product of the
     # potentials: pairs and triples whose columns sit in distant cliques of a branching tree.

@@ -92,14 +92,26 @@ def _schedule(tree: JunctionTree) -> list[_Step]:
 
 
 def _lse(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """log-sum-exp over ``axes``, keeping them as size-1 axes."""
+    """log-sum-exp over ``axes``, keeping them as size-1 axes.
+
+    Shifted by the table's single largest value (one fast pass) rather than by the largest
+    value of each kept cell (a slow strided reduction); if a kept cell's sum underflows to
+    zero, its values all lie 700+ below that maximum, and the table is redone with the
+    per-cell shift, so the result is as exact as the per-cell shift always."""
     if not axes:
         return logt
-    top = np.max(logt, axis=axes, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
+    top = float(np.max(logt))
+    if not math.isfinite(top):
+        top = 0.0
     shifted = np.subtract(logt, top)
     np.exp(shifted, out=shifted)  # in place: one temporary the size of the table, not two
     out = np.sum(shifted, axis=axes, keepdims=True)
+    if not np.all(out > 0.0):
+        local = np.max(logt, axis=axes, keepdims=True)
+        local = np.where(np.isfinite(local), local, 0.0)
+        out = np.sum(np.exp(logt - local), axis=axes, keepdims=True)
+        np.log(out, out=out)
+        return out + local
     np.log(out, out=out)
     out += top
     return out
@@ -133,8 +145,10 @@ def calibrate_full(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[lis
         b = acc[st.clique]
         if st.parent >= 0:
             down = np.sum(prob[st.parent], axis=st.down_axes).reshape(st.down_shape)
-            with np.errstate(divide="ignore"):  # a separator cell of probability 0: log 0
+            if np.all(down > 0.0):
                 np.log(down, out=down)
+            else:  # a separator cell below 1e-308: its log from the parent's log belief
+                down = _lse(log_b[st.parent], st.down_axes).reshape(st.down_shape)
             # The parent's belief is normalised and the separator's mass cancels
             # against the up message, so this belief already sums to one.
             b += down  # in place: acc holds copies of theta
