@@ -23,6 +23,7 @@ from dpsynth.inference import (
     allocate,
     build_junction_tree,
     calibrate,
+    calibrate_probs,
     estimate,
     fit_loss,
     fit_measurement,
@@ -109,11 +110,13 @@ def test_calibrated_beliefs_are_the_brute_force_clique_marginals():
     tree = build_junction_tree(dom, [("a", "b"), ("b", "c", "d"), ("c", "e"), ("d", "f")])
     theta = [8.0 * rng.normal(size=dom.shape(c)) for c in tree.cliques]
     beliefs, log_z = calibrate(tree, theta)
+    probs, log_z2 = calibrate_probs(tree, theta)
     p = _joint(dom, dict(zip(tree.cliques, theta)))
-    for c, b in zip(tree.cliques, beliefs):
+    for c, b, q in zip(tree.cliques, beliefs, probs):
         assert abs(float(np.exp(b).sum()) - 1.0) < 1e-12
         assert np.allclose(np.exp(b), _marg(dom, p, c), rtol=1e-9, atol=1e-12)
-    assert np.isfinite(log_z)
+        assert np.allclose(q, _marg(dom, p, c), rtol=1e-9, atol=1e-12)
+    assert np.isfinite(log_z) and abs(log_z - log_z2) < 1e-9
 
 
 def test_calibration_is_exact_when_a_separator_cell_lies_far_below_the_rest():
@@ -129,11 +132,13 @@ def test_calibration_is_exact_when_a_separator_cell_lies_far_below_the_rest():
     th[("a", "b")][:, 0] -= 800.0
     theta = [th[c] for c in tree.cliques]
     log_b, _ = calibrate(tree, theta)
+    probs, _ = calibrate_probs(tree, theta)
     joint = th[("a", "b")][:, :, None] + th[("b", "c")][None, :, :]
     joint -= logsumexp(joint)
     want = {("a", "b"): logsumexp(joint, axis=2), ("b", "c"): logsumexp(joint, axis=0)}
-    for c, b in zip(tree.cliques, log_b):
+    for c, b, q in zip(tree.cliques, log_b, probs):
         assert np.all(np.isfinite(b)) and np.allclose(b, want[c], rtol=0, atol=1e-9), c
+        assert np.allclose(q, np.exp(want[c]), rtol=1e-9, atol=1e-300), c
         assert b[..., 0].max() < -790 if c == ("a", "b") else b[0].max() < -790
 
 
@@ -181,13 +186,13 @@ def test_noise_tol_stops_once_steps_gain_less_than_the_noise(monkeypatch):
            for c in cliques]
     half_cells = 0.5 * sum(o.counts.size for o in obs)
     module = sys.modules["dpsynth.inference.estimate"]
-    real, calls = module.calibrate_full, []
+    real, calls = module.calibrate_probs, []
 
     def counting(*a):
         calls.append(1)
         return real(*a)
 
-    monkeypatch.setattr(module, "calibrate_full", counting)
+    monkeypatch.setattr(module, "calibrate_probs", counting)
 
     def run(noise_tol):
         calls.clear()

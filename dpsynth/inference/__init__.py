@@ -8,7 +8,7 @@ consistent graphical model (:func:`estimate`), query its marginals
 from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss
 from .junction_tree import Domain, JunctionTree, ModelTooLarge, build_junction_tree, triangulate
 from .measurement import domain_of, fit_measurement, observations_of
-from .model import GraphicalModel, allocate, calibrate
+from .model import GraphicalModel, allocate, calibrate, calibrate_probs
 
 __all__ = [
     "Domain",
@@ -20,6 +20,7 @@ __all__ = [
     "allocate",
     "build_junction_tree",
     "calibrate",
+    "calibrate_probs",
     "estimate",
     "estimate_total",
     "domain_of",

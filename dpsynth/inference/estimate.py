@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .junction_tree import Domain, JunctionTree, build_junction_tree
-from .model import GraphicalModel, calibrate_full, expand
+from .model import GraphicalModel, calibrate_full, calibrate_probs, expand, sum_axes
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
 
@@ -125,9 +125,9 @@ def _evaluate(terms: list[_Term], beliefs: list[np.ndarray], total: float) -> tu
     probs, grads = [], []
     for t in terms:
         if t.source >= 0:
-            pm = np.sum(probs[t.source], axis=t.source_axes) if t.source_axes else probs[t.source]
+            pm = sum_axes(probs[t.source], t.source_axes)
         else:
-            pm = np.sum(beliefs[t.clique], axis=t.axes) if t.axes else beliefs[t.clique]
+            pm = sum_axes(beliefs[t.clique], t.axes)
         diff = total * pm - t.target
         loss += 0.5 * t.weight * float(np.sum(diff * diff))
         probs.append(pm)
@@ -178,8 +178,8 @@ def _descend(
     (k = 0) whenever an accepted step raises the loss above the previous iterate's.
     """
     def state(th: list[np.ndarray]):
-        log_b, prob, _ = calibrate_full(tree, th)
-        return (th, log_b) + _evaluate(terms, prob, n)
+        prob, _ = calibrate_probs(tree, th)
+        return (th, prob) + _evaluate(terms, prob, n)
 
     def gradient_step(th: list[np.ndarray], grads: list[np.ndarray], alpha: float) -> list[np.ndarray]:
         out = [t.copy() for t in th]
@@ -234,7 +234,8 @@ def _descend(
             y = state([a + beta * (a - b) for a, b in zip(x[0], prev_theta)])
         else:
             y = x
-    return list(x[0]), list(x[1])
+    log_b, _, _ = calibrate_full(tree, x[0])  # the exact log beliefs, once
+    return list(x[0]), log_b
 
 
 def _initial(tree: JunctionTree, warm: GraphicalModel | None) -> list[np.ndarray]:
