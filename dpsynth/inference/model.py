@@ -217,7 +217,7 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
             log_z += math.log(z) + top
             prob[st.clique] = np.multiply(e, 1.0 / z, out=e)
             continue
-        down = np.sum(prob[st.parent], axis=st.down_axes).reshape(st.down_shape)
+        down = sum_axes(prob[st.parent], st.down_axes).reshape(st.down_shape)
         if st.clique in scaled:
             ratio = np.divide(down, sums[st.clique])
             prob[st.clique] = np.multiply(scaled[st.clique], ratio, out=scaled[st.clique])
