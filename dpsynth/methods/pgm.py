@@ -69,7 +69,8 @@ class PgmParams:
     of float64 = 1e7; ours is 1e6, see below). ``max_clique_cells``: candidates larger than
     this are never measured. ``iters``: the estimator's iteration cap for the released model.
     ``refit_iters``: its cap for AIM's refit after each round (warm-started from the previous
-    round's model).
+    round's model). ``noise_tol``: every fit also stops once 10 accepted steps together gained
+    less than this share of the noise's expected loss (0: off; see dpsynth.inference).
 
     What bounds AIM's time, by construction: every estimator iteration costs a few passes over
     the junction tree's cells (at most ``max_model_cells``), and there are at most
