@@ -249,8 +249,9 @@ def test_aim_refits_use_refit_iters_and_the_release_uses_iters(monkeypatch):
     method = get_method("pgm", {"select": "aim", "units": "8", "refit_iters": "7", "iters": "11",
                                    "noise_tol": "0.05"})
     m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
-    rounds = len(m.meta["selected"])
-    assert rounds >= 1 and seen[1:] == [7] * rounds
+    # The first fit is on the 1-way measurements; every later one is a round's refit (a round
+    # may choose a 1-way marginal, which meta["selected"] does not list).
+    assert len(seen) >= 1 + len(m.meta["selected"]) and len(seen) >= 2 and set(seen[1:]) == {7}
     seen.clear()
     method.synthesize(m, t.schema, 100, rng)
     assert seen == [11]
