@@ -231,11 +231,19 @@ def _descend(
             break
         if opts.accelerate and k > 0:
             beta = k / (k + 3.0)
-            y = state([a + beta * (a - b) for a, b in zip(x[0], prev_theta)])
+            y = state([_extrapolate(a, b, beta) for a, b in zip(x[0], prev_theta)])
         else:
             y = x
     log_b, _, _ = calibrate_full(tree, x[0])  # the exact log beliefs, once
     return list(x[0]), log_b
+
+
+def _extrapolate(a: np.ndarray, b: np.ndarray, beta: float) -> np.ndarray:
+    """``a + beta (a - b)`` into one new array (no temporaries)."""
+    out = np.subtract(a, b)
+    out *= beta
+    out += a
+    return out
 
 
 def _initial(tree: JunctionTree, warm: GraphicalModel | None) -> list[np.ndarray]:

@@ -179,6 +179,25 @@ def calibrate_full(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[lis
     return log_b, prob, log_z
 
 
+def _shifted_exp(a: np.ndarray) -> tuple[np.ndarray, float]:
+    """``exp(a - top)`` into one new array (no temporary) and ``top = max(a)``."""
+    top = float(np.max(a))
+    if not math.isfinite(top):
+        top = 0.0
+    out = np.subtract(a, top)
+    np.exp(out, out=out)
+    return out, top
+
+
+def _scratch(tree: JunctionTree) -> list[np.ndarray]:
+    """Per-tree work arrays, one per clique, allocated once (a cache on the frozen tree)."""
+    cached = tree.__dict__.get("_scratch_cache")
+    if cached is None:
+        cached = [np.empty(tree.domain.shape(c)) for c in tree.cliques]
+        tree.__dict__["_scratch_cache"] = cached
+    return cached
+
+
 def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
     """Beliefs as probabilities and the log partition function, with one ``exp`` per cell:
     the estimator's inner loop, which needs no log beliefs.
@@ -188,7 +207,9 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
     parent's separator marginal over the up message's sum. A separator whose up sum
     underflows takes the exact log-space path for that clique."""
     steps = _schedule(tree)
-    acc = [np.array(t, dtype=np.float64, copy=True) for t in theta]
+    acc = _scratch(tree)  # theta plus incoming messages; reused between calls (never returned)
+    for buf, t in zip(acc, theta):
+        np.copyto(buf, t)
     scaled: dict[int, np.ndarray] = {}  # exp(acc - max), kept for the way down
     sums: dict[int, np.ndarray] = {}  # its sum over the up axes, on the clique's shape
     logs: dict[int, np.ndarray] = {}  # the up message in log space, for the exact path
@@ -196,8 +217,7 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
         if st.parent < 0:
             continue
         a = acc[st.clique]
-        top = float(np.max(a))
-        e = np.exp(a - top)
+        e, top = _shifted_exp(a)
         s = sum_axes(e, st.up_axes, keepdims=True)
         if np.all(s > 0.0):
             scaled[st.clique], sums[st.clique] = e, s
@@ -210,9 +230,7 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
     log_z = 0.0
     for st in steps:
         if st.parent < 0:
-            a = acc[st.clique]
-            top = float(np.max(a))
-            e = np.exp(a - top)
+            e, top = _shifted_exp(acc[st.clique])
             z = float(np.sum(e))
             log_z += math.log(z) + top
             prob[st.clique] = np.multiply(e, 1.0 / z, out=e)
