@@ -2,12 +2,14 @@
 
 The model is ``p(x) proportional to exp(sum_C theta_C(x_C))`` over the junction tree's
 cliques, scaled to ``total`` records. :func:`calibrate` runs sum-product belief
-propagation in log space (one pass up the tree, one down), giving every clique's
-marginal; time and memory are linear in the cliques' cells, never in the full domain.
+propagation (one pass up the tree, one down), giving every clique's marginal; time and
+memory are linear in the cliques' cells, never in the full domain. :func:`calibrate_probs`
+is the estimator's faster variant (probabilities only, one ``exp`` per cell).
 
 Queries: a marginal over columns inside one clique is a sum of that clique's belief;
 other sets are answered exactly by variable elimination over the smallest subtree that
-covers them (clique marginals over separator marginals, contracted with ``einsum``).
+covers them (clique marginals over separator marginals, contracted with ``einsum``);
+:meth:`GraphicalModel.project_many` answers a batch of pairs by one tree walk per column.
 
 Sampling draws records forward from the root clique outwards; each clique's new
 columns are drawn given its separator with its parent. Counts are allocated per
