@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .junction_tree import Domain, JunctionTree, build_junction_tree
-from .model import GraphicalModel, calibrate_full, calibrate_probs, expand, sum_axes
+from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
 
@@ -163,14 +163,14 @@ def estimate(
     tree = build_junction_tree(domain, cliques, max_cells=opts.max_cells)
     terms = _terms(domain, tree, observations)
     n = estimate_total(observations) if total is None else float(total)
-    theta, beliefs = _descend(tree, terms, n, _initial(tree, warm), opts)
-    return GraphicalModel(tree=tree, theta=tuple(theta), total=n, log_beliefs=tuple(beliefs))
+    return GraphicalModel.from_potentials(tree, _descend(tree, terms, n, _initial(tree, warm), opts), n)
 
 
 def _descend(
     tree: JunctionTree, terms: list[_Term], n: float, theta: list[np.ndarray], opts: EstimatorOptions
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Accelerated mirror descent with backtracking and adaptive restart.
+) -> list[np.ndarray]:
+    """The fitted log potentials, by accelerated mirror descent with backtracking and
+    adaptive restart.
 
     The gradient step is taken from an extrapolated point ``y = x + beta (x - x_prev)``
     (Nesterov momentum on the log potentials, beta = k / (k + 3)); a step is accepted
@@ -234,8 +234,7 @@ def _descend(
             y = state([_extrapolate(a, b, beta) for a, b in zip(x[0], prev_theta)])
         else:
             y = x
-    log_b, _, _ = calibrate_full(tree, x[0])  # the exact log beliefs, once
-    return list(x[0]), log_b
+    return list(x[0])
 
 
 def _extrapolate(a: np.ndarray, b: np.ndarray, beta: float) -> np.ndarray:

@@ -293,9 +293,12 @@ class GraphicalModel:
     @classmethod
     def from_potentials(cls, tree: JunctionTree, theta: Sequence[np.ndarray], total: float) -> "GraphicalModel":
         """The model with log potentials ``theta`` (one array per clique of ``tree``),
-        calibrated by message passing and scaled to ``total`` records."""
-        beliefs, _ = calibrate(tree, theta)
-        return cls(tree=tree, theta=tuple(theta), total=float(total), log_beliefs=tuple(beliefs))
+        calibrated by message passing (exact log beliefs; their probabilities kept for
+        :attr:`beliefs`) and scaled to ``total`` records."""
+        log_b, prob, _ = calibrate_full(tree, theta)
+        model = cls(tree=tree, theta=tuple(theta), total=float(total), log_beliefs=tuple(log_b))
+        model.__dict__["beliefs"] = tuple(prob)  # the cached_property, already computed
+        return model
 
     @property
     def domain(self) -> Domain:
