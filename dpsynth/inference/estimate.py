@@ -15,7 +15,8 @@ momentum and adaptive restart (about ten times fewer iterations than plain mirro
 descent at the same loss on the NIST tables). The step size is found by backtracking
 (Armijo on the mirror step) and grows by half after each accepted step. Iteration stops when
 the loss has not improved by a relative ``tol`` over ``patience`` accepted steps, or
-after ``iters`` steps. A warm start (potentials of an earlier fit on a subset of the
+(with ``noise_tol``) once those steps together gained less than that share of the noise's
+expected loss, or after ``iters`` steps. A warm start (potentials of an earlier fit on a subset of the
 cliques) is accepted, which the adaptive selection of ``pgm`` uses round after round.
 """
 
