@@ -119,21 +119,23 @@ def _lse(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     per-cell shift, so the result is as exact as the per-cell shift always."""
     if not axes:
         return logt
-    top = float(np.max(logt))
-    if not math.isfinite(top):
-        top = 0.0
-    shifted = np.subtract(logt, top)
-    np.exp(shifted, out=shifted)  # in place: one temporary the size of the table, not two
+    shifted, top = _shifted_exp(logt)
     out = sum_axes(shifted, axes, keepdims=True)
     if not np.all(out > 0.0):
-        local = np.max(logt, axis=axes, keepdims=True)
-        local = np.where(np.isfinite(local), local, 0.0)
-        out = np.sum(np.exp(logt - local), axis=axes, keepdims=True)
-        np.log(out, out=out)
-        return out + local
+        return _lse_per_cell(logt, axes)
     np.log(out, out=out)
     out += top
     return out
+
+
+def _lse_per_cell(logt: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log-sum-exp over ``axes`` shifted by each kept cell's own maximum: exact however far
+    apart the kept cells lie (the slow path of :func:`_lse`)."""
+    local = np.max(logt, axis=axes, keepdims=True)
+    local = np.where(np.isfinite(local), local, 0.0)
+    out = np.sum(np.exp(logt - local), axis=axes, keepdims=True)
+    np.log(out, out=out)
+    return out + local
 
 
 def calibrate(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
@@ -224,8 +226,8 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
         if np.all(s > 0.0):
             scaled[st.clique], sums[st.clique] = e, s
             msg = np.log(s) + top
-        else:
-            msg = _lse(a, st.up_axes)
+        else:  # the scalar shift underflowed: no need to try it again
+            msg = _lse_per_cell(a, st.up_axes)
         logs[st.clique] = msg
         acc[st.parent] += msg.reshape(st.up_shape)
     prob: list[np.ndarray] = [np.empty(0)] * len(acc)
