@@ -124,6 +124,8 @@ def test_bad_parameters_and_oversized_domains_fail_before_any_row():
         get_method("pgm", {"degree": "4"})
     with pytest.raises(ParamError, match="noise_tol"):
         get_method("pgm", {"noise_tol": "-0.1"})
+    with pytest.raises(ParamError, match="precision"):
+        get_method("pgm", {"precision": "half"})
     rng = np.random.default_rng(4)
     t = _table([30, 3], 10, rng)
     with pytest.raises(ParamError, match="c0"):
@@ -239,6 +241,7 @@ def test_aim_refits_use_refit_iters_and_the_release_uses_iters(monkeypatch):
     def spy(*args, options=None, **kw):
         seen.append(options.iters)
         assert options.noise_tol == 0.05  # every fit stops by the same noise rule
+        assert options.precision == "double"  # and runs in the arithmetic asked for
         return real(*args, options=options, **kw)
 
     monkeypatch.setattr(pgm_module, "estimate", spy)
@@ -247,7 +250,7 @@ def test_aim_refits_use_refit_iters_and_the_release_uses_iters(monkeypatch):
     t = _table([3, 4, 3, 2], 3000, rng)
     b = Budget(epsilon=2.0, delta=1e-9)
     method = get_method("pgm", {"select": "aim", "units": "8", "refit_iters": "7", "iters": "11",
-                                   "noise_tol": "0.05"})
+                                   "noise_tol": "0.05", "precision": "double"})
     m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
     # The first fit is on the 1-way measurements; every later one is a round's refit (a round
     # may choose a 1-way marginal, which meta["selected"] does not list).
