@@ -54,16 +54,19 @@ OUT_NAME = "pgm_vs_mbi"
 WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
 DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult")
 METHODS = ("pgm-mst", "pgm-aim", "pgm-aim2", "pgm-aim2-u4d", "pgm-aim2-i300", "pgm-mst-nt0", "pgm-aim-nt0",
-           "pgm-aim2-nt0", "mbi-mst", "mbi-aim")
+           "pgm-aim2-nt0", "pgm-mst-f64", "pgm-aim-f64", "pgm-aim2-f64", "mbi-mst", "mbi-aim")
 #: dpsynth pgm parameters of each of our benchmark methods (pgm-aim2: AIM on 1- and 2-way candidates;
 #: pgm-aim2-u4d: the same with 4 budget units per column instead of AIM's 16, i.e. larger rounds;
 #: pgm-aim2-i300: the same with 300 estimator steps for the released model instead of 1000;
-#: *-nt0: without the estimator's noise_tol stop, i.e. every fit runs its full iteration cap).
+#: *-nt0: without the estimator's noise_tol stop, i.e. every fit runs its full iteration cap;
+#: *-f64: every fit in float64, pgm's default before precision="single").
 OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}, "pgm-aim2": {"select": "aim", "degree": 2},
         "pgm-aim2-u4d": {"select": "aim", "degree": 2, "units_per_column": 4},
         "pgm-aim2-i300": {"select": "aim", "degree": 2, "iters": 300},
         "pgm-mst-nt0": {"select": "mst", "noise_tol": 0}, "pgm-aim-nt0": {"select": "aim", "noise_tol": 0},
-        "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0}}
+        "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
+        "pgm-mst-f64": {"select": "mst", "precision": "double"}, "pgm-aim-f64": {"select": "aim", "precision": "double"},
+        "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
 QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
     ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
     ("nist-all", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst")),
