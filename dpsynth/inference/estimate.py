@@ -18,17 +18,18 @@ the loss has not improved by a relative ``tol`` over ``patience`` accepted steps
 (with ``noise_tol``) once those steps together gained less than that share of the noise's
 expected loss, or after ``iters`` steps. A warm start (potentials of an earlier fit on a subset of the
 cliques) is accepted, which the adaptive selection of ``pgm`` uses round after round.
+With ``precision="single"`` the descent runs in float32 (the loss and its gradient in float64).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
 from .junction_tree import Domain, JunctionTree, build_junction_tree
-from .model import GraphicalModel, _sum_spec, calibrate_probs, expand
+from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
 
@@ -66,7 +67,7 @@ class EstimatorOptions:
     accelerate: bool = True
     #: "double" (float64) or "single": float32 potentials and beliefs inside the descent
     #: (losses still summed in float64), about twice as fast; the fitted model is float64.
-    precision: str = "double"
+    precision: Literal["double", "single"] = "double"
 
     def __post_init__(self) -> None:
         if self.iters < 1:
@@ -153,12 +154,8 @@ def _evaluate(layout: _Layout, beliefs: list[np.ndarray], total: float) -> tuple
     laid out by ``layout``), from the cliques' beliefs as probabilities."""
     probs = np.empty(layout.target.size, dtype=np.result_type(*beliefs))
     for k, t in enumerate(layout.terms):
-        out = layout.view(probs, k)
         src, axes = (layout.view(probs, t.source), t.source_axes) if t.source >= 0 else (beliefs[t.clique], t.axes)
-        if axes:
-            np.einsum(_sum_spec(src.ndim, axes), src, out=out)
-        else:
-            np.copyto(out, src)
+        sum_axes(src, axes, out=layout.view(probs, k))
     diff = np.multiply(probs, total, dtype=np.float64)
     diff -= layout.target
     grad = diff * layout.weight

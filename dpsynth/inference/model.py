@@ -43,9 +43,17 @@ def _sum_spec(ndim: int, axes: tuple[int, ...]) -> str:
     return letters + "->" + "".join(c for k, c in enumerate(letters) if k not in set(axes))
 
 
-def sum_axes(table: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+def sum_axes(table: np.ndarray, axes: tuple[int, ...], keepdims: bool = False,
+             out: np.ndarray | None = None) -> np.ndarray:
     """``np.sum(table, axis=axes)``, as a one-operand einsum: numpy's reduction over several
-    strided axes of a large table is up to five times slower than einsum's loop."""
+    strided axes of a large table is up to five times slower than einsum's loop. With ``out``
+    (no ``keepdims``), the sum is written there (no axes: ``table`` is copied there)."""
+    if out is not None:
+        if axes:
+            np.einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table, out=out)
+        else:
+            np.copyto(out, table)
+        return out
     if not axes:
         return table
     out = np.einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table)
@@ -482,8 +490,8 @@ def _covering_subtree(tree: JunctionTree, want: set[str]) -> set[int]:
 
 
 def _contract(dom: Domain, factors: list[tuple[Clique, np.ndarray]], keep: set[str]) -> tuple[Clique, np.ndarray]:
-    """Product of labelled tables summed to their columns in ``keep`` (domain order),
-    contracted pairwise by einsum, so the full product is never built. A column that only
+    """Product of labelled tables summed to their columns in ``keep`` (domain order): two
+    tables by one batched matmul, more by einsum's pairwise path, so the full product is never built. A column that only
     one factor has and ``keep`` lacks is summed out of that factor first (one cheap pass)."""
     seen: dict[str, int] = {}
     for cl, _ in factors:
