@@ -491,8 +491,9 @@ def _covering_subtree(tree: JunctionTree, want: set[str]) -> set[int]:
 
 def _contract(dom: Domain, factors: list[tuple[Clique, np.ndarray]], keep: set[str]) -> tuple[Clique, np.ndarray]:
     """Product of labelled tables summed to their columns in ``keep`` (domain order): two
-    tables by one batched matmul, more by einsum's pairwise path, so the full product is never built. A column that only
-    one factor has and ``keep`` lacks is summed out of that factor first (one cheap pass)."""
+    tables by one batched matmul, more by einsum's pairwise path, so the full product is
+    never built. A column that only one factor has and ``keep`` lacks is summed out of that
+    factor first (one cheap pass)."""
     seen: dict[str, int] = {}
     for cl, _ in factors:
         for a in cl:

@@ -260,9 +260,13 @@ class PgmMethod(MethodBase):
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
         # Per-clique refusal only: AIM's selection keeps the whole tree within max_model_cells,
         # MST's cliques are pairs within max_clique_cells.
-        opts = EstimatorOptions(iters=iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells),
-                                noise_tol=self.params.noise_tol or None, precision=self.params.precision)
+        opts = self._options(iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
         return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
+
+    def _options(self, iters: int, **extra) -> EstimatorOptions:
+        """Every fit's estimator options: at most ``iters`` steps, the same noise stop and precision."""
+        return EstimatorOptions(iters=iters, noise_tol=self.params.noise_tol or None,
+                                precision=self.params.precision, **extra)
 
     def _measure_mst(self, truth, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
         names, d = schema.names, len(schema.columns)
@@ -336,9 +340,7 @@ class PgmMethod(MethodBase):
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         """Fits the graphical model to the noisy marginals (``iters`` steps) and samples ``rows``
         records from it (None: the measurement's record estimate, else the model's total)."""
-        model = fit_measurement(m, schema, options=EstimatorOptions(iters=self.params.iters,
-                                                                    noise_tol=self.params.noise_tol or None,
-                                                                    precision=self.params.precision))
+        model = fit_measurement(m, schema, options=self._options(self.params.iters))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
