@@ -70,6 +70,7 @@ def release(
     workspace: str | os.PathLike[str] | None = None,
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
+    accept_data_derived_schema: bool = False,
     **settings: Any,
 ) -> Release:
     """Runs a DP release and returns it, read back from the published folder.
@@ -79,16 +80,20 @@ def release(
     name) raises before any budget is spent; the error names what to change. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. A schema still
+    marked ``drafted_from_data`` (read from the rows) is refused, naming its columns,
+    unless ``accept_data_derived_schema=True``: the release is then labelled NOT
+    differentially private.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
-    schema_obj.require_reviewed()  # before the data is touched
+    schema_obj.require_reviewed(accept_data_derived_schema)  # before the data is touched
     with _seed_file(seed, ws) as seed_path:
         config = ReleaseConfig.from_arguments(
             data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
             epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
-            workspace=ws, internal_report=internal_report, gate=gate, **settings,
+            workspace=ws, internal_report=internal_report, gate=gate,
+            accept_data_derived_schema=accept_data_derived_schema, **settings,
         )
         folder = run_release(config)
     return _read_release(folder)

@@ -214,10 +214,28 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema_check(args: argparse.Namespace) -> int:
+    """Validates a schema file; a draft read from the rows is reported with what is left to
+    review, and exits 1 (a release would refuse it)."""
     from .schema import load_schema
+    from .schema_privacy import schema_source
 
     schema = load_schema(args.schema)
-    print(json.dumps({"name": schema.name, "columns": len(schema.columns), "cardinalities": dict(zip(schema.names, schema.cardinalities))}))
+    summary = {"name": schema.name, "columns": len(schema.columns),
+               "cardinalities": dict(zip(schema.names, schema.cardinalities)), "source": schema_source(schema)}
+    if schema.dp_draft is not None:
+        summary["dp_draft"] = {k: schema.dp_draft[k] for k in ("epsilon", "delta", "rho", "dataset")}
+    derived = schema.data_derived_columns
+    if schema.draft or derived:
+        summary["to_review"] = {name: list(what) for name, what in derived.items()}
+        print(json.dumps(summary))
+        print(f"{args.schema}: a DRAFT read from the private data" + (" (draft: true)" if schema.draft else "")
+              + f"; {len(derived)} column(s) left to review:", file=sys.stderr)
+        for name, what in derived.items():
+            print(f"  {name}: {', '.join(what)} derived from the rows", file=sys.stderr)
+        print("replace them with public knowledge and delete each drafted_from_data (and draft: true), or "
+              "draft with DP: dpsynth schema infer DATA --epsilon E --dataset NAME", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
     return 0
 
 
@@ -355,6 +373,9 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dask-address", default=None,
                    help="run encode and measure per partition on a Dask cluster: a scheduler address "
                         "(tcp://host:8786) or local[:N] for a LocalCluster; same result (docs/scale.md)")
+    r.add_argument("--accept-data-derived-schema", action="store_true",
+                   help="publish on a schema still marked drafted_from_data (read from the rows): the release "
+                        "is then labelled NOT differentially private; without it such a schema is refused")
     r.set_defaults(func=_cmd_release)
 
 

@@ -8,6 +8,7 @@ them in order; ``tasks/`` wraps each one in a Prefect task for ``flows/release.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from ..privacy.budget import Ledger
 from ..privacy.rng import seed_commitment
 from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
+from ..schema_privacy import data_derived_statement, schema_privacy, schema_source
 from ..workspace_key import opaque_key
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
 
@@ -125,6 +127,8 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    if schema_source(plan.schema) == "data_derived":  # opted in: the domain came from the rows
+        m = dataclasses.replace(m, statement=data_derived_statement(plan.schema, m.statement))
     with complete_folder(folder) as tmp:
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -308,6 +312,7 @@ def publish_stage(
             "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta),
+            "schema": schema_privacy(plan.schema),
             **({"notes": list(plan.warnings)} if plan.warnings else {}),
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
