@@ -199,6 +199,10 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
+    if args.epsilon is not None:
+        return _schema_infer_dp(args)
+    if args.dataset is not None or args.delta is not None:
+        raise UsageError("--dataset and --delta go with --epsilon (a DP draft)")
     from .infer import WARNING, draft_schema
 
     print(WARNING, file=sys.stderr)
@@ -207,9 +211,34 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
     text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
-        print(f"wrote {args.out}: review it, then remove the line 'draft: true'", file=sys.stderr)
+        print(f"wrote {args.out}: review it, replace what was read from the rows, then remove the line "
+              "'draft: true' (or draft with DP: --epsilon E --dataset NAME)", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _schema_infer_dp(args: argparse.Namespace) -> int:
+    """``schema infer --epsilon``: a DP draft, charged to the dataset's registry."""
+    from .dp_draft import dp_draft_schema
+    from .pipeline import DEFAULT_DELTA, default_workspace
+    from .privacy.rng import read_seed_file
+
+    if not args.dataset:
+        raise UsageError("a DP draft (--epsilon) needs --dataset NAME: its cost is charged to that dataset")
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    seed = read_seed_file(args.seed_file) if args.seed_file else None
+    draft = dp_draft_schema(args.data, epsilon=args.epsilon, delta=args.delta or DEFAULT_DELTA,
+                            dataset=args.dataset, workspace=workspace, name=args.name,
+                            max_categories=args.max_categories, bins=args.bins, seed=seed)
+    text = draft.to_yaml()
+    d = draft.schema["dp_draft"]
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    print(f"DP schema draft{' written to ' + args.out if args.out else ''}: spent epsilon {d['epsilon']:g} at "
+          f"delta {d['delta']:g} (rho {d['rho']:.6g}), charged to dataset {args.dataset!r}", file=sys.stderr)
     return 0
 
 
@@ -410,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--min-count", type=int, default=20,
                     help="do not list a value seen in fewer rows (it falls into 'other'); default 20")
     si.add_argument("--bins", type=int, default=10, help="about this many bins per numeric column; default 10")
+    si.add_argument("--epsilon", type=float, default=None,
+                    help="draft with differential privacy at this epsilon (charged to --dataset); without it the "
+                         "draft is read from the rows and must be reviewed")
+    si.add_argument("--delta", type=float, default=None, help="delta of the DP draft (default 1e-6)")
+    si.add_argument("--dataset", default=None, help="dataset the DP draft is charged to (required with --epsilon)")
+    si.add_argument("--workspace", default=None, help="private workspace holding the registry")
+    si.add_argument("--seed-file", default=None, help="secret seed for a reproducible DP draft")
     si.set_defaults(func=_cmd_schema_infer)
     sc = ssub.add_parser("check", help="validate a schema file")
     sc.add_argument("schema")

@@ -279,9 +279,8 @@ class Schema:
         raise SchemaError(
             f"schema {self.name!r} is {what}" + (f": columns derived from the rows: {which}" if which else "")
             + ". A release on it would publish bounds and categories taken from the rows, so it cannot be DP. "
-            "Replace every data-derived bound and category with public knowledge and delete each "
-            "drafted_from_data entry" + (" and the line 'draft: true'" if self.draft else "")
-            + "; or draft the schema with DP (dpsynth schema infer DATA --epsilon E --dataset NAME); "
+            "Replace every data-derived bound and category with public knowledge, then delete "
+            + ("the line 'draft: true' and " if self.draft else "") + "each drafted_from_data entry; or draft the schema with DP (dpsynth schema infer DATA --epsilon E --dataset NAME); "
             "or pass --accept-data-derived-schema (Python: accept_data_derived_schema=True) to publish "
             "a release labelled NOT differentially private"
         )
