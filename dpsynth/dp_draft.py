@@ -193,7 +193,7 @@ def _column(name: str, arr: pa.ChunkedArray, b: _Budget, rng: np.random.Generato
             return None, notes
         col.update({"type": "categorical", "values": values, "other": True, "_notes": notes})
     missing_n = float(noisy[0]) + (n_n if chosen != "text" else 0.0)
-    if missing_n > _SURVIVE_Z * b.kind * (1.0 if chosen == "text" else math.sqrt(2)):
+    if missing_n > 2 * b.kind * (1.0 if chosen == "text" else math.sqrt(2)):  # a spare code is cheap
         tokens = MISSING_TOKENS + (("N",) if chosen != "text" else ())
         col["missing"] = [t for t in tokens if t not in col.get("values", ())]
     return col, col.pop("_notes", [])
@@ -217,8 +217,10 @@ def _categories(text: pd.Series, b: _Budget, rng: np.random.Generator,
     return listed, notes
 
 
-def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[float, float]:
-    """DP bounds: the outer edges of the occupied cells of a noisy histogram on ``grid``."""
+def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator,
+            up: int = 1) -> tuple[float, float]:
+    """DP bounds: the outer edges of the occupied cells of a noisy histogram on ``grid``,
+    widened by one cell down and ``up`` cells up."""
     cells = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
     noisy = _noisy_hist(cells, len(grid) - 1, sigma, rng)
     occupied = np.flatnonzero(noisy > _SURVIVE_Z * sigma)
@@ -228,7 +230,7 @@ def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Genera
     # its own instead of being clamped into the end bin; 0 stays a floor
     first, last = occupied[0], occupied[-1] + 1
     first = first if grid[first] == 0 else max(first - 1, 0)
-    last = last if grid[last] == 0 else min(last + 1, len(grid) - 1)
+    last = last if grid[last] == 0 else min(last + up, len(grid) - 1)
     return float(grid[first]), float(grid[last])
 
 
@@ -236,18 +238,22 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
              bins: int) -> dict[str, Any]:
     """Bounds from the 1-2-5 grid, then cut points at the quantiles of a fine noisy histogram."""
     sigma = b.domain * math.sqrt(2)  # the domain's rho split in halves: bounds, cut points
-    lo, hi = _bounds(x, numeric_grid(), sigma, rng)
-    if integer:
-        lo, hi = float(math.floor(lo)), float(math.ceil(hi))
+    grid = numeric_grid()
+    if integer:  # whole numbers: no cells between 0 and 1
+        grid = grid[(np.abs(grid) >= 1) | (grid == 0)]
+    lo, hi = _bounds(x, grid, sigma, rng, up=2 if integer else 1)
     col: dict[str, Any] = {"type": "numeric"}
-    if integer and hi - lo <= max_categories:
-        # the second half: a noisy count per whole number trims the 1-2-5 cells' slack
+    if integer and hi - lo <= 2.5 * max_categories:
+        # the second half: a noisy count per whole number trims the grid's slack (widened two
+        # cells up, so a thin tail under the grid's 4 sigma still gets its own values)
         cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
         noisy = _noisy_hist(cells, int(hi - lo), sigma, rng)
         occupied = np.flatnonzero(noisy > 3 * sigma)
         if occupied.size:
             lo, hi = lo + occupied[0], lo + occupied[-1] + 1
-        col.update(bounds=[_plain(lo), _plain(hi)], bins=int(hi - lo), integer=True)
+    if integer and hi - lo <= max_categories:
+        # one bin per whole number; the last bin is closed, so it ends half-way to the next one
+        col.update(edges=[_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)], integer=True)
         col["_notes"] = ["bounds from DP histograms (a public 1-2-5 grid, then one cell per whole number); "
                          "one bin per whole number"]
         return col
@@ -303,7 +309,8 @@ def _nice_step(raw: float) -> float:
 
 
 def _plain(x: float) -> float | int:
-    return int(x) if float(x).is_integer() else x
+    x = float(x)  # plain Python numbers for YAML
+    return int(x) if x.is_integer() else x
 
 
 def _plan(epsilon: float, delta: float, n_columns: int) -> tuple[float, float, float]:

@@ -103,7 +103,7 @@ def test_dp_draft_charges_the_registry_and_writes_no_marker(tmp_path):
     assert "rowid" not in cols and "# column rowid: nearly every row holds a different value" in text
     assert cols["region"].values == ("east", "north", "south", "west") and cols["region"].other
     assert cols["age"].integer and cols["age"].edges[0] <= 18 and cols["age"].edges[-1] >= 91
-    assert cols["kids"].edges == (0.0, 1.0, 2.0, 3.0, 4.0)  # one bin per whole number, trimmed
+    assert cols["kids"].edges == (0.0, 1.0, 2.0, 3.0, 3.5)  # one bin per whole number (the last closed)
     assert cols["score"].type == "numeric" and not cols["score"].integer
     releases = state(ws, "people").releases
     assert [r.name for r in releases] == [f"schema draft {s.dp_draft['id']}"]
