@@ -230,3 +230,27 @@ def test_dp_draft_is_reproducible_with_a_seed_and_charged_every_time(tmp_path):
     assert c.schema["columns"] != a.schema["columns"]  # the same seed on other rows: other noise
     assert yaml.safe_load(a.to_yaml())["columns"] == a.schema["columns"]
     assert len(state(tmp_path, "p").releases) == 3  # every draft is charged, a rerun too
+
+
+def test_dp_draft_dates_get_whole_year_bounds(tmp_path):
+    rng = np.random.default_rng(5)
+    days = pd.to_datetime("2015-01-01") + pd.to_timedelta(rng.integers(0, 5 * 365, 4000), unit="D")
+    df = pd.DataFrame({"when": days.strftime("%Y-%m-%d"), "g": rng.choice(["a", "b"], 4000)})
+    d = dp_draft_from_table(pa.Table.from_pandas(df), epsilon=2.0, delta=1e-6, dataset="p", workspace=tmp_path)
+    col = next(c for c in d.schema["columns"] if c["name"] == "when")
+    assert col["type"] == "datetime" and col["bins"] == "year"
+    assert col["bounds"][0] <= "2015-01-01" and col["bounds"][1] >= "2019-12-31"
+    (tmp_path / "s.yaml").write_text(d.to_yaml())
+    assert load_schema(tmp_path / "s.yaml").column("when").type == "datetime"
+
+
+def test_dp_draft_block_is_checked_when_a_schema_is_read():
+    base = {"name": "t", "columns": [{"name": "a", "type": "categorical", "values": ["x"]}]}
+    from dpsynth.schema import schema_from_dict
+
+    with pytest.raises(SchemaError, match="dp_draft.epsilon must be a finite number >= 0"):
+        schema_from_dict({**base, "dp_draft": {"epsilon": -1, "delta": 1e-6, "rho": 0.1, "dataset": "d"}})
+    with pytest.raises(SchemaError, match="dp_draft.dataset must name the dataset"):
+        schema_from_dict({**base, "dp_draft": {"epsilon": 1, "delta": 1e-6, "rho": 0.1}})
+    s = schema_from_dict({**base, "dp_draft": {"epsilon": 1, "delta": 1e-6, "rho": 0.1, "dataset": "d"}})
+    assert s.to_dict()["dp_draft"]["dataset"] == "d" and s.fingerprint() != schema_from_dict(base).fingerprint()
