@@ -16,13 +16,14 @@ codes (the synthetic values re-encoded by the hand schema; the draft's bins are 
 or finer, the score is on the code book's). Also the draft's size (columns, codes).
 
     python benchmarks/schema_draft.py                 # E = 1, seed 0 (a few minutes)
-    python benchmarks/schema_draft.py --eps 1 4 --seeds 2
+    python benchmarks/schema_draft.py --eps 4 --tables nist   # adds cells to the JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 import tempfile
 import time
@@ -37,7 +38,7 @@ import pyarrow.csv as pacsv
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import SHARED_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import RESULTS, SHARED_DATA, print_table, write_json  # noqa: E402
 
 DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") if p.is_dir()), SHARED_DATA)
 DELTA = 1e-6
@@ -136,6 +137,8 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=list(TABLES))
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
+    done = RESULTS / "schema_draft.json"  # runs accumulate: a cell run again replaces its old one
+    kept = json.loads(done.read_text())["runs"] if done.is_file() else []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.tables:
             if not (DATA_DIR / TABLES[name][0]).is_file():
@@ -144,6 +147,10 @@ def main() -> None:
             for eps in args.eps:
                 for seed in range(args.seeds):
                     rows += run(name, eps, seed, Path(tmp))
+    key = lambda r: (r["table"], r["epsilon"], r["seed"], r["schema"])  # noqa: E731
+    fresh = {key(r) for r in rows}
+    rows = sorted([r for r in kept if key(r) not in fresh] + rows, key=lambda r: (r["table"], r["epsilon"],
+                                                                                 r["seed"], r["schema"] != "hand"))
     table = []
     for r in rows:
         hand = next(h for h in rows if h["schema"] == "hand" and (h["table"], h["epsilon"], h["seed"]) ==

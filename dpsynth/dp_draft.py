@@ -217,62 +217,85 @@ def _categories(text: pd.Series, b: _Budget, rng: np.random.Generator,
     return listed, notes
 
 
-def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator,
-            up: int = 1) -> tuple[float, float]:
-    """DP bounds: the outer edges of the occupied cells of a noisy histogram on ``grid``,
-    widened by one cell down and ``up`` cells up."""
+def _occupied(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[int, int]:
+    """DP support on ``grid``: the first and one past the last cell of a noisy histogram whose
+    noisy count exceeds 4 sigma (the largest cell if none does)."""
     cells = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
     noisy = _noisy_hist(cells, len(grid) - 1, sigma, rng)
     occupied = np.flatnonzero(noisy > _SURVIVE_Z * sigma)
     if occupied.size == 0:
         occupied = np.array([int(np.argmax(noisy))])
-    # one more cell on each side (post-processing): a thin tail below 4 sigma keeps a bin of
-    # its own instead of being clamped into the end bin; 0 stays a floor
-    first, last = occupied[0], occupied[-1] + 1
-    first = first if grid[first] == 0 else max(first - 1, 0)
-    last = last if grid[last] == 0 else min(last + up, len(grid) - 1)
+    return int(occupied[0]), int(occupied[-1]) + 1
+
+
+def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[float, float]:
+    """DP bounds: the outer edges of the occupied cells of a noisy histogram on ``grid``."""
+    first, last = _occupied(x, grid, sigma, rng)
     return float(grid[first]), float(grid[last])
 
 
 def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator, max_categories: int,
              bins: int) -> dict[str, Any]:
-    """Bounds from the 1-2-5 grid, then cut points at the quantiles of a fine noisy histogram."""
-    sigma = b.domain * math.sqrt(2)  # the domain's rho split in halves: bounds, cut points
+    """Bounds from the 1-2-5 grid, then cut points at the quantiles of a second noisy histogram:
+    one cell per whole number when the range is short, else 200 equal cells."""
+    sigma = b.domain * math.sqrt(2)  # the domain's rho split in halves: the grid, the second histogram
     grid = numeric_grid()
     if integer:  # whole numbers: no cells between 0 and 1
         grid = grid[(np.abs(grid) >= 1) | (grid == 0)]
-    lo, hi = _bounds(x, grid, sigma, rng, up=2 if integer else 1)
+    first, last = _occupied(x, grid, sigma, rng)
+    lo, hi = float(grid[first]), float(grid[last])
     col: dict[str, Any] = {"type": "numeric"}
-    if integer and hi - lo <= 2.5 * max_categories:
-        # the second half: a noisy count per whole number trims the grid's slack (widened two
-        # cells up, so a thin tail under the grid's 4 sigma still gets its own values)
-        cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
-        noisy = _noisy_hist(cells, int(hi - lo), sigma, rng)
-        occupied = np.flatnonzero(noisy > 3 * sigma)
-        if occupied.size:
-            lo, hi = lo + occupied[0], lo + occupied[-1] + 1
-    if integer and hi - lo <= max_categories:
-        # one bin per whole number; the last bin is closed, so it ends half-way to the next one
-        col.update(edges=[_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)], integer=True)
-        col["_notes"] = ["bounds from DP histograms (a public 1-2-5 grid, then one cell per whole number); "
-                         "one bin per whole number"]
-        return col
+    if integer:
+        # widened (post-processing) one cell down and two up, so a thin tail under the grid's
+        # 4 sigma still gets its own values; a count per whole number then trims the slack
+        wlo = lo if lo == 0 else float(grid[max(first - 1, 0)])
+        whi = hi if hi == 0 else float(grid[min(last + 2, len(grid) - 1)])
+        if whi - wlo <= 2.5 * max_categories:
+            return _whole_numbers(x, wlo, whi, sigma, rng, max_categories, bins)
     fine = np.linspace(lo, hi, _FINE_CELLS + 1)
     cells = np.clip(np.searchsorted(fine, np.clip(x, lo, hi), side="right") - 1, 0, _FINE_CELLS - 1)
     noisy = _noisy_hist(cells, _FINE_CELLS, sigma, rng).astype(np.float64)
-    noisy[noisy < 2 * sigma] = 0.0  # post-processing: empty cells' noise does not pile up
-    cuts = [float(fine[i + 1]) for i in _equal_mass_cells(noisy, bins)]
-    step = _nice_step((hi - lo) / 100)  # post-processing: round cut points up to a 1-2-5 step
-    cuts = [math.ceil(c / step - 1e-9) * step for c in cuts]
-    if integer:
-        cuts = [float(math.ceil(c)) for c in cuts]
-    edges = sorted({lo, hi, *[round(c, 12) for c in cuts if lo < c < hi]})
-    col["edges"] = [_plain(round(e, 12)) for e in edges]
+    col["edges"] = _cut_edges(noisy, fine, sigma, bins, integer)
     if integer:
         col["integer"] = True
     col["_notes"] = ["bounds from a DP histogram on a public 1-2-5 grid; cut points at DP quantiles "
                      f"(a noisy histogram of {_FINE_CELLS} cells inside the bounds)"]
     return col
+
+
+def _whole_numbers(x: np.ndarray, lo: float, hi: float, sigma: float, rng: np.random.Generator,
+                   max_categories: int, bins: int) -> dict[str, Any]:
+    """A short range of whole numbers: a noisy count per number trims the bounds to the numbers
+    above 3 sigma; then one bin per number (at most ``max_categories``), else quantile cuts
+    from the same counts."""
+    cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
+    noisy = _noisy_hist(cells, int(hi - lo), sigma, rng).astype(np.float64)
+    occupied = np.flatnonzero(noisy > 3 * sigma)
+    if occupied.size:
+        noisy = noisy[occupied[0]: occupied[-1] + 1]
+        lo, hi = lo + occupied[0], lo + occupied[-1] + 1
+    if hi - lo <= max_categories:  # the last bin is closed: it ends half-way to the next number
+        return {"type": "numeric", "edges": [_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)],
+                "integer": True, "_notes": ["bounds from DP histograms (a public 1-2-5 grid, then one cell per "
+                                            "whole number); one bin per whole number"]}
+    edges = _cut_edges(noisy, np.arange(lo, hi + 1, dtype=np.float64), sigma, bins, True)
+    return {"type": "numeric", "edges": edges, "integer": True,
+            "_notes": ["bounds and cut points (DP quantiles) from DP histograms: a public 1-2-5 grid, then one "
+                       "cell per whole number"]}
+
+
+def _cut_edges(noisy: np.ndarray, fine: np.ndarray, sigma: float, bins: int, integer: bool) -> list[float | int]:
+    """Bin edges from a noisy histogram on the cells ``fine`` (post-processing): equal-mass cuts,
+    rounded up to a 1-2-5 step (whole numbers for an integer column)."""
+    lo, hi = float(fine[0]), float(fine[-1])
+    mass = np.where(noisy < 2 * sigma, 0.0, noisy)  # empty cells' noise does not pile up
+    cuts = [float(fine[i + 1]) for i in _equal_mass_cells(mass, bins)]
+    step = _nice_step((hi - lo) / 100)
+    cuts = [math.ceil(c / step - 1e-9) * step for c in cuts]
+    if integer:
+        cuts = [float(math.ceil(c)) for c in cuts]
+    edges = sorted({lo, hi, *[round(c, 12) for c in cuts if lo < c < hi]})
+    return [_plain(round(e, 12)) for e in edges]
 
 
 def _datetime(secs: np.ndarray, b: _Budget, rng: np.random.Generator) -> dict[str, Any]:
