@@ -10,7 +10,7 @@ and a total budget (epsilon E, delta 1e-6), the method ``pgm`` with select=aim d
   (E, 1e-6) in total by basic composition.
 
 Both synthetic tables are decoded to values and scored the same way, against the real
-table: NIST with SDNist's k-marginal score on the values (dpsynth.metrics, as in
+table: NIST with SDNist's k-marginal score on the values (dpsynth.evaluation.metrics, as in
 benchmarks/pgm_vs_mbi.py), Adult with 1000 x (1 - mean 3-way TVD) on the hand schema's
 codes (the synthetic values re-encoded by the hand schema; the draft's bins are coarser
 or finer, the score is on the code book's). Also the draft's size (columns, codes).
@@ -50,7 +50,7 @@ TABLES = {"nist": ("nist/national2019.csv", "nist.yaml"), "adult": ("adult/adult
 def release_values(csv: Path, schema, epsilon: float, delta: float, seed: int) -> pd.DataFrame:
     """The decoded synthetic table of pgm (aim, degree 2) on ``schema`` (library calls,
     the same stages a release runs, without the gate and publishing)."""
-    from dpsynth.encoding import decode, encode, read_table
+    from dpsynth.rows.encoding import decode, encode, read_table
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
 
@@ -88,8 +88,8 @@ def as_text(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 def score(name: str, hand, values: pd.DataFrame, raw: pd.DataFrame) -> float:
     """NIST: SDNist k-marginal on values; Adult: 1000 (1 - mean 3-way TVD) on the hand codes."""
-    from dpsynth import metrics
-    from dpsynth.encoding import encode
+    from dpsynth.evaluation import metrics
+    from dpsynth.rows.encoding import encode
 
     text = as_text(values, list(raw.columns))
     if name == "nist":
@@ -103,7 +103,8 @@ def score(name: str, hand, values: pd.DataFrame, raw: pd.DataFrame) -> float:
 
 def run(name: str, eps: float, seed: int, work: Path) -> list[dict[str, Any]]:
     """The hand and dp-draft cells of one table, budget and seed."""
-    from dpsynth.dp_draft import dp_draft_schema
+    from dpsynth.privacy.schema_draft import dp_draft_from_table
+    from dpsynth.rows.encoding import read_table
     from dpsynth.schema import load_schema, schema_from_dict
 
     rel_csv, schema_file = TABLES[name]
@@ -117,8 +118,9 @@ def run(name: str, eps: float, seed: int, work: Path) -> list[dict[str, Any]]:
                  "draft_epsilon": 0.0, "columns": len(hand.columns), "codes": sum(hand.cardinalities),
                  "score": score(name, hand, values, raw), "seconds": time.perf_counter() - t0})
     t0 = time.perf_counter()
-    draft = dp_draft_schema(csv, epsilon=DRAFT_SHARE * eps, delta=DELTA / 2, dataset=f"bench-{name}",
-                            workspace=work, seed=f"schema-draft-bench-{seed:04d}".encode())
+    draft = dp_draft_from_table(read_table(csv), epsilon=DRAFT_SHARE * eps, delta=DELTA / 2,
+                                dataset=f"bench-{name}", workspace=work,
+                                seed=f"schema-draft-bench-{seed:04d}".encode())
     schema = schema_from_dict(draft.schema)
     values = release_values(csv, schema, (1 - DRAFT_SHARE) * eps, DELTA / 2, seed)
     rows.append({"table": name, "epsilon": eps, "seed": seed, "schema": "dp-draft",

@@ -15,11 +15,12 @@ import yaml
 from scipy import stats
 
 from dpsynth.cli import main
-from dpsynth.dp_draft import dp_draft_from_table, stable_values, tail_threshold
-from dpsynth.infer import draft_schema
-from dpsynth.registry import state
+from dpsynth.privacy.schema_draft import dp_draft_from_table, stable_values, tail_threshold
+from dpsynth.rows.encoding import read_table
+from dpsynth.schema.draft import draft_from_table
+from dpsynth.privacy.registry import state
 from dpsynth.schema import SchemaError, load_schema
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 ALPHA = 1e-6
 
@@ -27,7 +28,7 @@ ALPHA = 1e-6
 def _marked_schema(tmp_path: Path, demo_csv: Path) -> Path:
     """The draft of `schema infer` with only `draft: true` deleted (what a new user does)."""
     path = tmp_path / "draft.yaml"
-    text = draft_schema(demo_csv).to_yaml()
+    text = draft_from_table(read_table(demo_csv), "demo").to_yaml()
     path.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("draft:")))
     return path
 
@@ -112,7 +113,7 @@ def test_dp_draft_charges_the_registry_and_writes_no_marker(tmp_path):
 
 
 def test_dp_draft_refused_past_the_cap_counts_nothing(tmp_path):
-    from dpsynth.registry import Cap, RegistryRefused, set_cap
+    from dpsynth.privacy.registry import Cap, RegistryRefused, set_cap
 
     set_cap(tmp_path, "people", Cap(epsilon=0.5, delta=1e-6))
     with pytest.raises(RegistryRefused):
