@@ -1086,8 +1086,7 @@ def test_markers_stripped_by_hand_are_not_detectable(tmp_path):
     drafted_from_data entry of a data-derived draft gets a release labelled DP, and verify
     agrees. Nothing in the published files can tell a domain typed from a code book from one
     copied from the rows; the guard is the refusal and the docs, not verify."""
-    from dpsynth.rows.encoding import read_table
-from dpsynth.schema.draft import draft_from_table
+    from dpsynth.schema.draft import draft_from_table
 
     raw = yaml.safe_load(draft_from_table(read_table(DEMO), "demo").to_yaml())
     raw.pop("draft")

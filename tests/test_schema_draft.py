@@ -211,10 +211,11 @@ def test_dp_draft_noise_scale_follows_its_rho(tmp_path):
     d = dp_draft_from_table(pa.Table.from_pandas(_frame(500)), epsilon=0.5, delta=1e-6, dataset="p",
                             workspace=tmp_path, seed=b"0123456789abcdef-test")
     block = d.schema["dp_draft"]
-    n_cols = 5
-    rho_col = block["rho"] / n_cols
-    assert math.isclose(block["sigma_categories"], 1 / math.sqrt(2 * 0.85 * rho_col))
-    threshold = tail_threshold(block["sigma_categories"], block["delta_threshold"] / n_cols)
+    n_cols, weights = 5, 3 + 1 + 1 + 1 + 1  # region is text (3 shares of the rest), four numeric columns
+    rho_region = 0.9 * block["rho"] * 3 / weights
+    assert list(block["sigma_categories"]) == ["region"]
+    assert math.isclose(block["sigma_categories"]["region"], 1 / math.sqrt(2 * (0.85 / 0.9) * rho_region))
+    threshold = tail_threshold(block["sigma_categories"]["region"], block["delta_threshold"] / n_cols)
     assert f"reached the DP threshold {threshold}" in d.to_yaml()
     from dpsynth.privacy.accounting import epsilon_from_rho
 

@@ -54,6 +54,9 @@ MISSING_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "?", "None")
 KINDS = ("missing", "integer", "real", "datetime", "text", "N")
 # Shares of a column's rho: kind histogram, distinct count, domain (numeric: bounds and cuts halves).
 _SHARE_KIND, _SHARE_DISTINCT = 0.1, 0.05
+# After the kinds are known, a text column gets this many times a numeric column's share of
+# the rest (its categories need the threshold; a numeric column's grid needs less).
+_TEXT_WEIGHT = 3.0
 _ID_SHARE = 0.9  # distinct values >= this share of rows: an identifier (left out)
 _SURVIVE_Z = 4.0  # a grid cell counts as occupied when its noisy count is above 4 sigma
 _FINE_CELLS = 200
@@ -127,7 +130,7 @@ def _noisy_hist(cells: np.ndarray, n_cells: int, sigma: float, rng: np.random.Ge
 
 @dataclass(frozen=True)
 class _Budget:
-    """One column's noise scales (from its rho) and its share of the threshold delta."""
+    """One column's noise scales and its share of the threshold delta."""
 
     kind: float
     distinct: float
@@ -135,12 +138,12 @@ class _Budget:
     delta: float
 
     @classmethod
-    def split(cls, rho_col: float, delta_col: float) -> "_Budget":
-        """Noise scales of a column's three queries (sensitivity 1 each)."""
-        domain = (1 - _SHARE_KIND - _SHARE_DISTINCT) * rho_col
-        return cls(kind=gaussian_sigma(1.0, _SHARE_KIND * rho_col),
-                   distinct=gaussian_sigma(1.0, _SHARE_DISTINCT * rho_col),
-                   domain=gaussian_sigma(1.0, domain), delta=delta_col)
+    def after_kinds(cls, sigma_kind: float, rho_rest: float, delta_col: float) -> "_Budget":
+        """Noise scales of a column's distinct count and domain queries from its share of the
+        rho left after the kind histograms (sensitivity 1 each)."""
+        rest = 1 - _SHARE_KIND
+        return cls(kind=sigma_kind, distinct=gaussian_sigma(1.0, _SHARE_DISTINCT / rest * rho_rest),
+                   domain=gaussian_sigma(1.0, (rest - _SHARE_DISTINCT) / rest * rho_rest), delta=delta_col)
 
 
 def _classify(arr: pa.ChunkedArray) -> tuple[np.ndarray, pd.Series, np.ndarray, np.ndarray]:
@@ -164,13 +167,19 @@ def _classify(arr: pa.ChunkedArray) -> tuple[np.ndarray, pd.Series, np.ndarray, 
     return kind, stripped, nums, secs
 
 
-def _column(name: str, arr: pa.ChunkedArray, b: _Budget, rng: np.random.Generator, max_categories: int,
-            bins: int) -> tuple[dict[str, Any] | None, list[str]]:
-    """One column's DP draft (None: left out, with the reason as the note)."""
-    kind, text, nums, secs = _classify(arr)
-    noisy = _noisy_hist(kind, len(KINDS), b.kind, rng)
+def _kinds(arr: pa.ChunkedArray, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """The column's noisy kind histogram (over :data:`KINDS`) and the kind it chooses."""
+    kind = _classify(arr)[0]
+    noisy = _noisy_hist(kind, len(KINDS), sigma, rng)
     integer_n, real_n, date_n, text_n, n_n = (float(v) for v in noisy[1:])
-    chosen = ("numeric", "datetime", "text")[int(np.argmax([integer_n + real_n, date_n, text_n + n_n]))]
+    return noisy, ("numeric", "datetime", "text")[int(np.argmax([integer_n + real_n, date_n, text_n + n_n]))]
+
+
+def _column(name: str, arr: pa.ChunkedArray, noisy: np.ndarray, chosen: str, b: _Budget, rng: np.random.Generator,
+            max_categories: int, bins: int) -> tuple[dict[str, Any] | None, list[str]]:
+    """One column's DP draft given its noisy kinds (None: left out, with the reason as the note)."""
+    kind, text, nums, secs = _classify(arr)
+    integer_n, real_n, date_n, text_n, n_n = (float(v) for v in noisy[1:])
     if chosen == "text":
         kind[kind == 5] = 4  # "N" is a value of a text column
     else:
@@ -361,29 +370,40 @@ def dp_draft_from_table(
         raise ValueError("the input has no columns")
     rho, delta_thr, _ = _plan(epsilon, delta, table.num_columns)
     draft_id = secrets.token_hex(8)
-    per_col = _Budget.split(rho / table.num_columns, delta_thr / table.num_columns)
+    n_cols = table.num_columns
+    sigma_kind = gaussian_sigma(1.0, _SHARE_KIND * rho / n_cols)
     mechanisms = {
-        "kinds": "Gaussian histogram of five public kinds per column",
+        "kinds": "Gaussian histogram of six public kinds per column",
         "identifiers": "Gaussian count of distinct values",
         "categories": "stability-based Gaussian histogram, threshold from delta",
-        "numeric": "Gaussian histograms: public 1-2-5 grid (bounds), 200 cells inside (quantile cut points)",
+        "numeric": "Gaussian histograms: public 1-2-5 grid (bounds), then one cell per whole number or 200 cells "
+                   "inside (trimmed bounds, quantile cut points)",
         "datetime": "Gaussian histogram of calendar years 1800-2199 (bounds)",
-        "accounting": "zCDP, converted with Canonne-Kamath-Steinke at delta/2; thresholds take delta/2",
+        "accounting": "zCDP, converted with Canonne-Kamath-Steinke at delta/2; thresholds take delta/2; "
+                      f"after the kinds, a text column gets {_TEXT_WEIGHT:g} shares of the rest, others one",
     }
     block = {"id": draft_id, "dataset": dataset, "epsilon": float(epsilon), "delta": float(delta), "rho": rho,
-             "delta_threshold": delta_thr, "sigma_categories": per_col.domain, "mechanisms": mechanisms}
+             "delta_threshold": delta_thr, "mechanisms": mechanisms}
     charge(Path(workspace), dataset, f"schema-draft:{draft_id}", draft_charge_name(draft_id),
-           (Charge(stage="schema draft", rho=rho, detail={"columns": table.num_columns}),), float(delta))
+           (Charge(stage="schema draft", rho=rho, detail={"columns": n_cols}),), float(delta))
     material = _material(table, epsilon, delta, dataset, max_categories, bins)
     rng = stage_rng(seed, material, "dp-draft")
-    columns, notes, left_out = [], {}, {}
-    for col_name in table.column_names:
-        col, note = _column(col_name, table.column(col_name), per_col, rng, max_categories, bins)
+    kinds = [_kinds(table.column(c), sigma_kind, rng) for c in table.column_names]
+    # the rest of rho, shared by weights chosen from the kinds (DP outputs): adaptive, with a
+    # total fixed in advance (a Renyi filter, docs/schema-draft.md)
+    weights = [_TEXT_WEIGHT if chosen == "text" else 1.0 for _, chosen in kinds]
+    columns, notes, left_out, sigmas = [], {}, {}, {}
+    for col_name, (noisy, chosen), w in zip(table.column_names, kinds, weights):
+        b = _Budget.after_kinds(sigma_kind, (1 - _SHARE_KIND) * rho * w / sum(weights), delta_thr / n_cols)
+        col, note = _column(col_name, table.column(col_name), noisy, chosen, b, rng, max_categories, bins)
         if col is None:
             left_out[col_name] = note[0]
         else:
             columns.append(col)
             notes[col_name] = [f"{col_name}: {n}" for n in note]
+        if chosen == "text":
+            sigmas[col_name] = b.domain
+    block["sigma_categories"] = sigmas
     schema = {"name": name or dataset, "dp_draft": block, "columns": columns}
     return DPDraft(schema=schema, notes=notes, left_out=left_out)
 
