@@ -26,6 +26,7 @@ from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import MIN_SEED_BYTES
 from .schema import Schema, load_schema, schema_from_dict
+from .workspace import private_workspace
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
 
@@ -79,12 +80,14 @@ def release(
     name) raises before any budget is spent; the error names what to change. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
+    defaults to the user's (:func:`dpsynth.workspace.default_workspace`), as on the CLI.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
-    with _seed_file(seed, ws) as seed_path:
+    # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
+    with private_workspace(ws), _seed_file(seed, ws) as seed_path:
         config = ReleaseConfig.from_arguments(
             data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
             epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
