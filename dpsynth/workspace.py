@@ -114,7 +114,11 @@ def _tighten_once(ws: Path) -> None:
     """
     if stat.S_IMODE(ws.stat().st_mode) == 0o700 and (ws / PRIVATE_MARK).exists():
         return
-    tighten(ws)
+    try:
+        tighten(ws)
+    except PermissionError as exc:  # names the workspace only, never a folder inside it
+        raise PermissionError(f"workspace {ws}: cannot make it owner-only ({exc.strerror}); it must belong to "
+                              "the user running dpsynth (or pass another --workspace)") from None
     fd = os.open(ws / PRIVATE_MARK, os.O_WRONLY | os.O_CREAT, 0o600)
     os.close(fd)
 
