@@ -1091,6 +1091,29 @@ def test_cleared_cache_remeasure_is_charged_again_and_listed(tmp_path, capsys):
     assert "registry.sqlite" not in shown.out
 
 
+def test_crash_before_the_measurement_is_complete_is_charged_again(tmp_path, monkeypatch):
+    """Documented retry semantics (docs/privacy.md): a crash inside the method (noise may
+    have been drawn, nothing complete) is charged again by the rerun; a crash after
+    COMPLETE is free (test_registry_retry_is_not_charged_twice)."""
+    from dpsynth import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    cfg = _demo_config(tmp_path, name="nightly")
+    original = MarginalsMethod.measure
+
+    def crash(self, codes, ledger, rng):
+        original(self, codes, ledger, rng)  # the noise was drawn...
+        raise RuntimeError("injected crash before COMPLETE")  # ...and lost
+
+    monkeypatch.setattr(MarginalsMethod, "measure", crash)
+    with pytest.raises(pipeline.BudgetSpent, match="injected"):
+        pipeline.run_release(cfg)
+    assert len(registry.state(cfg.workspace, "demo").draws) == 1 and not _complete_measurements(cfg.workspace)
+    monkeypatch.undo()
+    pipeline.run_release(cfg)
+    assert [d.name for d in registry.state(cfg.workspace, "demo").draws] == ["nightly", "nightly"]
+
+
 def test_measure_stage_cannot_draw_without_a_charge(tmp_path, monkeypatch):
     """The measure stage draws noise only with a fresh charge of its own release, used once."""
     from dpsynth import registry

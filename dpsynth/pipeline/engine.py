@@ -135,8 +135,9 @@ def registry_line(plan: ReleasePlan, dataset: DatasetState) -> str:
     run charged, and whether it drew noise or reused its stored measurement."""
     where = registry_path(plan.config.workspace).absolute()
     if dataset.charged_now and dataset.draw is not None and dataset.draw.fresh:
+        n = len(dataset.draws_by_name().get(plan.name, []))
         what = (f"charged a noise draw of release {plan.name!r} to dataset {plan.dataset!r} "
-                f"(its draw number {len(dataset.draws_by_name().get(plan.name, []))})")
+                f"({'its first draw' if n == 1 else f'draw {n} of that release name'})")
     elif dataset.charged_now:
         what = f"charged release {plan.name!r} to dataset {plan.dataset!r} (its measurement was not on record)"
     else:
