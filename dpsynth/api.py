@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -25,6 +25,7 @@ from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_relea
 from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import MIN_SEED_BYTES
+from .registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
 from .workspace import private_workspace
 
@@ -44,6 +45,9 @@ class Release:
     synthetic: pd.DataFrame
     ledger: Ledger
     report_path: Path
+    #: The privacy registry this run charged (a private local path, never published);
+    #: None for a release opened with :func:`load_release`.
+    registry: Path | None = None
 
     @property
     def name(self) -> str:
@@ -94,7 +98,7 @@ def release(
             workspace=ws, internal_report=internal_report, gate=gate, **settings,
         )
         folder = run_release(config)
-    return _read_release(folder)
+    return replace(_read_release(folder), registry=registry_path(ws).absolute())
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:

@@ -1245,8 +1245,9 @@ def test_workspace_is_owner_only_under_umask_022(tmp_path, umask_022, entry):
                      "--epsilon", "1", "--workspace", str(ws), "--engine", "local", "--out", str(tmp_path / "out"),
                      "--name", "r", "--data-docs", "--internal-report"]) == 0
     else:
-        release(pd.read_csv(DEMO), DEMO_SCHEMA, method="marginals", epsilon=1.0, name="r", out=tmp_path / "out",
-                workspace=ws, seed=b"0123456789abcdef-not-secret")
+        done = release(pd.read_csv(DEMO), DEMO_SCHEMA, method="marginals", epsilon=1.0, name="r",
+                       out=tmp_path / "out", workspace=ws, seed=b"0123456789abcdef-not-secret")
+        assert done.registry == (ws / "registry.sqlite").absolute()  # which registry: in memory only
     names = {p.name for p in ws.rglob("*")}
     assert {"registry.sqlite", "secret.key", "r.lock", "r.json", "measurement.parquet", "COMPLETE"} <= names
     assert entry == "cli" or list((ws / "inputs").iterdir())
