@@ -367,8 +367,9 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
     r.add_argument("--out", required=True, help="folder that receives the release folder")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
-    r.add_argument("--workspace", default=None, help="private workspace, holding the privacy registry (default: $DPSYNTH_WORKSPACE, else one per "
-                        "user: $XDG_DATA_HOME/dpsynth/workspace or ~/.local/share/dpsynth/workspace)")
+    r.add_argument("--workspace", default=None,
+                   help="private workspace, holding the privacy registry (default: $DPSYNTH_WORKSPACE, else one "
+                        "per user: $XDG_DATA_HOME/dpsynth/workspace or ~/.local/share/dpsynth/workspace)")
     r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                    help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
     r.add_argument("--sign-key", default=None,

@@ -198,6 +198,7 @@ def _release_artifact(folder: str) -> None:
     if ds:
         cap = ds.get("cap_epsilon")
         lines.append(f"- dataset `{ds['name']}`: epsilon {ds['spent_epsilon_including_this']:.6g} spent over "
-                     f"{ds['releases_including_this']} release(s) ({ds.get('draws_including_this', '?')} noise draw(s)), cap {'none declared' if cap is None else cap}")
+                     f"{ds['releases_including_this']} release(s) ({ds.get('draws_including_this', '?')} noise "
+                     f"draw(s)), cap {'none declared' if cap is None else cap}")
     create_markdown_artifact(key="dpsynth-release", markdown="\n".join(lines),
                              description=f"dpsynth release {manifest['name']}")
