@@ -19,15 +19,15 @@ from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
-from .bundle import MANIFEST, sha256_file
-from .encoding import DataError
+from .publish.bundle import MANIFEST, sha256_file
+from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
 from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import MIN_SEED_BYTES
-from .registry import registry_path
+from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
-from .workspace import private_workspace
+from .privacy.workspace import private_workspace
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
 
@@ -85,7 +85,7 @@ def release(
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
     :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
-    defaults to the user's (:func:`dpsynth.workspace.default_workspace`), as on the CLI.
+    defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
@@ -104,7 +104,7 @@ def release(
 def load_release(path: str | os.PathLike[str]) -> Release:
     """Opens a published release after verifying it (``dpsynth verify``); refuses a
     release whose files do not match its manifest, or whose ledger is over budget."""
-    from .verify import verify_release
+    from .publish.verify import verify_release
 
     folder = Path(path)
     problems = verify_release(folder)

@@ -92,10 +92,10 @@ _FROZE: list[bool] = []
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from . import gate_worker
+    from .gate import worker as gate_worker
 
     with _long_lived_imports():
-        from .bundle import MANIFEST
+        from .publish.bundle import MANIFEST
         from .pipeline import ReleaseConfig
         from .privacy.accounting import load_solver
 
@@ -131,7 +131,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 def _run_engine(config, engine: str) -> str:
     """The release on the chosen engine; a refusal by the registry names the registry's file."""
-    from .registry import RegistryRefused, registry_path
+    from .privacy.registry import RegistryRefused, registry_path
 
     try:
         return _release_local(config) if engine == "local" else _release_prefect(config)
@@ -150,8 +150,8 @@ def _privacy_line(manifest: dict) -> str:
 
 def _budget_workspace(args: argparse.Namespace) -> Path:
     """The workspace of a budget command; says on stderr which registry it reads or writes."""
-    from .registry import registry_path
-    from .workspace import default_workspace
+    from .privacy.registry import registry_path
+    from .privacy.workspace import default_workspace
 
     workspace = Path(args.workspace) if args.workspace else default_workspace()
     print(f"dpsynth: privacy registry {registry_path(workspace).absolute()}", file=sys.stderr)
@@ -159,7 +159,7 @@ def _budget_workspace(args: argparse.Namespace) -> Path:
 
 
 def _cmd_budget_set(args: argparse.Namespace) -> int:
-    from .registry import Cap, set_cap, state
+    from .privacy.registry import Cap, set_cap, state
 
     cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
     workspace = _budget_workspace(args)
@@ -170,7 +170,7 @@ def _cmd_budget_set(args: argparse.Namespace) -> int:
 
 def _cmd_budget_show(args: argparse.Namespace) -> int:
     from .pipeline import DEFAULT_DELTA
-    from .registry import state
+    from .privacy.registry import state
 
     _print_budget(state(_budget_workspace(args), args.dataset, delta=DEFAULT_DELTA))
     return 0
@@ -229,11 +229,12 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
-    from .infer import WARNING, draft_schema
+    from .rows.encoding import read_table
+    from .schema.draft import WARNING, draft_from_table
 
     print(WARNING, file=sys.stderr)
-    draft = draft_schema(args.data, name=args.name, max_categories=args.max_categories, bins=args.bins,
-                         min_count=args.min_count)
+    draft = draft_from_table(read_table(args.data), args.name or Path(args.data).stem,
+                             max_categories=args.max_categories, bins=args.bins, min_count=args.min_count)
     text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
@@ -320,9 +321,9 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify_release
+    from .publish.verify import verify_release
 
-    from .bundle import read_sign_key
+    from .publish.bundle import read_sign_key
 
     key = read_sign_key(args.key) if args.key else None
     problems = verify_release(args.release, key=key)

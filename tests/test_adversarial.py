@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.bundle import sha256_file
+from dpsynth.publish.bundle import sha256_file
 from dpsynth.cli import main
-from dpsynth.encoding import DataError, EncodedTable, encode, read_table
+from dpsynth.rows.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import METHODS, get_method
 from dpsynth.precheck import PrecheckError
 from dpsynth.privacy.budget import Budget, Ledger
 from dpsynth.schema import SchemaError, load_schema, schema_from_dict
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO, DEMO_SCHEMA = ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"
@@ -233,7 +233,7 @@ def test_forgery_table_and_entry_removed(release):
 
 
 def test_forgery_path_outside_the_release_is_never_followed(release, monkeypatch):
-    import dpsynth.verify as verify_module
+    import dpsynth.publish.verify as verify_module
 
     opened = []
     real = verify_module.sha256_file
@@ -346,8 +346,8 @@ def test_cache_names_are_keyed_by_a_private_workspace_secret(tmp_path):
     hashes of the raw input an outsider could test a guess against."""
     import stat
 
-    from dpsynth.encoding import file_sha256
-    from dpsynth.workspace_key import WORKSPACE_SECRET, opaque_key
+    from dpsynth.rows.encoding import file_sha256
+    from dpsynth.privacy.workspace_key import WORKSPACE_SECRET, opaque_key
 
     digest = file_sha256(DEMO)
     a, b = opaque_key(tmp_path / "w1", "encode", digest), opaque_key(tmp_path / "w2", "encode", digest)
@@ -540,7 +540,7 @@ def test_prefect_database_holds_no_hash_of_the_raw_input(prefect_harness, tmp_pa
     import prefect.settings
     from dpsynth.orchestration.release import flow_parameters, release_flow
 
-    from dpsynth.encoding import file_sha256
+    from dpsynth.rows.encoding import file_sha256
 
     cfg = _config(tmp_path, rows=100, name="nohash")
     release_flow(**flow_parameters(cfg))
@@ -801,7 +801,7 @@ pipeline.run_release(pipeline.ReleaseConfig(
 def test_name_claim_crashed_holder_is_recovered_without_losing_its_measurement(tmp_path, monkeypatch):
     """kill -9 after measuring, while holding the name: the OS frees the lock; the rerun
     takes the name, reuses the complete measurement (no new noise, no second charge)."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     cfg = _demo_config(tmp_path, name="nightly")
@@ -861,7 +861,7 @@ def _release_charges(epsilon: float, delta: float = 1e-6) -> tuple[Charge, ...]:
 
 def test_registry_composes_releases_and_refuses_past_the_cap(tmp_path):
     """rho adds, pure epsilon adds, total = pure + CKS(rho, delta_cap); the crossing release is refused."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "census", registry.Cap(epsilon=1.6, delta=1e-6))
@@ -882,7 +882,7 @@ def test_registry_composes_releases_and_refuses_past_the_cap(tmp_path):
 
 def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     """A crashed release rerun with the same key reuses its measurement and its charge."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     cfg = _demo_config(tmp_path, name="nightly")
     registry.set_cap(cfg.workspace, "demo", registry.Cap(epsilon=1.2, delta=1e-6))
@@ -915,7 +915,8 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
 
 def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, capsys):
     """Past the dataset's cap: exit 2, one line, nothing measured, nothing published, no charge."""
-    from dpsynth import cli, registry
+    from dpsynth import cli
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     ws = tmp_path / "ws"
@@ -932,7 +933,8 @@ def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, ca
 
 
 def test_registry_without_cap_records_and_warns(tmp_path, capsys):
-    from dpsynth import cli, registry
+    from dpsynth import cli
+    from dpsynth.privacy import registry
 
     code = cli.main(_release_args(tmp_path, "first", 1.0))
     out = capsys.readouterr()
@@ -954,7 +956,7 @@ def test_registry_period_budget(tmp_path):
     day and allows it the next day; the lifetime cap still counts both."""
     from datetime import datetime, timezone
 
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "d", registry.Cap(epsilon=10.0, delta=1e-6, period="day", period_epsilon=1.2))
@@ -972,7 +974,7 @@ def test_registry_period_budget(tmp_path):
 
 def test_registry_two_releases_racing_for_the_last_budget(tmp_path):
     """Threads on separate connections, released together: exactly one takes the last budget."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "d", registry.Cap(epsilon=1.08, delta=1e-6))
@@ -1004,7 +1006,7 @@ def test_registry_two_releases_racing_for_the_last_budget(tmp_path):
 def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     """Two real `dpsynth release` processes (different names) for room that fits one: one
     publishes, the other exits 2 with one line and measured nothing."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "demo", registry.Cap(epsilon=1.2, delta=1e-6))
@@ -1035,7 +1037,7 @@ def test_cleared_cache_remeasure_is_charged_and_refused_over_the_cap(tmp_path, c
     draw new noise and publish it with the registry unchanged (8 measurements of one
     table for the price of 2). Now the redraw is charged: here it is over the cap, so it
     is refused with one line saying why, and nothing is measured or published."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     assert main(["budget", "set", "demo", "--epsilon", "1.5", "--delta", "1e-6", "--workspace", str(ws)]) == 0
@@ -1060,7 +1062,7 @@ def test_cleared_cache_remeasure_is_charged_again_and_listed(tmp_path, capsys):
     """Under a roomy cap the redraw publishes, charged as a second draw of r1: the registry,
     `budget show` and the new manifest all count it. A rerun that reuses the stored
     complete measurement stays free."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "demo", registry.Cap(epsilon=10.0, delta=1e-6))
@@ -1095,7 +1097,7 @@ def test_crash_before_the_measurement_is_complete_is_charged_again(tmp_path, mon
     """Documented retry semantics (docs/privacy.md): a crash inside the method (noise may
     have been drawn, nothing complete) is charged again by the rerun; a crash after
     COMPLETE is free (test_registry_retry_is_not_charged_twice)."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     cfg = _demo_config(tmp_path, name="nightly")
@@ -1116,7 +1118,7 @@ def test_crash_before_the_measurement_is_complete_is_charged_again(tmp_path, mon
 
 def test_measure_stage_cannot_draw_without_a_charge(tmp_path, monkeypatch):
     """The measure stage draws noise only with a fresh charge of its own release, used once."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     plan = pipeline.prepare(_demo_config(tmp_path, name="bound"))
@@ -1143,7 +1145,7 @@ def test_registry_of_releases_becomes_draws(tmp_path):
     """A registry written before draws were recorded keeps its spend: one draw per release key."""
     import sqlite3
 
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -1169,7 +1171,7 @@ def test_prefect_cache_never_outlives_the_measurement(prefect_harness, tmp_path,
     measurement), and with prefect-results cleared too it redrew for free. Now the redraw
     is charged (refused over the cap, before measuring) and a cache hit on a deleted
     folder is rebuilt."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
     from dpsynth.orchestration.release import flow_parameters, release_flow
 
@@ -1263,7 +1265,7 @@ def test_old_workspace_is_tightened_once_on_first_use(tmp_path, umask_022, monke
     """A workspace made by an earlier version (0755 folders, 0644 files) is tightened the
     first time any command opens it; later opens skip the walk, unless its root was opened
     up again."""
-    from dpsynth import workspace
+    from dpsynth.privacy import workspace
 
     ws = tmp_path / "ws"
     (ws / "encoded" / "k" / "codes").mkdir(parents=True)

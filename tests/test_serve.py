@@ -87,7 +87,7 @@ def test_serve_deploys_runs_and_stops(tmp_path):
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "artifact", "inspect", "dpsynth-release",
              "-o", "json"], env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True, timeout=120)
         assert art.returncode == 0 and "served-1" in art.stdout and "epsilon spent" in art.stdout
-        from dpsynth import registry
+        from dpsynth.privacy import registry
 
         assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo").draws] == ["served-1"]
         assert not (home / ".dpsynth").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsynth.workspace import LockBusy, exclusive_lock
+from dpsynth.privacy.workspace import LockBusy, exclusive_lock
 
 
 def test_lock_is_exclusive_and_released(tmp_path):
@@ -26,7 +26,7 @@ def test_tests_never_use_the_real_home():
     import os
     from pathlib import Path
 
-    from dpsynth.workspace import default_workspace
+    from dpsynth.privacy.workspace import default_workspace
 
     home = Path.home()
     assert os.environ["DPSYNTH_WORKSPACE"] and home not in default_workspace().parents
@@ -38,7 +38,7 @@ def test_default_workspace_is_the_users_data_folder(monkeypatch, tmp_path):
     $XDG_DATA_HOME (absolute) or ~/.local/share on Linux, ~/Library/Application Support on macOS."""
     from pathlib import Path
 
-    from dpsynth import workspace
+    from dpsynth.privacy import workspace
     from dpsynth.pipeline import ReleaseConfig
 
     monkeypatch.delenv("DPSYNTH_WORKSPACE", raising=False)
@@ -82,7 +82,7 @@ def test_private_workspace_restores_the_umask_and_nests(tmp_path):
     import os
     import stat
 
-    from dpsynth.workspace import caller_umask, private_workspace
+    from dpsynth.privacy.workspace import caller_umask, private_workspace
 
     old = os.umask(0o022)
     try:

@@ -30,8 +30,8 @@ from dpsynth.pipeline import (
     timed,
 )
 from dpsynth.pipeline.stages import COMPLETE
-from dpsynth.rowsource import DEFAULT_CHUNK_ROWS
-from dpsynth.workspace import private_workspace
+from dpsynth.privacy.workspace import private_workspace
+from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
 from .tasks.measure import measure_task

@@ -10,8 +10,8 @@
   Prefect task and ``flows/release.py`` runs the same sequence over them.
 
 Workspace layout (private: it holds codes of raw rows; never publish it). One per user by
-default (:func:`dpsynth.workspace.default_workspace`), owner-only (folders 0700, files 0600:
-:func:`dpsynth.workspace.private_workspace`)::
+default (:func:`dpsynth.privacy.workspace.default_workspace`), owner-only (folders 0700, files 0600:
+:func:`dpsynth.privacy.workspace.private_workspace`)::
 
     WORKSPACE/
       encoded/<HMAC of data sha256 and schema>/codes/   encode cache (Parquet parts)
@@ -33,7 +33,7 @@ re-run of the same release reuses it and is not charged again (DESIGN.md, decisi
 A release name can carry only one measurement: re-using it with different inputs is
 refused before anything is measured, and a run holds its name exclusively from claim to
 publish (decision 11). Right before measuring, the draw is charged to its dataset in the
-lifetime registry (decisions 10 and 14, :mod:`dpsynth.registry`); a run whose complete
+lifetime registry (decisions 10 and 14, :mod:`dpsynth.privacy.registry`); a run whose complete
 measurement is gone is charged again, and the measure stage draws only with that charge.
 """
 

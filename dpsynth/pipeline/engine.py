@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from ..guidance import assess
+from ..methods.guidance import assess
 from ..measurement import Measurement
-from ..registry import DatasetState, DrawRefused, charge, registry_path
-from ..workspace import LockBusy, exclusive_lock, private_workspace
+from ..privacy.registry import DatasetState, DrawRefused, charge, registry_path
+from ..privacy.workspace import LockBusy, exclusive_lock, private_workspace
 from . import stages
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
@@ -109,7 +109,7 @@ def _bind_name(plan: ReleasePlan, record: Path) -> None:
 
 def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
     """The small-sample guard's warning when the measurement predicts a release below the
-    independent-columns baseline (public information only; see :mod:`dpsynth.guidance`)."""
+    independent-columns baseline (public information only; see :mod:`dpsynth.methods.guidance`)."""
     advice = assess(Measurement.load(measurement_dir), plan.schema)
     return advice.message if advice is not None and advice.below_baseline else None
 
@@ -121,7 +121,7 @@ def charge_dataset(plan: ReleasePlan) -> DatasetState:
     stored complete measurement of this release key exists (the measure stage will reuse
     it and draw nothing); otherwise a new draw is charged, even for a known key (its
     measurement was deleted, or a crash came before it was complete), and refused past
-    the cap with :class:`dpsynth.registry.RegistryRefused`. The state's ``draw`` is what
+    the cap with :class:`dpsynth.privacy.registry.RegistryRefused`. The state's ``draw`` is what
     the measure stage needs to draw noise (DESIGN.md, decision 14).
     """
     limit = (plan.config.period, float(plan.config.period_epsilon)) if plan.config.period else None
@@ -256,7 +256,7 @@ _STAGE_FUNCTIONS = {
 
 def run_release(config: ReleaseConfig, progress: Say | None = None) -> Path:
     """All stages in order, without Prefect, in the privately opened workspace
-    (:func:`dpsynth.workspace.private_workspace`). Returns the published folder.
+    (:func:`dpsynth.privacy.workspace.private_workspace`). Returns the published folder.
 
     ``progress`` receives one line per stage start and end (names and seconds only),
     each warning as ``warning: ...``, and at the end which registry was charged as

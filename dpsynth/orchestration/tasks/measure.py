@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 
 from dpsynth.pipeline import ReleasePlan, measure_stage
-from dpsynth.registry import Draw
+from dpsynth.privacy.registry import Draw
 
 from ._common import stage
 
