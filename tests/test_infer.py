@@ -135,7 +135,7 @@ def test_unreviewed_draft_is_refused_before_anything_is_read(tmp_path, demo_path
                              if not line.startswith("draft:")))
     with pytest.raises(SchemaError, match=r"columns derived from the rows: region \(values\); age \(bounds\)"):
         pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], **config))
-    assert not (tmp_path / "ws").exists()  # no registry, no charge
+    assert not (tmp_path / "ws" / "registry.sqlite").exists()  # no registry, no charge
     # the explicit opt-in passes the public checks (the release is then labelled NOT DP)
     plan = pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], accept_data_derived_schema=True, **config))
     assert not plan.schema.draft and plan.schema.column("age").drafted_from_data == ("bounds",)
