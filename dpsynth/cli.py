@@ -251,18 +251,24 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
 
 def _schema_infer_dp(args: argparse.Namespace) -> int:
     """``schema infer --epsilon``: a DP draft, charged to the dataset's registry."""
-    from .pipeline import DEFAULT_DELTA, default_workspace
+    from .pipeline import DEFAULT_DELTA
+    from .privacy.registry import RegistryRefused, registry_path
     from .privacy.rng import read_seed_file
     from .privacy.schema_draft import dp_draft_from_table
     from .rows.encoding import read_table
 
     if not args.dataset:
         raise UsageError("a DP draft (--epsilon) needs --dataset NAME: its cost is charged to that dataset")
-    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    workspace = _budget_workspace(args)  # says which registry it charges (the console only)
     seed = read_seed_file(args.seed_file) if args.seed_file else None
-    draft = dp_draft_from_table(read_table(args.data), epsilon=args.epsilon, delta=args.delta or DEFAULT_DELTA,
-                            dataset=args.dataset, workspace=workspace, name=args.name,
-                            max_categories=args.max_categories, bins=args.bins, seed=seed)
+    try:
+        draft = dp_draft_from_table(read_table(args.data), epsilon=args.epsilon,
+                                    delta=DEFAULT_DELTA if args.delta is None else args.delta,
+                                    dataset=args.dataset, workspace=workspace, name=args.name,
+                                    max_categories=args.max_categories, bins=args.bins, seed=seed)
+    except RegistryRefused as exc:
+        where = registry_path(workspace).absolute()
+        raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
     text = draft.to_yaml()
     d = draft.schema["dp_draft"]
     if args.out:
