@@ -437,9 +437,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one line, never a traceback with locals or a row
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"dpsynth: error: {message}", file=sys.stderr)
+        print(f"dpsynth: error: {_error_line(args, exc)}", file=sys.stderr)
         return _exit_code(exc)
+
+
+def _error_line(args: argparse.Namespace, exc: BaseException) -> str:
+    """The one error line: for a command with a workspace, without its private paths and
+    keys (:mod:`dpsynth.pipeline.messages`); a release's line also says whether budget was
+    spent (a failure from the measure stage on is a BudgetSpent and says so itself)."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not hasattr(args, "workspace"):
+        return message
+    from .pipeline import BudgetSpent, default_workspace
+    from .pipeline.messages import public_message
+
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    message = public_message(exc, workspace).splitlines()[0]
+    if args.func is _cmd_release and not isinstance(exc, BudgetSpent) and "nothing was measured" not in message:
+        message += "; nothing was measured, no privacy budget was spent"
+    return message
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Literal
 
-from .privacy.budget import BudgetExceeded, Charge, total_epsilon
+from .privacy.budget import BudgetExceeded, Charge, check_delta, total_epsilon
 
 __all__ = [
     "REGISTRY_FILE",
@@ -193,6 +193,7 @@ def period_start(period: Period, when: datetime) -> datetime:
 def set_cap(workspace: Path, dataset: str, cap: Cap, now: datetime | None = None) -> None:
     """Declares (or replaces) a dataset's cap. Past releases keep counting against it."""
     check_dataset_name(dataset)
+    check_delta(cap.delta, "cap delta")
     _, at = _now_text(now)
     with closing(_connect(registry_path(workspace))) as conn:
         conn.execute(

@@ -1014,3 +1014,163 @@ def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     assert "measure: started" not in loser[0]
     assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
     assert len(registry.state(ws, "demo").releases) == 1
+
+
+# =====================================================================================
+# Issue 23, section 5: smaller defects (a rerun with new --rows, private paths in error
+# lines, the API's input names and huge integers, delta, non-finite test inputs, Unicode
+# forms, CSV formulas, the statement of a pure-epsilon release).
+# =====================================================================================
+
+import errno  # noqa: E402
+
+
+def _release_key(workspace: Path, name: str) -> str:
+    return json.loads((workspace / "names" / f"{name}.json").read_text())["key"]
+
+
+def test_new_rows_on_a_rerun_of_a_name_is_free_post_processing(tmp_path):
+    """--rows on a rerun of a name reused the cached synthetic table of the old row count,
+    then failed the gate after the budget was spent. Now the same measurement gives a table
+    of the new size, and nothing is measured again."""
+    first = pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o1"))
+    measured = [p.stat().st_mtime_ns for p in _complete_measurements(tmp_path / "ws")]
+    second = pipeline.run_release(_demo_config(tmp_path, name="r", rows=500, out=tmp_path / "o2"))
+    assert json.loads((first / "manifest.json").read_text())["rows"] == 300
+    assert json.loads((second / "manifest.json").read_text())["rows"] == 500
+    assert len(pd.read_parquet(second / "synthetic.parquet")) == 500
+    assert [p.stat().st_mtime_ns for p in _complete_measurements(tmp_path / "ws")] == measured
+    assert (first / "measurement.parquet").read_bytes() == (second / "measurement.parquet").read_bytes()
+
+
+def _no_private_names(text: str, workspace: Path, key: str) -> None:
+    assert key not in text and key[:12] not in text, text
+    assert f"releases/{key}" not in text and "releases/" not in text, text
+
+
+def test_full_disk_at_publish_names_no_private_path(tmp_path, monkeypatch, capsys):
+    """A full disk at publish printed `[Errno 28] No space left on device:
+    'ws/releases/<key>/synthetic/synthetic.csv' -> ...`, naming the private release key."""
+    from dpsynth import bundle
+
+    def full(src, dst, *a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), str(dst))
+
+    monkeypatch.setattr(bundle.shutil, "copyfile", full)
+    assert _cli(tmp_path, "--name", "full", "--rows", "200") == 1
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "No space left on device" in line[0] and "budget of this release was spent" in line[0]
+    key = _release_key(tmp_path / "ws", "full")
+    _no_private_names(line[0], tmp_path / "ws", key)
+    with pytest.raises(pipeline.BudgetSpent) as info:  # the Python API: the exception and its cause
+        pipeline.run_release(_demo_config(tmp_path, name="full", rows=200))
+    for e in (info.value, info.value.__cause__):
+        _no_private_names(str(e), tmp_path / "ws", key)
+    monkeypatch.undo()
+    assert (pipeline.run_release(_demo_config(tmp_path, name="full", rows=200)) / "manifest.json").is_file()
+
+
+def test_missing_measurement_file_names_no_private_path(tmp_path, capsys):
+    """After a cache cleanup the engine printed `[Errno 2] ... ws/releases/<key>/measurement/
+    measurement.json`, which named the key and did not say whether budget was spent."""
+    assert _cli(tmp_path, "--name", "gone", "--rows", "200") == 0
+    key = _release_key(tmp_path / "ws", "gone")
+    (tmp_path / "ws" / "releases" / key / "measurement" / "measurement.json").unlink()
+    capsys.readouterr()
+    assert _cli(tmp_path, "--name", "gone", "--rows", "300", "--out", str(tmp_path / "out2")) == 1
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "No such file or directory" in line[0], line
+    assert "budget of this release was spent" in line[0]
+    _no_private_names(line[0], tmp_path / "ws", key)
+
+
+def test_refused_release_line_says_nothing_was_spent(tmp_path, capsys):
+    assert _cli(tmp_path, "--name", "x", "--param", "no_such=1") == 2
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and line[0].endswith("nothing was measured, no privacy budget was spent")
+
+
+@pytest.mark.flow
+def test_prefect_failure_after_cleanup_logs_no_private_path(prefect_harness, tmp_path):
+    """The Prefect engine logs a task's failure to its API: no release key in it either."""
+    import prefect.settings
+    from dpsynth.orchestration.release import flow_parameters, release_flow
+
+    release_flow(**flow_parameters(_demo_config(tmp_path, name="pf", rows=100)))
+    key = _release_key(tmp_path / "ws", "pf")
+    (tmp_path / "ws" / "releases" / key / "measurement" / "measurement.json").unlink()
+    with pytest.raises(pipeline.BudgetSpent) as info:
+        release_flow(**flow_parameters(_demo_config(tmp_path, name="pf", rows=150, out=tmp_path / "o2")))
+    _no_private_names(str(info.value), tmp_path / "ws", key)
+    url = prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value()
+    db = Path(str(url).split("///", 1)[1])
+    blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert b"No such file or directory" in blob  # the failure was logged ...
+    assert key[:12].encode() not in blob  # ... without the key
+
+
+def test_api_errors_name_no_workspace_file_nor_input_hash(tmp_path):
+    """The API named `ws/inputs/<sha256 of the raw frame>.parquet` in its errors."""
+    import dpsynth
+    from dpsynth.encoding import file_sha256
+
+    frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False).drop(columns=["region"])
+    with pytest.raises(DataError, match=r"^input data: columns \['region'\]") as info:
+        dpsynth.release(frame, DEMO_SCHEMA, method="marginals", epsilon=1.0, workspace=tmp_path / "ws",
+                        out=tmp_path / "out")
+    assert "inputs" not in str(info.value) and str(tmp_path) not in str(info.value)
+    (written,) = (tmp_path / "ws" / "inputs").glob("*.parquet")
+    assert file_sha256(written)[:32] != written.stem and file_sha256(written)[:12] not in str(info.value)
+
+
+@pytest.mark.parametrize("column", ["age", "income", "children"])
+def test_api_huge_python_int_in_an_object_column_is_a_row_level_oddity(tmp_path, column):
+    """An object column holding 10**30 raised a bare OverflowError. Numbers of a numeric
+    column are clamped to its bounds; an integer category no schema lists is unknown."""
+    import dpsynth
+
+    frame = pd.read_csv(DEMO)
+    frame[column] = frame[column].astype(object)
+    if column == "children":  # whole numbers stored as Python ints in a categorical column
+        frame[column] = pd.Series([int(v.rstrip("+")) for v in frame[column]], dtype=object)
+    frame.loc[0, column] = 10**30
+    frame.loc[1, column] = -(10**400)
+    rel = dpsynth.release(frame, DEMO_SCHEMA, method="marginals", epsilon=1.0, workspace=tmp_path / "ws",
+                          out=tmp_path / "out", name="big")
+    assert rel.manifest["rows"] > 0
+
+
+@pytest.mark.parametrize("delta", ["0.5", "0.99", "1e-3", "nan"])
+def test_a_delta_no_standard_accepts_is_refused_before_measuring(tmp_path, capsys, delta):
+    """--delta 0.5 and 0.99 were accepted (rho 1 at epsilon 1: noise sd 2.2 instead of 14)."""
+    assert _cli(tmp_path, "--name", "d", "--delta", delta) == 2
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "delta must lie in (0, 0.001)" in line[0] and "nothing was measured" in line[0]
+    assert _nothing_measured(tmp_path)
+
+
+def test_budget_set_refuses_a_delta_no_standard_accepts(tmp_path, capsys):
+    from dpsynth.registry import get_cap
+
+    assert main(["budget", "set", "demo", "--epsilon", "2", "--delta", "0.99", "--workspace", str(tmp_path / "ws")]) == 2
+    assert "cap delta must lie in (0, 0.001)" in _error_lines(capsys.readouterr().err)[0]
+    assert get_cap(tmp_path / "ws", "demo") is None
+
+
+def test_delta_above_one_over_the_dp_record_count_warns_and_notes_the_manifest(tmp_path, capsys):
+    """The demo table has about 5,000 rows: delta 5e-4 is above 1/n."""
+    assert _cli(tmp_path, "--name", "wide-delta", "--rows", "200", "--delta", "5e-4") == 0
+    err = capsys.readouterr().err
+    assert "dpsynth: warning: delta 0.0005 is above 1/" in err and "DP measurement" in err
+    notes = json.loads((tmp_path / "out" / "wide-delta" / "manifest.json").read_text())["privacy"]["notes"]
+    assert any(n.startswith("delta 0.0005 is above 1/") for n in notes)
+    assert _cli(tmp_path, "--name", "fine-delta", "--rows", "200") == 0  # the default 1e-6 says nothing
+    assert "is above 1/" not in capsys.readouterr().err
+    assert "notes" not in json.loads((tmp_path / "out" / "fine-delta" / "manifest.json").read_text())["privacy"]
+
+
+def test_delta_above_one_over_a_public_row_count_warns_before_measuring(tmp_path):
+    params = {**_PARAMS["private-sampling"], "public_n": "5000"}
+    plan = pipeline.prepare(_config(tmp_path, "private-sampling", params=params, delta=5e-4))
+    assert any(w.startswith("delta 0.0005 is above 1/5000 (the declared public row count)") for w in plan.warnings)
+    assert not any("delta" in w for w in pipeline.prepare(_config(tmp_path, "private-sampling", params=params)).warnings)

@@ -16,6 +16,7 @@ Workspace layout (private: it holds codes of raw rows; never publish it)::
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
         synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        synthetic-rows<N>/  the same for --rows N (one cache per row count)
         validation.json
       names/<release name>.json                           name -> release key
       names/<release name>.lock                           held (flock) for a whole run

@@ -25,7 +25,7 @@ from ..bundle import fsync_path, publish_release, read_sign_key
 from ..encode_parts import encode_to_parts
 from ..encoding import EncodedTable, decode, write_csv
 from ..measurement import Measurement, PrivacyStatement
-from ..privacy.budget import Ledger
+from ..privacy.budget import Ledger, delta_warning
 from ..privacy.rng import seed_commitment
 from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
@@ -42,8 +42,10 @@ __all__ = [
     "gate_files",
     "internal_report_stage",
     "measure_stage",
+    "measured_delta_warning",
     "publish_stage",
     "synthesize_stage",
+    "synthetic_folder",
     "start_gate_warm_up",
     "validate_stage",
     "write_atomic",
@@ -143,9 +145,21 @@ def row_runner(dask_address: str | None) -> Iterator[Runner]:
         yield runner
 
 
+def synthetic_folder(plan: ReleasePlan) -> Path:
+    """The synthetic cache of a plan: one per requested row count, since a new ``--rows``
+    on the same measurement is free post-processing, not a reason to reuse the old table.
+
+    Everything else synthesize reads (measurement, method, parameters, post-processing
+    options, seed) is in the release key already.
+    """
+    rows = plan.config.rows
+    return plan.release_dir() / ("synthetic" if rows is None else f"synthetic-rows{int(rows)}")
+
+
 def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
-    """Post-processing of the measurement only: synthetic codes, then values."""
-    folder = plan.release_dir() / "synthetic"
+    """Post-processing of the measurement only: synthetic codes, then values (cached per
+    row count, :func:`synthetic_folder`)."""
+    folder = synthetic_folder(plan)
     if (folder / COMPLETE).exists():
         return folder
     m = Measurement.load(measurement_dir)
@@ -293,6 +307,7 @@ def publish_stage(
     if data_docs:
         files["data-docs"] = folder / "data-docs"
     rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
+    notes = [*plan.warnings, *filter(None, [measured_delta_warning(plan, measurement_dir)])]
     manifest = {
         "name": plan.name,
         "method": plan.method_name,
@@ -308,7 +323,7 @@ def publish_stage(
             "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta),
-            **({"notes": list(plan.warnings)} if plan.warnings else {}),
+            **({"notes": notes} if notes else {}),
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
         "postprocessing": dict(plan.options),
@@ -331,6 +346,16 @@ def publish_stage(
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
                            sign_key=key)
+
+
+def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
+    """A warning when the release's delta is above 1/(the DP record count): known once
+    measured (post-processing of the measurement). The engine says it on stderr, publish
+    repeats it as a manifest note; not said twice when a public row count said it already."""
+    if any(note.startswith(f"delta {plan.budget.delta:g} is above") for note in plan.warnings):
+        return None
+    records = Measurement.load(measurement_dir).estimated_records()
+    return delta_warning(plan.budget.delta, records, "the record count as the DP measurement estimates it")
 
 
 def _size(path: Path) -> int:

@@ -25,6 +25,6 @@ def _key(context: Any, args: dict[str, Any]) -> str:
 def measure_task(plan: ReleasePlan, codes: Path) -> dict[str, Any]:
     """The DP boundary: the only task that reads private rows."""
     timings: dict[str, float] = {}
-    with stage("measure", timings):
+    with stage("measure", timings, plan.config.workspace):
         folder = measure_stage(plan, Path(codes))
     return {"measurement": str(folder), "seconds": timings["measure"]}
