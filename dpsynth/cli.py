@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -40,13 +41,24 @@ def _parse_kv(items: Sequence[str], option: str = "--param") -> dict[str, str]:
     return out
 
 
+def _finite(text: str) -> float:
+    """A command-line number: NaN and infinities are refused (argparse exits 2 naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _parse_gate(items: Sequence[str]) -> dict[str, float]:
     out = {}
     for key, value in _parse_kv(items, "--gate").items():
         try:
-            out[key] = float(value)
-        except ValueError:
-            raise UsageError(f"--gate {key} must be a number, got {value!r}") from None
+            out[key] = _finite(value)
+        except argparse.ArgumentTypeError:
+            raise UsageError(f"--gate {key} must be a finite number, got {value!r}") from None
     return out
 
 
@@ -318,7 +330,7 @@ def _cmd_test_two_proportions(args: argparse.Namespace) -> int:
     r = two_proportions_test(args.x, args.n, args.y, args.m, args.epsilon, rng, replicates=args.replicates)
     print(json.dumps({"hypothesis": "H0: theta_X = theta_Y vs H1: theta_Y > theta_X", "theta_hat": r.theta_hat,
                       "p_value_one_step": r.p_one_step, "p_value_bootstrap": r.p_bootstrap,
-                      "replicates": r.replicates}, indent=2))
+                      "replicates": r.replicates}, indent=2, allow_nan=False))  # valid JSON or an error
     return 0
 
 
@@ -330,8 +342,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
     r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
-    r.add_argument("--epsilon", required=True, type=float)
-    r.add_argument("--delta", type=float, default=None, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--epsilon", required=True, type=_finite)
+    r.add_argument("--delta", type=_finite, default=None, help="default 1e-6; keep it well below 1/rows")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
@@ -368,10 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = bg.add_subparsers(dest="budget_command", required=True)
     bs = bsub.add_parser("set", help="declare or replace a dataset's cap")
     bs.add_argument("dataset")
-    bs.add_argument("--epsilon", type=float, required=True, help="lifetime epsilon over all releases")
-    bs.add_argument("--delta", type=float, required=True, help="lifetime delta")
+    bs.add_argument("--epsilon", type=_finite, required=True, help="lifetime epsilon over all releases")
+    bs.add_argument("--delta", type=_finite, required=True, help="lifetime delta")
     bs.add_argument("--period", choices=("day", "week", "month"), default=None, help="also cap each calendar period (UTC)")
-    bs.add_argument("--period-epsilon", type=float, default=None, help="epsilon allowed per period")
+    bs.add_argument("--period-epsilon", type=_finite, default=None, help="epsilon allowed per period")
     bs.add_argument("--workspace", default=None)
     bs.set_defaults(func=_cmd_budget_set)
     bw = bsub.add_parser("show", help="cap, spend, remaining and every release's cost")
@@ -404,21 +416,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--p", type=int, required=True, help="Boolean features (one-hot width)")
     b.add_argument("--d", type=int, required=True, help="Walsh degree (marginal dimension)")
     b.add_argument("--m", type=int, required=True, help="size of the reduced space")
-    b.add_argument("--delta", type=float, required=True, help="lower density bound (accuracy 4*delta)")
-    b.add_argument("--Delta", type=float, required=True, help="density bound: density <= Delta / 2^p")
-    b.add_argument("--gamma", type=float, required=True, help="failure probability of Theorem 12.4")
-    b.add_argument("--epsilon", type=float, required=True)
+    b.add_argument("--delta", type=_finite, required=True, help="lower density bound (accuracy 4*delta)")
+    b.add_argument("--Delta", type=_finite, required=True, help="density bound: density <= Delta / 2^p")
+    b.add_argument("--gamma", type=_finite, required=True, help="failure probability of Theorem 12.4")
+    b.add_argument("--epsilon", type=_finite, required=True)
     b.add_argument("--k", type=int, default=None, help="rows to release: also say whether (epsilon, k) holds")
     b.set_defaults(func=_cmd_bounds)
 
     t = sub.add_parser("test", help="hypothesis tests on released DP statistics (post-processing, no budget)")
     tsub = t.add_subparsers(dest="test_command", required=True)
     tp = tsub.add_parser("two-proportions", help="Tulap-noised counts of two groups: one-step and bootstrap p-values")
-    tp.add_argument("--x", type=float, required=True, help="released noisy count of successes, group X")
+    tp.add_argument("--x", type=_finite, required=True, help="released noisy count of successes, group X")
     tp.add_argument("--n", type=int, required=True, help="size of group X (public)")
-    tp.add_argument("--y", type=float, required=True, help="released noisy count of successes, group Y")
+    tp.add_argument("--y", type=_finite, required=True, help="released noisy count of successes, group Y")
     tp.add_argument("--m", type=int, required=True, help="size of group Y (public)")
-    tp.add_argument("--epsilon", type=float, required=True, help="epsilon of the Tulap release (b = exp(-epsilon))")
+    tp.add_argument("--epsilon", type=_finite, required=True, help="epsilon of the Tulap release (b = exp(-epsilon))")
     tp.add_argument("--replicates", type=int, default=2000)
     tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
     tp.set_defaults(func=_cmd_test_two_proportions)

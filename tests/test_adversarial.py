@@ -1140,7 +1140,7 @@ def test_api_huge_python_int_in_an_object_column_is_a_row_level_oddity(tmp_path,
     assert rel.manifest["rows"] > 0
 
 
-@pytest.mark.parametrize("delta", ["0.5", "0.99", "1e-3", "nan"])
+@pytest.mark.parametrize("delta", ["0.5", "0.99", "1e-3"])
 def test_a_delta_no_standard_accepts_is_refused_before_measuring(tmp_path, capsys, delta):
     """--delta 0.5 and 0.99 were accepted (rho 1 at epsilon 1: noise sd 2.2 instead of 14)."""
     assert _cli(tmp_path, "--name", "d", "--delta", delta) == 2
@@ -1174,3 +1174,37 @@ def test_delta_above_one_over_a_public_row_count_warns_before_measuring(tmp_path
     plan = pipeline.prepare(_config(tmp_path, "private-sampling", params=params, delta=5e-4))
     assert any(w.startswith("delta 0.0005 is above 1/5000 (the declared public row count)") for w in plan.warnings)
     assert not any("delta" in w for w in pipeline.prepare(_config(tmp_path, "private-sampling", params=params)).warnings)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["test", "two-proportions", "--x", "nan", "--n", "100", "--y", "40", "--m", "100", "--epsilon", "1"], "--x"),
+    (["test", "two-proportions", "--x", "30", "--n", "100", "--y", "inf", "--m", "100", "--epsilon", "1"], "--y"),
+    (["test", "two-proportions", "--x", "30", "--n", "100", "--y", "40", "--m", "100", "--epsilon=-inf"],
+     "--epsilon"),
+    (["bounds", "--n", "100", "--p", "8", "--d", "2", "--m", "64", "--delta", "nan", "--Delta", "4",
+      "--gamma", "0.1", "--epsilon", "1"], "--delta"),
+    (["budget", "set", "demo", "--epsilon", "nan", "--delta", "1e-6"], "--epsilon"),
+])
+def test_non_finite_numbers_on_the_command_line_exit_2_naming_the_option(capsys, args, option):
+    """`dpsynth test two-proportions --x nan` printed `theta_hat: NaN` with a 'significant'
+    p-value, as invalid JSON."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and captured.out == ""
+    assert f"argument {option}: must be a finite number" in captured.err.strip().splitlines()[-1]
+
+
+def test_two_proportions_library_refuses_non_finite_counts():
+    from dpsynth.onestep.tulap import two_proportions_test
+
+    with pytest.raises(ValueError, match="x_noisy must be a finite number"):
+        two_proportions_test(float("nan"), 100, 40.0, 100, 1.0, np.random.default_rng(0))
+    assert main(["test", "two-proportions", "--x", "30", "--n", "100", "--y", "40", "--m", "100", "--epsilon", "1",
+                 "--replicates", "50", "--seed", "1"]) == 0
+
+
+def test_gate_threshold_must_be_finite(tmp_path, capsys):
+    assert _cli(tmp_path, "--name", "g", "--gate", "max_tvd_k1=nan") == 2
+    assert "--gate max_tvd_k1 must be a finite number" in _error_lines(capsys.readouterr().err)[0]
+    assert _nothing_measured(tmp_path)
