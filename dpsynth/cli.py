@@ -155,6 +155,7 @@ def _cmd_budget_set(args: argparse.Namespace) -> int:
 
     cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
     workspace = Path(args.workspace) if args.workspace else default_workspace()
+    _warn_near_twin(workspace, args.dataset)
     set_cap(workspace, args.dataset, cap)
     _print_budget(state(workspace, args.dataset))
     return 0
@@ -165,8 +166,19 @@ def _cmd_budget_show(args: argparse.Namespace) -> int:
     from .registry import state
 
     workspace = Path(args.workspace) if args.workspace else default_workspace()
+    _warn_near_twin(workspace, args.dataset)
     _print_budget(state(workspace, args.dataset, delta=DEFAULT_DELTA))
     return 0
+
+
+def _warn_near_twin(workspace: Path, dataset: str) -> None:
+    """A stderr warning when the registry holds a dataset whose name differs only by case,
+    spaces or Unicode form (refuses a misspelt name first)."""
+    from .registry import check_dataset_name, near_twin_warning
+
+    check_dataset_name(dataset)
+    if (twin := near_twin_warning(workspace, dataset)) is not None:
+        print(f"dpsynth: warning: {twin}", file=sys.stderr)
 
 
 def _print_budget(st) -> None:

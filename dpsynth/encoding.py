@@ -16,6 +16,7 @@ its distinct values are looked up in Python.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -274,18 +275,25 @@ def _as_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.cast(arr, pa.string())
 
 
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC (a no-op, and cheap, for text already in it)."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     text = _as_text(arr).combine_chunks() if isinstance(arr, pa.ChunkedArray) else _as_text(arr)
     dic = pc.dictionary_encode(text)
     uniques = dic.dictionary.to_pylist()
-    lookup = {v: i for i, v in enumerate(col.values)}
-    missing = set(col.missing)
+    # Labels and values compare in Unicode NFC: a decomposed "é" is the schema's composed one.
+    lookup = {_nfc(v): i for i, v in enumerate(col.values)}
+    missing = {_nfc(v) for v in col.missing}
     null_code = col.missing_code if col.nullable else col.fill_code
     unknown_code = (
         col.other_code if col.other else (col.missing_code if col.nullable else col.fill_code)
     )
     lut = np.empty(len(uniques) + 1, dtype=np.int64)
-    for i, v in enumerate(uniques):
+    for i, raw in enumerate(uniques):
+        v = _nfc(raw)
         if v in lookup:
             lut[i] = lookup[v]
         else:

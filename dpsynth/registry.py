@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import unicodedata
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -42,6 +43,9 @@ __all__ = [
     "charge",
     "state",
     "check_dataset_name",
+    "dataset_name_key",
+    "near_twin_warning",
+    "near_twins",
     "check_period",
     "period_start",
 ]
@@ -79,10 +83,42 @@ class RegistryRefused(BudgetExceeded):
 
 
 def check_dataset_name(name: str) -> str:
-    """Refuses a dataset name that is empty, too long or spans lines; returns it."""
+    """Refuses a dataset name that is empty, too long, spans lines, has surrounding spaces
+    or is not in Unicode NFC form (another spelling of one name would silently open a new,
+    uncapped dataset); returns it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or any(ch in name for ch in "\0\n\r"):
         raise ValueError(f"dataset name {name!r} must be a non-empty line of at most 200 characters")
+    canonical = unicodedata.normalize("NFC", name.strip())
+    if canonical != name:
+        raise ValueError(f"dataset name {name!r} has surrounding spaces or decomposed Unicode: write it as "
+                         f"{canonical!r} (another spelling of a name would count as another dataset)")
     return name
+
+
+def dataset_name_key(name: str) -> str:
+    """What two dataset names are compared by: stripped, NFKC, case-folded."""
+    return unicodedata.normalize("NFKC", name.strip()).casefold()
+
+
+def near_twins(workspace: Path, dataset: str) -> tuple[str, ...]:
+    """Datasets in the registry whose names differ from ``dataset`` only by case, spaces or
+    Unicode form (likely the same data under a second, separately capped name)."""
+    path = registry_path(workspace)
+    if not path.is_file():
+        return ()
+    with closing(_connect(path)) as conn:
+        names = {r[0] for r in conn.execute("SELECT dataset FROM caps UNION SELECT dataset FROM releases")}
+    key = dataset_name_key(dataset)
+    return tuple(sorted(n for n in names if n != dataset and dataset_name_key(n) == key))
+
+
+def near_twin_warning(workspace: Path, dataset: str) -> str | None:
+    """A warning naming the near twins of ``dataset`` (:func:`near_twins`), or None."""
+    twins = near_twins(workspace, dataset)
+    if not twins:
+        return None
+    return (f"dataset {dataset!r} differs from {', '.join(map(repr, twins))} in the registry only by case, "
+            f"spaces or Unicode form: each has its own budget. If it is the same data, use --dataset {twins[0]!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

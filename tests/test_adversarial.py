@@ -1208,3 +1208,77 @@ def test_gate_threshold_must_be_finite(tmp_path, capsys):
     assert _cli(tmp_path, "--name", "g", "--gate", "max_tvd_k1=nan") == 2
     assert "--gate max_tvd_k1 must be a finite number" in _error_lines(capsys.readouterr().err)[0]
     assert _nothing_measured(tmp_path)
+
+
+_NFC_CITIES = ["Bogot\u00e1", "Z\u00fcrich", "\u5317\u4eac"]  # composed: NFC
+_NFC_SCHEMA = {"name": "villes", "columns": [{"name": "city", "type": "categorical", "values": _NFC_CITIES,
+                                              "missing": ["\u00e0 d\u00e9finir"]}]}
+
+
+def _nfd(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFD", text)
+
+
+@pytest.mark.parametrize("data_form, schema_form", [("NFD", "NFC"), ("NFC", "NFD"), ("NFD", "NFD")])
+def test_category_values_in_another_unicode_form_are_the_same_category(tmp_path, data_form, schema_form):
+    """NFD `é` in the data against a composed schema silently became missing."""
+    form = {"NFC": lambda t: t, "NFD": _nfd}
+    raw = {**_NFC_SCHEMA, "columns": [{**_NFC_SCHEMA["columns"][0],
+                                       "values": [form[schema_form](v) for v in _NFC_CITIES],
+                                       "missing": [form[schema_form]("\u00e0 d\u00e9finir")]}]}
+    schema = schema_from_dict(raw)
+    assert assert_nfc(schema.columns[0].values) == _NFC_CITIES
+    cells = [form[data_form](v) for v in _NFC_CITIES] + [form[data_form]("\u00e0 d\u00e9finir"), " " + form[data_form](_NFC_CITIES[0])]
+    path = tmp_path / "villes.csv"
+    path.write_text("city\n" + "\n".join(cells) + "\n", encoding="utf-8")
+    codes = encode(read_table(path, schema), schema).codes[:, 0].tolist()
+    assert codes == [0, 1, 2, schema.columns[0].missing_code, 0]
+
+
+def assert_nfc(values):
+    import unicodedata
+
+    assert all(unicodedata.is_normalized("NFC", v) for v in values)
+    return list(values)
+
+
+def test_nfc_schemas_keep_their_fingerprint():
+    """Normalising labels must not change the fingerprint (and so the release and cache keys)
+    of a schema already in NFC: the values below were computed before the change."""
+    assert load_schema(DEMO_SCHEMA).fingerprint() == "93c4df51fe0fdc78bbf880985b4b289025c30d6fe38d072cc1c2f05716194725"
+    assert schema_from_dict(_NFC_SCHEMA).fingerprint() == "69c491d2ff0b280e4d8465e77f4af86cebd09a5e71dadd3e891c6cffd4ed5130"
+    nfd = {**_NFC_SCHEMA, "columns": [{**_NFC_SCHEMA["columns"][0], "values": [_nfd(v) for v in _NFC_CITIES],
+                                       "missing": [_nfd("\u00e0 d\u00e9finir")]}]}
+    assert schema_from_dict(nfd).fingerprint() == schema_from_dict(_NFC_SCHEMA).fingerprint()
+
+
+def test_a_label_listed_in_two_unicode_forms_is_refused():
+    raw = {"name": "t", "columns": [{"name": "c", "type": "categorical", "values": ["caf\u00e9", _nfd("caf\u00e9")]}]}
+    with pytest.raises(SchemaError, match=r"column 'c': values lists .* more than once"):
+        schema_from_dict(raw)
+
+
+@pytest.mark.parametrize("name", [" demo", "demo ", _nfd("d\u00e9mo")])
+def test_a_dataset_name_spelt_with_spaces_or_decomposed_is_refused(tmp_path, capsys, name):
+    """Names with surrounding spaces or in another Unicode form opened a new, uncapped dataset."""
+    assert _cli(tmp_path, "--name", "x", "--dataset", name) == 2
+    assert "write it as" in _error_lines(capsys.readouterr().err)[0]
+    assert _nothing_measured(tmp_path)
+    assert main(["budget", "set", name, "--epsilon", "1", "--delta", "1e-6", "--workspace", str(tmp_path / "ws")]) == 2
+
+
+def test_a_dataset_name_differing_only_by_case_warns(tmp_path, capsys):
+    ws = str(tmp_path / "ws")
+    assert main(["budget", "set", "demo", "--epsilon", "3", "--delta", "1e-6", "--workspace", ws]) == 0
+    capsys.readouterr()
+    assert main(["budget", "show", "Demo", "--workspace", ws]) == 0
+    assert "dpsynth: warning: dataset 'Demo' differs from 'demo'" in capsys.readouterr().err
+    assert _cli(tmp_path, "--name", "x", "--rows", "100", "--dataset", "DEMO") == 0
+    err = capsys.readouterr().err
+    assert "dpsynth: warning: dataset 'DEMO' differs from 'demo'" in err and "--dataset 'demo'" in err
+    manifest = (tmp_path / "out" / "x" / "manifest.json").read_text()
+    assert "differs from" not in manifest  # another dataset's name stays on the console
+    assert _cli(tmp_path, "--name", "y", "--rows", "100", "--dataset", "demo") == 0
+    assert "differs from 'DEMO'" in capsys.readouterr().err  # both ways

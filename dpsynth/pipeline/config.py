@@ -291,6 +291,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         raise ReleaseError(f"input {config.data}: no such file")
     for f in input_files(config.data):
         check_file(f, schema)
+    check_dataset_name(config.dataset or schema.name)  # the registry's identity, refused now if misspelt
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     check_name(name)
     target = Path(config.out) / name

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from ..guidance import assess
 from ..measurement import Measurement
-from ..registry import DatasetState, charge
+from ..registry import DatasetState, charge, near_twin_warning
 from ..workspace import LockBusy, exclusive_lock
 from . import stages
 from .messages import public_error, public_message
@@ -180,6 +180,9 @@ def run_stages(
 
     with claim_name(plan):
         codes = step("encode", plan)
+        if (twin := near_twin_warning(plan.config.workspace, plan.dataset)) is not None:
+            warnings.append(twin)  # on the console only: it names another dataset
+            warn(twin)
         dataset = charge_dataset(plan)  # in the orchestrating process, before measuring
         # GE's import runs in the background while the method works; only a request that
         # got its name and its budget pays for it (a refused one exits with one clean line).
