@@ -1282,3 +1282,42 @@ def test_a_dataset_name_differing_only_by_case_warns(tmp_path, capsys):
     assert "differs from" not in manifest  # another dataset's name stays on the console
     assert _cli(tmp_path, "--name", "y", "--rows", "100", "--dataset", "demo") == 0
     assert "differs from 'DEMO'" in capsys.readouterr().err  # both ways
+
+
+_FORMULAS = ["=1+2", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\tx", "\rx", "'quoted", "-3", "plain"]
+
+
+def test_csv_escapes_formula_cells_but_not_numbers(tmp_path):
+    """synthetic.csv wrote labels beginning with =, +, -, @ verbatim: spreadsheets evaluate them."""
+    from dpsynth.encoding import csv_text, write_csv
+
+    assert [csv_text(v) for v in _FORMULAS] == ["'" + v for v in _FORMULAS[:7]] + ["-3", "plain"]
+    schema = schema_from_dict({"name": "f", "columns": [
+        {"name": "label", "type": "categorical", "values": _FORMULAS, "missing": ["=NA()"]},
+        {"name": "x", "type": "numeric", "bounds": [-100, 100], "bins": 4},
+        {"name": "k", "type": "numeric", "bounds": [-100, 100], "bins": 4, "integer": True}]})
+    df = pd.DataFrame({"label": pd.array(_FORMULAS + [None], dtype="string"),
+                       "x": [-1.5] * 10, "k": pd.array([-7] * 10, dtype="Int64")})
+    write_csv(df, schema, tmp_path / "s.csv")
+    back = pd.read_csv(tmp_path / "s.csv", dtype=str, keep_default_na=False)
+    assert back["label"].tolist() == [csv_text(v) for v in _FORMULAS] + ["'=NA()"]
+    assert set(back["x"]) == {"-1.5"} and set(back["k"]) == {"-7"}  # numbers stay numbers
+
+
+def test_release_with_formula_labels_escapes_the_csv_keeps_parquet_and_verifies(tmp_path):
+    rng = np.random.default_rng(3)
+    labels = [v for v in _FORMULAS if v[0] not in "\t\r"]
+    data = tmp_path / "f.csv"
+    pd.DataFrame({"label": rng.choice(labels, 3000), "x": rng.integers(-90, 90, 3000)}).to_csv(data, index=False)
+    schema = tmp_path / "f.yaml"
+    schema.write_text(json.dumps({"name": "formulas", "columns": [
+        {"name": "label", "type": "categorical", "values": labels},
+        {"name": "x", "type": "numeric", "bounds": [-100, 100], "bins": 8, "integer": True}]}))
+    folder = pipeline.run_release(_demo_config(tmp_path, data=data, schema=schema, epsilon=4.0, name="f"))
+    exact = pd.read_parquet(folder / "synthetic.parquet")
+    text = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
+    assert set(exact["label"]) <= set(labels) and "=1+2" in set(exact["label"])
+    assert not any(v[0] in "=+@" for v in text["label"]) and "'=1+2" in set(text["label"])
+    assert (text["x"].astype(int) < 0).any()  # negative numbers are not escaped
+    assert verify_release(folder) == []
+    assert "leading &#x27;" in (folder / "report.html").read_text() or "leading '" in (folder / "report.html").read_text()
