@@ -25,7 +25,7 @@ from .encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
 from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
-from .privacy.budget import Budget, Charge, Ledger
+from .privacy.budget import Charge, Ledger, stated_budget
 from .privacy.rng import MIN_SEED_BYTES
 from .schema import Schema, load_schema, schema_from_dict
 from .workspace_key import opaque_key
@@ -124,7 +124,7 @@ def _read_release(folder: Path) -> Release:
     folder = folder.absolute()
     manifest = json.loads((folder / MANIFEST).read_text())
     privacy = manifest["privacy"]
-    ledger = Ledger(Budget(epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"])),
+    ledger = Ledger(stated_budget(privacy),
                     [Charge.from_dict(s) for s in privacy["ledger"]])
     for stage in privacy["ledger"]:
         if stage.get("spent", True):

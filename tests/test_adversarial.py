@@ -1170,10 +1170,17 @@ def test_delta_above_one_over_the_dp_record_count_warns_and_notes_the_manifest(t
 
 
 def test_delta_above_one_over_a_public_row_count_warns_before_measuring(tmp_path):
+    from dpsynth.pipeline.config import _public_delta_warning
+
+    gaussian = (Charge(stage="m", rho=0.1),)
+    (note,) = _public_delta_warning({"public_n": "5000"}, gaussian, 5e-4)
+    assert note.startswith("delta 0.0005 is above 1/5000 (the declared public row count)")
+    assert _public_delta_warning({"public_n": "5000"}, gaussian, 1e-6) == ()
+    assert _public_delta_warning({}, gaussian, 5e-4) == ()
+    # private sampling declares n public but is pure epsilon-DP: delta plays no part, no warning
     params = {**_PARAMS["private-sampling"], "public_n": "5000"}
     plan = pipeline.prepare(_config(tmp_path, "private-sampling", params=params, delta=5e-4))
-    assert any(w.startswith("delta 0.0005 is above 1/5000 (the declared public row count)") for w in plan.warnings)
-    assert not any("delta" in w for w in pipeline.prepare(_config(tmp_path, "private-sampling", params=params)).warnings)
+    assert not any("is above 1/" in w for w in plan.warnings)
 
 
 @pytest.mark.parametrize("args, option", [
@@ -1321,3 +1328,54 @@ def test_release_with_formula_labels_escapes_the_csv_keeps_parquet_and_verifies(
     assert (text["x"].astype(int) < 0).any()  # negative numbers are not escaped
     assert verify_release(folder) == []
     assert "leading &#x27;" in (folder / "report.html").read_text() or "leading '" in (folder / "report.html").read_text()
+
+
+def test_pure_epsilon_release_states_pure_dp_and_delta_0_everywhere(tmp_path, capsys):
+    """microaggregation-dp (every charge pure epsilon) stated "zCDP, converted with CKS",
+    delta 1e-6 and a rho: its manifest, report, verify and the CLI's last line now state
+    pure epsilon-DP with delta 0."""
+    import dpsynth
+
+    assert _cli(tmp_path, "--name", "pure", "--delta", "5e-4", method="microaggregation-dp") == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == ("privacy: Differentially private (pure epsilon-DP, delta 0; "
+                                            "neighbouring tables: add or remove one record)")
+    assert "is above 1/" not in err  # delta plays no part in a pure epsilon-DP guarantee
+    folder = tmp_path / "out" / "pure"
+    privacy = json.loads((folder / "manifest.json").read_text())["privacy"]
+    assert privacy["delta"] == 0 and privacy["rho"] is None and privacy["pure_epsilon"] is True
+    assert privacy["accounting"].startswith("pure epsilon-DP") and "Canonne" not in privacy["accounting"]
+    assert privacy["delta_requested"] == 5e-4 and privacy["epsilon_spent"] == pytest.approx(1.0)
+    assert "notes" not in privacy
+    report = (folder / "report.html").read_text()
+    assert "pure &epsilon;-differentially private" in report and "at &delta; = 0" in report
+    assert "Canonne" not in report
+    assert verify_release(folder) == []
+    assert main(["verify", str(folder)]) == 0
+    assert "pure epsilon-DP, delta 0" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert dpsynth.load_release(folder).ledger.epsilon_spent() == pytest.approx(1.0)
+
+
+def test_zcdp_release_stays_zcdp(release):
+    privacy = json.loads((release / "manifest.json").read_text())["privacy"]
+    assert privacy["delta"] == 1e-6 and privacy["rho"] > 0 and "Canonne" in privacy["accounting"]
+    assert "pure" not in privacy["headline"] and "pure_epsilon" not in privacy
+
+
+def test_forgery_zcdp_release_claims_pure_epsilon_dp(release):
+    def pure(m):
+        p = m["privacy"]
+        p["delta"], p["rho"], p["delta_requested"] = 0.0, None, 1e-6
+
+    _edit_manifest(release, pure)
+    problems = verify_release(release)
+    assert any("states pure epsilon-DP (delta 0) but the charges" in p for p in problems)
+
+
+def test_microaggregation_docstring_names_the_files_that_say_not_dp():
+    import dpsynth.methods.microaggregation as micro
+
+    doc = micro.__doc__
+    assert "every file a reader sees" not in doc
+    for name in ("manifest.json", "measurement.json", "report.html", "synthetic.csv"):
+        assert name in doc

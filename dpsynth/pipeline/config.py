@@ -29,7 +29,7 @@ from ..rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
 from ..precheck import check_installed, check_options, check_rows, noise_warnings
-from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning
+from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
@@ -256,8 +256,12 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     return method_params, options
 
 
-def _public_delta_warning(method_params: Mapping[str, Any], delta: float) -> tuple[str, ...]:
-    """Before measuring, from a row count the data owner declared public (``public_n``)."""
+def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charge, ...],
+                          delta: float) -> tuple[str, ...]:
+    """Before measuring, from a row count the data owner declared public (``public_n``);
+    nothing for a pure epsilon-DP plan, whose guarantee has delta 0."""
+    if is_pure(charges):
+        return ()
     try:
         n = int(method_params["public_n"])
     except (KeyError, TypeError, ValueError):
@@ -303,7 +307,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
-        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(method_params, budget.delta),
+        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(method_params, charges,
+                                                                                     budget.delta),
         budget=budget,
         charges=charges,
         name=name,

@@ -25,7 +25,7 @@ from ..bundle import fsync_path, publish_release, read_sign_key
 from ..encode_parts import encode_to_parts
 from ..encoding import EncodedTable, decode, write_csv
 from ..measurement import Measurement, PrivacyStatement
-from ..privacy.budget import Ledger, delta_warning
+from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
 from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
@@ -308,6 +308,7 @@ def publish_stage(
         files["data-docs"] = folder / "data-docs"
     rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
     notes = [*plan.warnings, *filter(None, [measured_delta_warning(plan, measurement_dir)])]
+    pure = _pure(m_meta)
     manifest = {
         "name": plan.name,
         "method": plan.method_name,
@@ -316,13 +317,11 @@ def publish_stage(
         "schema_sha256": plan.schema.fingerprint(),
         "privacy": {
             "epsilon": plan.budget.epsilon,
-            "delta": plan.budget.delta,
-            "rho": plan.budget.rho,
+            **_accounting(plan, ledger, m_meta),
             "rho_spent": ledger["rho_spent"],
             "epsilon_spent": ledger["epsilon_spent"],
-            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "ledger": ledger["stages"],
-            **_privacy_statement(m_meta),
+            **_privacy_statement(m_meta, pure),
             **({"notes": notes} if notes else {}),
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
@@ -352,8 +351,9 @@ def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | No
     """A warning when the release's delta is above 1/(the DP record count): known once
     measured (post-processing of the measurement). The engine says it on stderr, publish
     repeats it as a manifest note; not said twice when a public row count said it already."""
-    if any(note.startswith(f"delta {plan.budget.delta:g} is above") for note in plan.warnings):
-        return None
+    if is_pure(plan.charges) or any(note.startswith(f"delta {plan.budget.delta:g} is above")
+                                    for note in plan.warnings):
+        return None  # pure epsilon-DP has delta 0; or a public row count said it already
     records = Measurement.load(measurement_dir).estimated_records()
     return delta_warning(plan.budget.delta, records, "the record count as the DP measurement estimates it")
 
@@ -365,11 +365,27 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
+def _pure(m_meta: Mapping[str, Any]) -> bool:
+    """A DP measurement whose every charge is pure epsilon: pure epsilon-DP, delta 0."""
+    st = PrivacyStatement.from_dict(m_meta["statement"])
+    return st.differentially_private and is_pure(Charge.from_dict(c) for c in m_meta.get("charges", []))
+
+
+def _accounting(plan: ReleasePlan, ledger: Mapping[str, Any], m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """delta, rho and how the stages compose: zCDP converted with CKS, or, when every charge
+    is pure epsilon, pure epsilon-DP with delta 0 (the configured delta changed nothing)."""
+    if _pure(m_meta):
+        return {"delta": 0.0, "rho": None, "pure_epsilon": True, "delta_requested": plan.budget.delta,
+                "accounting": "pure epsilon-DP: the stages' epsilons add up (basic composition); delta 0"}
+    return {"delta": plan.budget.delta, "rho": plan.budget.rho,
+            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)"}
+
+
+def _privacy_statement(m_meta: Mapping[str, Any], pure: bool = False) -> dict[str, Any]:
     """The manifest's statement fields, from the measurement's typed statement."""
     st = PrivacyStatement.from_dict(m_meta["statement"])
     out: dict[str, Any] = {"differentially_private": st.differentially_private, "guarantee": st.kind,
-                           "headline": st.headline()}
+                           "headline": st.headline(pure)}
     if st.neighbours:
         out["neighbours"] = st.neighbours
     if st.detail:

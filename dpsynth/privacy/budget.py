@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from .accounting import epsilon_from_rho, rho_from_epsilon
 
 __all__ = ["MAX_DELTA", "Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "check_delta",
-           "delta_warning", "total_epsilon"]
+           "delta_warning", "is_pure", "stated_budget", "total_epsilon"]
 
 # Relative slack allowed when comparing sums of floating-point shares with the budget.
 _RHO_TOLERANCE = 1e-9
@@ -135,6 +135,23 @@ def total_epsilon(charges: Iterable[Charge], delta: float) -> float:
     rho = sum(c.rho for c in charges)
     pure = sum(c.epsilon for c in charges)
     return pure + (epsilon_from_rho(rho, delta) if rho > 0 else 0.0)
+
+
+def is_pure(charges: Iterable[Charge]) -> bool:
+    """Whether every charge is a pure-epsilon cost (no zCDP part): the charges then compose
+    to pure epsilon-DP, delta 0, whatever delta the release was configured with."""
+    charges = list(charges)
+    return bool(charges) and all(c.rho == 0.0 for c in charges) and any(c.epsilon > 0.0 for c in charges)
+
+
+def stated_budget(privacy: Any) -> Budget:
+    """The budget a manifest's ``privacy`` section states. A pure epsilon-DP release states
+    delta 0; its ledger does not depend on delta, so it is checked at the delta it was
+    configured with (``delta_requested``)."""
+    delta = float(privacy["delta"])
+    if delta == 0.0:
+        delta = float(privacy.get("delta_requested", 1e-6))
+    return Budget(epsilon=float(privacy["epsilon"]), delta=delta)
 
 
 class Ledger:
