@@ -57,8 +57,8 @@ def _parse_gate(items: Sequence[str]) -> dict[str, float]:
     for key, value in _parse_kv(items, "--gate").items():
         try:
             out[key] = _finite(value)
-        except argparse.ArgumentTypeError:
-            raise UsageError(f"--gate {key} must be a finite number, got {value!r}") from None
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--gate {key} {exc}") from None
     return out
 
 
