@@ -20,15 +20,15 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from .bundle import MANIFEST, sha256_file
-from .encoding import DataError
+from .publish.bundle import MANIFEST, sha256_file
+from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
 from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
 from .privacy.budget import Charge, Ledger, stated_budget
 from .privacy.rng import MIN_SEED_BYTES
 from .schema import Schema, load_schema, schema_from_dict
-from .workspace_key import opaque_key
+from .privacy.workspace_key import opaque_key
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
 
@@ -106,7 +106,7 @@ def release(
 def load_release(path: str | os.PathLike[str]) -> Release:
     """Opens a published release after verifying it (``dpsynth verify``); refuses a
     release whose files do not match its manifest, or whose ledger is over budget."""
-    from .verify import verify_release
+    from .publish.verify import verify_release
 
     folder = Path(path)
     problems = verify_release(folder)
