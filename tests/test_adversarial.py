@@ -1056,7 +1056,7 @@ def test_full_disk_at_publish_names_no_private_path(tmp_path, monkeypatch, capsy
     from dpsynth.publish import bundle
 
     def full(src, dst, *a, **k):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), str(dst))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
 
     monkeypatch.setattr(bundle.shutil, "copyfile", full)
     assert _cli(tmp_path, "--name", "full", "--rows", "200") == 1
@@ -1381,3 +1381,23 @@ def test_microaggregation_docstring_names_the_files_that_say_not_dp():
     assert "every file a reader sees" not in doc
     for name in ("manifest.json", "measurement.json", "report.html", "synthetic.csv"):
         assert name in doc
+
+
+def test_public_message_hides_every_spelling_of_a_workspace_path(tmp_path, monkeypatch):
+    from dpsynth.pipeline.messages import public_error, public_message
+
+    monkeypatch.chdir(tmp_path)
+    key = "0123456789abcdef" * 2
+    ws = Path("ws")
+    inside = f"releases/{key}/synthetic/synthetic.csv"
+    for spelt in (f"ws/{inside}", f"{tmp_path}/ws/{inside}", f"./elsewhere/releases/{key}/x"):
+        err = OSError(28, "No space left on device", spelt, None, "out/.r1-tmp/synthetic.csv")
+        line = public_message(err, ws)
+        assert key not in line and "releases/" not in line and "No space left on device" in line
+        assert "out/.r1-tmp/synthetic.csv" in line  # the operator's own output folder stays named
+        clean = public_error(err, ws)
+        assert isinstance(clean, OSError) and clean.errno == 28 and key not in str(clean)
+    kept = "see ws/names/r1.json, news/x.csv and the registry ws/registry.sqlite"
+    assert public_message(RuntimeError(kept), ws) == kept
+    plain = ValueError("column 'age': bounds must be numbers")
+    assert public_error(plain, ws) is plain  # a public message is raised unchanged

@@ -34,6 +34,7 @@ _WHERE = {
 }
 _HEX = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{16,}(?![0-9A-Za-z])")
 _TAIL = r"[^\s'\":,;()]*"
+_START = r"(?<![^\s'\"(=:])"  # a path begins the text or follows a space, quote, bracket, = or :
 
 
 def _roots(workspace: Path | None) -> list[str]:
@@ -70,9 +71,9 @@ def public_text(text: str, workspace: Path | None = None, names: Mapping[str, st
     """``text`` with workspace paths described and long hexadecimal names hidden."""
     names = dict(names or {})
     for raw in sorted(names, key=len, reverse=True):
-        text = re.sub(re.escape(raw) + _TAIL, lambda m: _describe(m.group(0), workspace, names), text)
+        text = re.sub(_START + re.escape(raw) + _TAIL, lambda m: _describe(m.group(0), workspace, names), text)
     for root in _roots(workspace):
-        text = re.sub(re.escape(root) + r"[/\\]" + _TAIL, lambda m: _describe(m.group(0), workspace, names), text)
+        text = re.sub(_START + re.escape(root) + r"[/\\]" + _TAIL, lambda m: _describe(m.group(0), workspace, names), text)
     text = re.sub(r"[^\s'\"]*releases[/\\][0-9a-fA-F]{16,}" + _TAIL, _WHERE["releases"], text)
     return _HEX.sub(HIDDEN, text)
 
