@@ -1104,6 +1104,7 @@ def test_prefect_failure_after_cleanup_logs_no_private_path(prefect_harness, tmp
     with pytest.raises(pipeline.BudgetSpent) as info:
         release_flow(**flow_parameters(_demo_config(tmp_path, name="pf", rows=150, out=tmp_path / "o2")))
     _no_private_names(str(info.value), tmp_path / "ws", key)
+    assert str(info.value).count("errno 2") == 1 and "No such file or directory" in str(info.value)
     url = prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value()
     db = Path(str(url).split("///", 1)[1])
     blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))

@@ -115,8 +115,11 @@ def public_error(exc: BaseException, workspace: Path | None = None,
         return exc
     message = public_message(exc, workspace, names)
     try:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            return type(exc)(exc.errno, message)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:
+            # The same error with its file names in words: public_message of it is the same line.
+            said = [None if f is None else _describe(os.fsdecode(f), workspace, names or {})
+                    for f in (exc.filename, exc.filename2)]
+            return type(exc)(exc.errno, public_text(exc.strerror, workspace, names), said[0], None, said[1])
         return type(exc)(message)
     except Exception:
         from .config import ReleaseError
