@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -27,7 +27,9 @@ from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
 from .privacy.budget import Charge, Ledger, stated_budget
 from .privacy.rng import MIN_SEED_BYTES
+from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
+from .privacy.workspace import private_workspace
 from .privacy.workspace_key import opaque_key
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
@@ -46,6 +48,9 @@ class Release:
     synthetic: pd.DataFrame
     ledger: Ledger
     report_path: Path
+    #: The privacy registry this run charged (a private local path, never published);
+    #: None for a release opened with :func:`load_release`.
+    registry: Path | None = None
 
     @property
     def name(self) -> str:
@@ -84,12 +89,15 @@ def release(
     exception names a file of the private workspace. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
+    defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
-    with public_errors(ws):  # no workspace path, key or input name in what is raised
+    # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
+    # No workspace path, key or input name in what is raised.
+    with public_errors(ws), private_workspace(ws):
         data_file = _as_data_file(data, ws, schema_obj)
         # A DataFrame's file in the workspace is "data" in every message.
         names = {} if isinstance(data, (str, os.PathLike)) else {str(data_file): "data"}
@@ -100,7 +108,7 @@ def release(
                 workspace=ws, internal_report=internal_report, gate=gate, **settings,
             )
             folder = run_release(config)
-    return _read_release(folder)
+    return replace(_read_release(folder), registry=registry_path(ws).absolute())
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:
