@@ -165,24 +165,26 @@ def test_bernoulli_exp_of_a_rational_has_the_exact_mean(num, den):
 
 
 @pytest.mark.parametrize("a,w", [(0, 7), (1, 3), (3, 2), (5, 2), (7, 3)])
-@pytest.mark.parametrize("big", [False, True])
-def test_gaussian_acceptance_is_exp_of_minus_z_squared_over_two(a, w, big):
+@pytest.mark.parametrize("path", ["grouped", "per_element", "big"])
+def test_gaussian_acceptance_is_exp_of_minus_z_squared_over_two(a, w, path):
     """The acceptance step keeps z = a/w with probability exp(-z^2/2): z <= 1 (one chain),
-    z > 1 (j^2/2 chains), in int64 and on Python integers (the far-tail path, w > 2^64,
-    slower: fewer draws, and the rejected error is 30% instead of 5%)."""
+    z > 1 (ceil(j^2/2) chains), grouped by j = ceil(z) with scalar bounds, per element, and on
+    Python integers (the far-tail path, w > 2^64: slower, so fewer draws, and the rejected
+    error is 30% instead of 5%)."""
+    big = path == "big"
     n, off = (40_000, 1.3) if big else (400_000, 1.05)
     rng = np.random.default_rng(7 * a + w)
     scale = 3 * 2**70 if big else 1
     arr = np.full(n, a * scale, dtype=object if big else np.int64)
     p = math.exp(-((a / w) ** 2) / 2)
-    if big or a > w:
-        hits = int(exact._gauss_trials(arr, w * scale, rng).sum())
+    if path == "grouped":
+        hits = int(exact._gauss_fixed_j(arr, w, max(1, -(-a // w)), rng).sum())
     else:
-        hits = int(exact._gauss_unit(arr, w, rng).sum())
+        hits = int(exact._gauss_trials(arr, w * scale, rng).sum())
     if a == 0:
         assert hits == n
         return
-    bonf = ALPHA / 8
+    bonf = ALPHA / 12
     assert stats.binomtest(hits, n, p).pvalue > bonf
     assert stats.binomtest(hits, n, math.exp(-off * (a / w) ** 2 / 2)).pvalue < ALPHA
 

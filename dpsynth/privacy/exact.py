@@ -24,6 +24,7 @@ __all__ = ["uniform_below", "bernoulli_exp_unit", "geometric_exp1", "laplace_pas
            "fill", "laplace_rate", "gaussian_rate"]
 
 _LIM = 2**62  # int64 values are kept below this
+_GROUPS = 24  # acceptance draws with z <= 24 (all but a far tail) are grouped by ceil(z)
 
 
 def _uniform_below_big(rng: np.random.Generator, n: np.ndarray) -> np.ndarray:
@@ -176,15 +177,26 @@ def _gauss_trials(a: np.ndarray, w: int, rng: np.random.Generator) -> np.ndarray
     return accept
 
 
-def _gauss_unit(a: np.ndarray, w: int, rng: np.random.Generator) -> np.ndarray:
-    """:func:`_gauss_trials` for int64 ``0 <= a_i <= w < 2^61`` (j = n = 1): one chain whose
-    draws all have the scalar bounds ``w`` and ``2K`` (numpy draws those fastest)."""
-    def over_k(idx: np.ndarray, k: int) -> np.ndarray:
-        aa = a[idx]
-        return ((rng.integers(0, w, size=idx.size) < aa) & (rng.integers(0, w, size=idx.size) < aa)
-                & (rng.integers(0, 2 * k, size=idx.size) == 0))
+def _gauss_fixed_j(a: np.ndarray, w: int, j: int, rng: np.random.Generator) -> np.ndarray:
+    """:func:`_gauss_trials` for int64 ``a_i`` that share one ``j = max(1, ceil(a_i / w))``
+    (``w j < 2^62``): every bound is then a scalar, which numpy draws several times faster."""
+    wj, j2, two_n = w * j, j * j, 2 * (-(-j * j // 2))
 
-    return _chain(a.size, over_k)
+    def over_k(idx: np.ndarray, k: int) -> np.ndarray:
+        aa, m = a[idx], idx.size
+        hit = (rng.integers(0, wj, size=m) < aa) & (rng.integers(0, wj, size=m) < aa)
+        if two_n * k < _LIM:
+            return hit & (rng.integers(0, two_n * k, size=m) < j2)
+        return hit & (rng.integers(0, two_n, size=m) < j2) & (rng.integers(0, k, size=m) == 0)
+
+    alive = np.arange(a.size)
+    for _ in range(two_n // 2):  # n chains, each must succeed; the dead leave at once
+        if not alive.size:
+            break
+        alive = alive[_chain(alive.size, lambda idx, k: over_k(alive[idx], k))]
+    accept = np.zeros(a.size, dtype=bool)
+    accept[alive] = True
+    return accept
 
 
 def gaussian_accept(abs_y: np.ndarray, sigma: Fraction, t: int, rng: np.random.Generator) -> np.ndarray:
@@ -203,11 +215,14 @@ def gaussian_accept(abs_y: np.ndarray, sigma: Fraction, t: int, rng: np.random.G
     idx = np.flatnonzero(safe)
     if idx.size:
         a = np.abs(abs_y[idx] * mult - off)
-        unit = a <= w
-        accept[idx[unit]] = _gauss_unit(a[unit], w, rng)
-        small = ~unit & ((a // w) < 2**30)  # keeps j^2 and w j below 2^62
+        j = np.maximum(-(-a // w), 1)
+        for jj in range(1, _GROUPS + 1):  # z in (jj - 1, jj]: scalar bounds
+            sel = j == jj
+            if sel.any():
+                accept[idx[sel]] = _gauss_fixed_j(a[sel], w, jj, rng)
+        small = (j > _GROUPS) & (j < 2**30)  # keeps j^2 and w j below 2^62
         accept[idx[small]] = _gauss_trials(a[small], w, rng)
-        safe[idx[~unit & ~small]] = False
+        safe[idx[j >= 2**30]] = False
     rest = np.flatnonzero(~safe)
     if rest.size:
         a = np.abs(abs_y[rest].astype(object) * mult - off)
