@@ -5,8 +5,9 @@ Algorithms 1-3 on integers, dpsynth/privacy/exact.py) at several scales, beside 
 copy of the float samplers dpsynth used before (``rng.geometric`` and an ``np.exp``
 acceptance: close to, not exactly, the stated law) and OpenDP's exact samplers (not
 seedable; timed on 1e4 draws and extrapolated to 1e6: said so in the output).
-Each time is the median of ``--reps`` runs in this process. The machine is shared: the
-load average before and after is recorded; compare columns of one run, not across runs.
+Each time is the median of ``--reps`` runs in this process, as process CPU time (steadier on
+a shared machine) and wall time. The load average before and after is recorded; compare
+columns of one run, not across runs.
 
     PYTHONPATH=. python benchmarks/noise_samplers.py [--n 1000000] [--reps 3] [--no-opendp]
 """
@@ -67,13 +68,15 @@ def _opendp(kind: str, scale: float) -> Callable[[int], object] | None:
     return lambda n: meas([0] * n)
 
 
-def _time(fn: Callable[[], object], reps: int) -> float:
-    runs = []
+def _time(fn: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Median (wall, CPU) seconds of ``reps`` calls; CPU time is the steadier under contention."""
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:
@@ -89,20 +92,25 @@ def main() -> None:
                                    ("laplace", discrete_laplace, _old_laplace)):
         for scale in SCALES:
             rng = np.random.default_rng(0)
-            t_exact = _time(lambda: exact_fn(scale, args.n, rng), args.reps) * per
-            t_old = _time(lambda: old_fn(scale, args.n, rng), args.reps) * per
+            w_exact, c_exact = (v * per for v in _time(lambda: exact_fn(scale, args.n, rng), args.reps))
+            w_old, c_old = (v * per for v in _time(lambda: old_fn(scale, args.n, rng), args.reps))
             od = None if args.no_opendp else _opendp(kind, scale)
-            t_od = _time(lambda: od(OPENDP_N), 1) * (1e6 / OPENDP_N) if od else None
-            rows.append((kind, scale, t_exact, t_old, t_exact / t_old, "-" if t_od is None else t_od))
-            records.append({"sampler": kind, "scale": scale, "exact_s_per_1e6": t_exact,
-                            "old_float_s_per_1e6": t_old, "slowdown_vs_old": t_exact / t_old,
-                            "opendp_s_per_1e6_extrapolated_from_1e4": t_od})
-    print_table(["sampler", "sigma/scale", "exact s/1e6", "old float s/1e6", "x old",
-                 f"OpenDP s/1e6 (from {OPENDP_N})"], rows)
+            w_od, c_od = (v * 1e6 / OPENDP_N for v in _time(lambda: od(OPENDP_N), 1)) if od else (None, None)
+            rows.append((kind, scale, c_exact, c_old, c_exact / c_old, "-" if c_od is None else c_od,
+                         w_exact, w_old, "-" if w_od is None else w_od))
+            records.append({"sampler": kind, "scale": scale,
+                            "exact_cpu_s_per_1e6": c_exact, "exact_wall_s_per_1e6": w_exact,
+                            "old_float_cpu_s_per_1e6": c_old, "old_float_wall_s_per_1e6": w_old,
+                            "cpu_slowdown_vs_old": c_exact / c_old,
+                            "opendp_cpu_s_per_1e6_from_1e4": c_od, "opendp_wall_s_per_1e6_from_1e4": w_od})
+    print_table(["sampler", "sigma/scale", "exact cpu", "old float cpu", "x old", "OpenDP cpu*",
+                 "exact wall", "old wall", "OpenDP wall*"], rows)
+    print(f"seconds per 1e6 draws, median of {args.reps}; *OpenDP: one run of {OPENDP_N} draws x {1e6 / OPENDP_N:.0f}")
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores shared: timings are noisy)")
     write_json("noise_samplers", {
-        "n": args.n, "reps": args.reps, "timing": "median of reps, seconds per 1e6 draws",
+        "n": args.n, "reps": args.reps,
+        "timing": "median of reps, seconds per 1e6 draws; process CPU time and wall time",
         "opendp_note": f"OpenDP timed once on {OPENDP_N} draws and multiplied by {1e6 / OPENDP_N:.0f}",
         "load_average_before": load_before[0], "load_average_after": load_after[0],
         "contention": "shared 2-core machine with several agents running; compare within this run",

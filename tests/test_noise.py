@@ -164,6 +164,22 @@ def test_bernoulli_exp_of_a_rational_has_the_exact_mean(num, den):
     assert stats.binomtest(hits, n, math.exp(-1.01 * num / den)).pvalue < ALPHA
 
 
+def test_bernoulli_exp_minus_one_and_its_geometric():
+    """The one-draw Bernoulli(exp(-1)) (20 chain steps from a uniform in [0, 20!)) and
+    P[V >= v] = e^-v of the geometric built on it; both reject exp(-1.01)."""
+    n = 2_000_000
+    rng = np.random.default_rng(17)
+    hits = int(exact._bernoulli_exp1(rng, n).sum())
+    assert stats.binomtest(hits, n, math.exp(-1)).pvalue > ALPHA / 3
+    assert stats.binomtest(hits, n, math.exp(-1.01)).pvalue < ALPHA
+    v = exact.geometric_exp1(rng, n)
+    counts = np.bincount(np.minimum(v, 8), minlength=9)
+    probs = np.array([math.exp(-k) - math.exp(-k - 1) for k in range(8)] + [math.exp(-8)])
+    assert stats.chisquare(counts, probs * n).pvalue > ALPHA / 3
+    wrong = np.array([math.exp(-1.01 * k) - math.exp(-1.01 * (k + 1)) for k in range(8)] + [math.exp(-8.08)])
+    assert stats.chisquare(counts, wrong / wrong.sum() * n).pvalue < ALPHA
+
+
 @pytest.mark.parametrize("a,w", [(0, 7), (1, 3), (3, 2), (5, 2), (7, 3)])
 @pytest.mark.parametrize("path", ["grouped", "per_element", "big"])
 def test_gaussian_acceptance_is_exp_of_minus_z_squared_over_two(a, w, path):

@@ -58,7 +58,7 @@ def uniform_below(rng: np.random.Generator, n: int | np.ndarray, size: int | Non
     return rng.integers(0, n)
 
 
-def _chain(size: int, bern_over_k: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+def _chain(size: int, bern_over_k: Callable[[np.ndarray, int], np.ndarray], k0: int = 1) -> np.ndarray:
     """Bernoulli(exp(-x)) for x in [0, 1], given draws of Bernoulli(x / K) (CKS Algorithm 1).
 
     ``bern_over_k(idx, K)`` returns one Bernoulli(x_i / K) per element index in ``idx``.
@@ -66,7 +66,7 @@ def _chain(size: int, bern_over_k: Callable[[np.ndarray, int], np.ndarray]) -> n
     """
     out = np.zeros(size, dtype=bool)
     pending = np.arange(size)
-    k = 1
+    k = k0
     while pending.size:
         a = bern_over_k(pending, k)
         out[pending[~a]] = k % 2 == 1
@@ -87,9 +87,25 @@ def bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> n
     return _chain(num.size, over_k)
 
 
+_M = 20
+_M_FACT = math.factorial(_M)  # below 2^62
+_PASS = np.array([_M_FACT // math.factorial(k) for k in range(_M, 0, -1)], dtype=np.int64)  # M!/K!, rising
+
+
 def _bernoulli_exp1(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Bernoulli(exp(-1)): the chain with Bernoulli(1 / K)."""
-    return _chain(size, lambda idx, k: rng.integers(0, k, size=idx.size) == 0)
+    """Bernoulli(exp(-1)): the chain with Bernoulli(1 / K), its first 20 steps from one draw.
+
+    The chain passes steps 1..K with probability 1/K! exactly, and for R uniform in
+    [0, 20!) the events ``R < 20!/K!`` are nested with those probabilities: the number of
+    thresholds above R is the number of steps passed. R = 0 (passed all 20) goes on drawing.
+    """
+    r = rng.integers(0, _M_FACT, size=size)
+    passed = _M - np.searchsorted(_PASS, r, side="right")
+    out = passed % 2 == 0  # stopped at K = passed + 1: 1 iff that K is odd
+    rest = np.flatnonzero(passed == _M)
+    if rest.size:
+        out[rest] = _chain(rest.size, lambda idx, k: rng.integers(0, k, size=idx.size) == 0, _M + 1)
+    return out
 
 
 def geometric_exp1(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -216,9 +232,12 @@ def gaussian_accept(abs_y: np.ndarray, sigma: Fraction, t: int, rng: np.random.G
     if idx.size:
         a = np.abs(abs_y[idx] * mult - off)
         j = np.maximum(-(-a // w), 1)
-        for jj in range(1, _GROUPS + 1):  # z in (jj - 1, jj]: scalar bounds
-            sel = j == jj
-            if sel.any():
+        order = np.argsort(j, kind="stable")
+        values, starts = np.unique(j[order], return_index=True)
+        ends = np.append(starts[1:], order.size)
+        for jj, lo, hi in zip(values.tolist(), starts.tolist(), ends.tolist()):
+            if jj <= _GROUPS:  # z in (jj - 1, jj]: scalar bounds
+                sel = order[lo:hi]
                 accept[idx[sel]] = _gauss_fixed_j(a[sel], w, jj, rng)
         small = (j > _GROUPS) & (j < 2**30)  # keeps j^2 and w j below 2^62
         accept[idx[small]] = _gauss_trials(a[small], w, rng)
