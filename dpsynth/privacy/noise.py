@@ -3,7 +3,9 @@
 Counts get integer-valued noise: the discrete Laplace (two-sided geometric) and the
 discrete Gaussian of Canonne, Kamath and Steinke (2020). Both have exactly the privacy
 guarantees of their continuous versions (a discrete Gaussian of scale sigma on a count
-of sensitivity s is s^2/(2 sigma^2)-zCDP).
+of sensitivity s is s^2/(2 sigma^2)-zCDP), and both are sampled exactly, on integers
+(:mod:`dpsynth.privacy.exact`), at a rational scale no smaller than the one requested
+(:func:`sampled_sigma`, :func:`sampled_laplace_scale`; docs/privacy.md).
 
 Real-valued outputs never receive textbook floating-point noise: the low bits of
 ``x + Laplace()`` computed in floats reveal ``x`` (Mironov 2012). Instead the value is
@@ -12,8 +14,9 @@ so every output is an exact multiple of the granularity. Rounding can move two
 neighbouring inputs apart by up to one grid step per coordinate; callers calibrate
 with :func:`grid_sensitivity`.
 
-Samplers take a ``numpy.random.Generator``. It is seeded from the OS entropy pool
-unless the caller derives it from a secret seed (see :mod:`dpsynth.privacy.rng`).
+Samplers take a ``numpy.random.Generator`` and draw only ``rng.integers`` from it. It is
+seeded from the OS entropy pool unless the caller derives it from a secret seed (see
+:mod:`dpsynth.privacy.rng`): the same seed gives the same noise.
 """
 
 from __future__ import annotations
