@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -25,7 +25,9 @@ from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_relea
 from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .privacy.rng import MIN_SEED_BYTES
+from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
+from .privacy.workspace import private_workspace
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
 
@@ -43,6 +45,9 @@ class Release:
     synthetic: pd.DataFrame
     ledger: Ledger
     report_path: Path
+    #: The privacy registry this run charged (a private local path, never published);
+    #: None for a release opened with :func:`load_release`.
+    registry: Path | None = None
 
     @property
     def name(self) -> str:
@@ -79,19 +84,21 @@ def release(
     name) raises before any budget is spent; the error names what to change. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
+    defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
-    with _seed_file(seed, ws) as seed_path:
+    # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
+    with private_workspace(ws), _seed_file(seed, ws) as seed_path:
         config = ReleaseConfig.from_arguments(
             data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
             epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
             workspace=ws, internal_report=internal_report, gate=gate, **settings,
         )
         folder = run_release(config)
-    return _read_release(folder)
+    return replace(_read_release(folder), registry=registry_path(ws).absolute())
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:
