@@ -243,7 +243,9 @@ def _state(conn: sqlite3.Connection, dataset: str, delta: float, when: datetime,
            extra: ReleaseCost | None = None, limit: tuple[Period, float] | None = None) -> DatasetState:
     cap = _cap(conn, dataset)
     releases = _releases(conn, dataset) + ((extra,) if extra else ())
-    at = cap.delta if cap is not None else delta
+    # Without a cap: the largest delta of the dataset's releases (a pure-epsilon release's
+    # delta 0 cannot bound the zCDP releases charged before it).
+    at = cap.delta if cap is not None else max([float(delta)] + [float(r.delta) for r in releases])
     period = cap.period if cap is not None and cap.period else (limit[0] if limit else None)
     period_spent = _period_spent(releases, period, when, at) if period is not None else None
     return DatasetState(dataset=dataset, cap=cap, releases=releases, delta=at,

@@ -28,6 +28,7 @@ from dpsynth.pipeline import (
     run_stages,
     timed,
 )
+from dpsynth.methods.auto import AUTO
 from dpsynth.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
@@ -113,9 +114,9 @@ def prefect_runner(workspace: Path) -> StageRunner:
 def release_flow(
     data: str,
     schema_path: str,
-    method: str,
     epsilon: float,
     out: str,
+    method: str = AUTO,
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: dict[str, str] | None = None,
