@@ -168,7 +168,8 @@ def _release_artifact(folder: str) -> None:
     lines = [
         f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
         "",
-        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}"
+        + (f" (chosen by auto: {manifest['auto_reason']})" if manifest.get("auto_reason") else ""),
         f"- guarantee: {privacy.get('headline', '')}",
         f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
     ]
