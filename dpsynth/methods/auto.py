@@ -21,12 +21,16 @@ __all__ = ["AUTO", "Choice", "choose", "choose_for"]
 #: The name a user passes (or leaves as the default) to ask for the automatic choice.
 AUTO = "auto"
 
-#: AIM (``select=aim degree=2``) scores every column pair each round and refits a model of
-#: up to ``max_model_cells``; its time grows with the number of candidate pairs (and their
-#: cells). Above these bounds ``auto`` takes MST, whose time is about linear in the columns.
-#: Set on the tuning half of benchmarks/auto_choice.py (docs/choosing.md).
-MAX_AIM_COLUMNS = 40
-MAX_AIM_PAIR_CELLS = 2_000_000  # sum over column pairs of their cells
+#: AIM (``select=aim degree=2``) scores every column pair each round, for about 16 rounds per
+#: column, and refits a model of up to ``max_model_cells``: its time grows faster than the
+#: square of the columns. Above these bounds ``auto`` takes MST, whose time is about linear.
+#: Set on the tuning half of benchmarks/auto_choice.py: 30 columns at 100,000 rows took 20 s
+#: at epsilon 1 and 48 s at epsilon 10 on this 2-core machine (the 60 s target), 45 columns
+#: did not finish in 300 s (docs/choosing.md, "What auto chooses").
+MAX_AIM_COLUMNS = 32
+#: Sum over column pairs of their cells: the per-round scoring work. The widest measured,
+#: schemas/nist-fine.yaml (247,923 pair cells, 24 columns), took 31-35 s (pgm_vs_mbi.json).
+MAX_AIM_PAIR_CELLS = 500_000
 
 #: What a pure-epsilon release gives up, from benchmarks/results/auto_choice.json (held-out half).
 PURE_GIVES_UP = ("a pure-epsilon release keeps each column's distribution but no relationship between "
