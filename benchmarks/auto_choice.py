@@ -20,9 +20,9 @@ choice at delta 1e-6 on the same table: what a pure policy gives up.
 
 Usage::
 
-    nice python benchmarks/auto_choice.py --half tuning     # results/auto_choice-tuning.json
-    nice python benchmarks/auto_choice.py --half held-out   # results/auto_choice-held-out.json
-    python benchmarks/auto_choice.py --report               # both halves: table + results/auto_choice.json
+    nice python benchmarks/auto_choice.py --half tuning     # its cells into results/auto_choice.json ("raw")
+    nice python benchmarks/auto_choice.py --half held-out
+    python benchmarks/auto_choice.py --report               # every cell: table + "cells" in the same file
 """
 
 from __future__ import annotations
@@ -146,29 +146,51 @@ def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarr
     return synth, time.perf_counter() - t0, status
 
 
-def run_half(half: str, timeout: int, only: str | None = None) -> dict[str, Any]:
-    """Every cell of one half; writes results/auto_choice-<half>.json after each table."""
-    cells: list[dict[str, Any]] = []
-    path_name = f"auto_choice-{half}"
+def _load() -> dict[str, Any]:
+    f = RESULTS / "auto_choice.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _save_raw(half: str, cells: list[dict[str, Any]], timeout: int) -> None:
+    payload = _load()
+    payload.pop("machine", None)
+    payload.setdefault("raw", {})[half] = {"cells": cells, "timeout_s": timeout}
+    write_json("auto_choice", payload)
+
+
+def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence[str] | None = None,
+             epsilon: float | None = None) -> list[dict[str, Any]]:
+    """Every cell of one half (or those ``only``/``configs``/``epsilon`` select); each result
+    replaces its entry in results/auto_choice.json, the other cells and configurations stay."""
+    cells: list[dict[str, Any]] = list(_load().get("raw", {}).get(half, {}).get("cells", []))
+    where = {(c["table"], c["epsilon"], c["delta"]): c for c in cells}
     for index, (spec, epsilons, pure_eps) in enumerate(HALVES[half]):
-        if only and only not in spec:
+        if only and only != spec:
             continue
         schema, codes = load_table(spec, index + (0 if half == "tuning" else 100))
         subs = triples(len(schema.columns), seed=index)
         runs = [(eps, DELTA, CONFIGS) for eps in epsilons] + [(eps, 0.0, PURE_CONFIGS) for eps in pure_eps]
-        for eps, delta, configs in runs:
-            cell: dict[str, Any] = {"half": half, "table": spec, "rows": int(codes.shape[0]),
-                                    "columns": len(schema.columns), "cardinalities": list(schema.cardinalities),
-                                    "epsilon": eps, "delta": delta, "triples": len(subs), "configs": {}}
-            for label, (method, params) in configs.items():
+        for eps, delta, table in runs:
+            if epsilon is not None and eps != epsilon:
+                continue
+            cell = where.get((spec, eps, delta))
+            if cell is None:
+                cell = {"half": half, "table": spec, "rows": int(codes.shape[0]), "columns": len(schema.columns),
+                        "cardinalities": list(schema.cardinalities), "epsilon": eps, "delta": delta,
+                        "triples": len(subs), "configs": {}}
+                cells.append(cell)
+                where[(spec, eps, delta)] = cell
+            for label, (method, params) in table.items():
+                if configs and label not in configs:
+                    continue
                 synth, secs, status = run_config(method, params, schema, codes, eps, delta, 0, timeout)
-                s = score(schema, codes, synth, subs) if synth is not None else None
-                cell["configs"][label] = {"score": s, "seconds": round(secs, 2), "status": status}
+                sc = score(schema, codes, synth, subs) if synth is not None else None
+                cell["configs"][label] = {"score": sc, "seconds": round(secs, 2), "status": status,
+                                          "timeout_s": timeout}
                 print(f"{half} {spec} eps {eps:g} delta {delta:g} {label}: "
-                      f"{'%.1f' % s if s is not None else status} ({secs:.1f} s)", flush=True)
-            cells.append(cell)
-            write_json(path_name, {"cells": cells, "timeout_s": timeout})
-    return {"cells": cells}
+                      f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s)", flush=True)
+                _save_raw(half, cells, timeout)
+    return cells
 
 
 def auto_label(cell: dict[str, Any]) -> tuple[str, str]:
@@ -185,11 +207,13 @@ def auto_label(cell: dict[str, Any]) -> tuple[str, str]:
 
 def report(halves: Sequence[str]) -> None:
     """Prints every cell (auto against the best configuration) and writes results/auto_choice.json."""
-    cells = []
-    for half in halves:
+    payload = _load()
+    raw = payload.get("raw", {})
+    for half in halves:  # a half's own file, from a run of an earlier version of this script
         f = RESULTS / f"auto_choice-{half}.json"
         if f.is_file():
-            cells += json.loads(f.read_text())["cells"]
+            raw[half] = json.loads(f.read_text())
+    cells = [c for half in halves for c in raw.get(half, {}).get("cells", [])]
     rows, out = [], []
     by_table = {(c["table"], c["epsilon"]): c for c in cells if c["delta"] > 0}
     for c in cells:
@@ -220,19 +244,21 @@ def report(halves: Sequence[str]) -> None:
                      f"{label} {a:.1f}" if a is not None else f"{label} -", gap, shown))
     print_table(("half", "table", "shape", "eps", "delta", "auto", "gap", "configs: score (seconds)"), rows)
     write_json("auto_choice", {"metric": "1000 x (1 - mean 3-way TVD) on codes, one seed",
-                               "delta": DELTA, "cells": out})
+                               "delta": DELTA, "cells": out, "raw": raw})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one half (``--half``) or reports both (``--report``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--half", choices=sorted(HALVES))
-    ap.add_argument("--only", default=None, help="run only tables whose spec contains this text")
+    ap.add_argument("--only", default=None, help="run only this table (its spec, e.g. adult)")
+    ap.add_argument("--configs", nargs="*", default=None, help="run only these configurations")
+    ap.add_argument("--epsilon", type=float, default=None, help="run only this epsilon")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args(argv)
     if args.half:
-        run_half(args.half, args.timeout, args.only)
+        run_half(args.half, args.timeout, args.only, args.configs, args.epsilon)
     if args.report or not args.half:
         report(("tuning", "held-out"))
     return 0

@@ -36,7 +36,7 @@ MAX_AIM_PAIR_CELLS = 500_000
 PURE_GIVES_UP = ("a pure-epsilon release keeps each column's distribution but no relationship between "
                  "columns: on the benchmark's held-out tables it scores {loss} points (of 1000, 3-way) below "
                  "what auto chooses with a delta > 0")
-PURE_LOSS_POINTS = "about 50-150"
+PURE_LOSS_POINTS = "60 to 250"
 
 
 @dataclass(frozen=True, kw_only=True)
