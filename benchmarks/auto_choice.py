@@ -82,7 +82,7 @@ class Timeout(Exception):
 
 def load_table(spec: str, index: int) -> tuple[Any, np.ndarray]:
     """(schema, codes) of a table spec (see :data:`HALVES`)."""
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.schema import load_schema
 
     if spec.startswith("nist:"):
@@ -109,7 +109,7 @@ def triples(p: int, seed: int) -> list[tuple[int, int, int]]:
 
 def score(schema: Any, real: np.ndarray, synth: np.ndarray, subsets: Sequence[tuple[int, ...]]) -> float:
     """1000 x (1 - mean TVD) over ``subsets`` (3-way marginals on codes)."""
-    from dpsynth.metrics import iter_tvds
+    from dpsynth.evaluation.metrics import iter_tvds
 
     tvds = [t for _, t in iter_tvds(real, synth, schema.cardinalities, subsets)]
     return 1000.0 * (1.0 - float(np.mean(tvds)))
@@ -122,7 +122,7 @@ def _alarm(signum: int, frame: Any) -> None:
 def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarray, eps: float, delta: float,
                seed: int, timeout: int) -> tuple[np.ndarray | None, float, str]:
     """(synthetic codes or None, seconds, status) of measure + synthesize, as a release runs them."""
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 import dpsynth
-from dpsynth import pipeline, registry
+from dpsynth import pipeline
+from dpsynth.privacy import registry
 from dpsynth.cli import main
 from dpsynth.methods import METHODS, ParamError
 from dpsynth.methods.auto import AUTO, MAX_AIM_COLUMNS, choose, choose_for
@@ -118,7 +119,7 @@ def test_delta_zero_chooses_a_pure_epsilon_method_and_says_what_it_gives_up(tmp_
 def test_pure_marginals_noise_has_the_laplace_scale():
     """Residuals of the pure (delta 0) histograms have the discrete Laplace sd of scale d/eps,
     and a test of that sd rejects the Gaussian scale of a delta 1e-6 budget (z > 5)."""
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.schema import schema_from_dict
 
     d = 4

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.methods import ParamError, get_method
 from dpsynth.methods.pgm import PgmMethod, PgmParams
 from dpsynth.privacy import Budget, Ledger, gaussian_sigma
@@ -312,7 +312,7 @@ def test_aim_judges_each_round_on_the_measured_sets(monkeypatch, demo_paths):
     """Each round's size check gets the measured sets (every 1-way set stays among them),
     not the current tree's maximal cliques, which absorb the 1-way sets of a chosen pair."""
     import dpsynth.methods.pgm as pgm_module
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.methods.pgm import PgmMethod, PgmParams
     from dpsynth.privacy.budget import Budget, Ledger
     from dpsynth.schema import load_schema

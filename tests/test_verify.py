@@ -9,7 +9,7 @@ import pytest
 
 from dpsynth import pipeline
 from dpsynth.cli import main
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_invalid_table_with_matching_hash_is_caught(release):
     df.to_parquet(release / "synthetic.parquet", index=False)
     mpath = release / "manifest.json"
     m = json.loads(mpath.read_text())
-    from dpsynth.bundle import sha256_file
+    from dpsynth.publish.bundle import sha256_file
 
     m["files"]["synthetic.parquet"] = sha256_file(release / "synthetic.parquet")
     mpath.write_text(json.dumps(m))
@@ -81,7 +81,7 @@ def test_default_release_with_merged_marginals_verifies_and_a_lower_scale_does_n
     """The default (auto: pgm AIM) merges a marginal measured in several rounds: its noise is
     below any one charge's but never below the pool of all charges. verify refused every such
     release before; a scale below the pool is still a forgery."""
-    from dpsynth.bundle import sha256_file
+    from dpsynth.publish.bundle import sha256_file
     from dpsynth.measurement import Measurement
     from dpsynth.precheck import min_noise_sd, pooled_noise_sd
     from dpsynth.privacy import Charge
