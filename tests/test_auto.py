@@ -74,7 +74,7 @@ def test_default_release_records_the_choice_in_manifest_and_report(tmp_path, dem
     assert "AIM" in m["auto_reason"]
     html = (folder / "report.html").read_text()
     assert "chosen by <code>--method auto</code>" in html and "select=aim degree=2" in html
-    assert "AIM&#x27;s bounded pair search" in html or "AIM's bounded pair search" in html
+    assert "AIM&#x27;s time bound" in html or "AIM's time bound" in html
     named = pipeline.run_release(_config(tmp_path, *demo_paths, name="named", method="marginals"))
     m2 = json.loads((named / "manifest.json").read_text())
     assert m2["method_requested"] == "marginals" and "auto_reason" not in m2
