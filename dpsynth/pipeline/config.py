@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -30,10 +29,11 @@ from ..methods import METHODS, get_method, params_to_dict
 from ..methods.auto import AUTO, Choice, choose
 from ..methods.base import Method, ParamError, convert_param
 from ..precheck import check_installed, check_options, check_rows, noise_warnings
-from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
+from ..privacy.workspace import default_workspace
 from ..privacy.workspace_key import opaque_key, workspace_secret
 
 __all__ = [
@@ -69,11 +69,6 @@ class BudgetSpent(ReleaseError):
 
 class ValidationFailed(BudgetSpent):
     """The gate failed: the release is not publishable (its budget was spent measuring)."""
-
-
-def default_workspace() -> Path:
-    """The private workspace: ``$DPSYNTH_WORKSPACE``, else ``.dpsynth/workspace``."""
-    return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
 
 
 # Fields holding a path; from_arguments accepts text for them, to_arguments gives text.
@@ -134,7 +129,7 @@ class ReleaseConfig:
         """The one mapping from loose arguments to a config (CLI, flow and API use it).
 
         Paths may be text; ``None`` (or empty text for an optional path) stands for a
-        setting's default (the workspace's is ``$DPSYNTH_WORKSPACE``), and ``params``/``gate`` may be any mapping or ``None``.
+        setting's default (the workspace's is :func:`dpsynth.privacy.workspace.default_workspace`: ``$DPSYNTH_WORKSPACE``, else one per user), and ``params``/``gate`` may be any mapping or ``None``.
         An unknown argument is refused by name.
         """
         unknown = sorted(set(arguments) - set(cls.field_names()))
@@ -284,6 +279,18 @@ def auto_choice(config: ReleaseConfig) -> Choice | None:
     if config.method != AUTO:
         return None
     return resolve_method(config, load_schema(config.schema))[2]
+def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charge, ...],
+                          delta: float) -> tuple[str, ...]:
+    """Before measuring, from a row count the data owner declared public (``public_n``);
+    nothing for a pure epsilon-DP plan, whose guarantee has delta 0."""
+    if is_pure(charges):
+        return ()
+    try:
+        n = int(method_params["public_n"])
+    except (KeyError, TypeError, ValueError):
+        return ()
+    note = delta_warning(delta, n, "the declared public row count")
+    return (note,) if note else ()
 
 
 def prepare(config: ReleaseConfig) -> ReleasePlan:
@@ -295,6 +302,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     """
     schema = load_schema(config.schema)
     schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
+    if config.delta != 0:  # delta 0: a pure epsilon-DP policy (only pure-epsilon methods run)
+        check_delta(config.delta)
     method_name, params, choice = resolve_method(config, schema)  # auto: schema, epsilon, delta only
     method_params, options = split_params(method_name, params, config.rows)
     method = get_method(method_name, method_params)
@@ -315,6 +324,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         raise ReleaseError(f"input {config.data}: no such file")
     for f in input_files(config.data):
         check_file(f, schema)
+    check_dataset_name(config.dataset or schema.name)  # the registry's identity, refused now if misspelt
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     check_name(name)
     target = Path(config.out) / name
@@ -326,7 +336,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
-        warnings=noise_warnings(charges, budget.epsilon),
+        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(method_params, charges,
+                                                                                     budget.delta),
         budget=budget,
         charges=charges,
         name=name,
