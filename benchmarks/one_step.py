@@ -131,8 +131,6 @@ def dp_beta_sim(quick: bool) -> dict[str, Any]:
         mse, se = res.mean(axis=0), res.std(axis=0, ddof=1) / math.sqrt(len(res))
         out[str(n)] = {"replicates": len(res), **{k: {"mse": float(m), "mc_se": float(s)} for k, m, s in zip(names, mse, se)}}
         rows.append([n, len(res)] + [f"{m:.3g} ± {s:.1g}" for m, s in zip(mse, se)] + [f"{mse[3] / mse[1]:.2f}"])
-    out["neighbours"] = ("dp, bootstrap, one_step: replace one record, n public (the paper's setting, joint l1 "
-                         "sensitivity 2 Delta); *_add_remove: add or remove one record (Delta; the method's calibration)")
     print("\n3. DP beta, Beta(5, 3), epsilon 1: MSE of (a, b); DP calibrated for replace-one (the paper's "
           "neighbours) and, last two, for add/remove")
     print_table(["n", "reps", "MLE", "DP", "bootstrap", "one-step", "DP add/remove", "one-step add/remove",
@@ -140,6 +138,8 @@ def dp_beta_sim(quick: bool) -> dict[str, Any]:
     print("   (paper's Figure 1(b): DP and one-step reach the MLE's curve; the bootstrap does not)")
     _plot_lines(out, ("mle", "dp", "bootstrap", "one_step"), "mse", "n", "mean squared error of (a, b)",
                 "DP beta, Beta(5, 3), epsilon 1 (replace-one)", "one_step_beta.png")
+    out["neighbours"] = ("dp, bootstrap, one_step: replace one record, n public (the paper's setting, joint l1 "
+                         "sensitivity 2 Delta); *_add_remove: add or remove one record (Delta; the method's calibration)")
     return out
 
 
