@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
-export DPSYNTH_WORKSPACE ?= $(CURDIR)/.dpsynth/workspace
+# The private workspace (and its privacy registry) is the user's, not the checkout's:
+# $DPSYNTH_WORKSPACE when set, else ~/.local/share/dpsynth/workspace ($XDG_DATA_HOME/dpsynth/workspace).
 
 .PHONY: install demo test test-fast bench clean serve serve-stop
 
@@ -23,7 +24,7 @@ demo: install
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
 	@# a running `make serve` server saves the temporary server's start-up
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
-	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml --method marginals \
+	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
 test: install

@@ -12,6 +12,7 @@ the results of the cached ones are persisted there too.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +29,9 @@ from dpsynth.pipeline import (
     run_stages,
     timed,
 )
+from dpsynth.pipeline.stages import COMPLETE
+from dpsynth.privacy.workspace import private_workspace
+from dpsynth.methods.auto import AUTO
 from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
@@ -92,7 +96,13 @@ def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
 
 def prefect_runner(workspace: Path) -> StageRunner:
     """Runs each stage as its Prefect task; the cached ones persist their results (paths
-    and seconds) in the private workspace and report a cache hit as 0 seconds."""
+    and seconds) in the private workspace and report a cache hit as 0 seconds.
+
+    A cache entry must not outlive what it points to: a hit whose folder is gone from the
+    workspace (an operator cleared ``encoded/`` or ``releases/`` but not
+    ``prefect-results/``) runs the task again with its cache refreshed, which rebuilds
+    the folder (the measure stage only with a fresh registry charge).
+    """
     storage = _workspace_storage(workspace)
 
     def run(stage: str, *args: Any) -> tuple[Any, float, bool]:
@@ -102,20 +112,30 @@ def prefect_runner(workspace: Path) -> StageRunner:
         if not cacheable:
             result = task(*args)
             return result[key], result["seconds"], False
-        state = task.with_options(result_storage=storage)(*args, return_state=True)
+        cached = task.with_options(result_storage=storage)
+        state = cached(*args, return_state=True)
         result, hit = state.result(), state.name == "Cached"
+        if hit and not _present(stage, Path(result[key])):
+            state = cached.with_options(refresh_cache=True)(*args, return_state=True)
+            result, hit = state.result(), False
         return Path(result[key]), 0.0 if hit else result["seconds"], hit
 
     return run
+
+
+def _present(stage: str, path: Path) -> bool:
+    """Whether a cached stage's output is still in the workspace (a complete folder for
+    measure and synthesize, the codes folder for encode)."""
+    return (path / COMPLETE).exists() if stage in ("measure", "synthesize") else path.exists()
 
 
 @flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
 def release_flow(
     data: str,
     schema_path: str,
-    method: str,
     epsilon: float,
     out: str,
+    method: str = AUTO,
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: dict[str, str] | None = None,
@@ -131,6 +151,7 @@ def release_flow(
     period_epsilon: float | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     dask_address: str | None = None,
+    accept_data_derived_schema: bool = False,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data).
 
@@ -138,6 +159,8 @@ def release_flow(
     ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
     beside the dataset's own caps. ``chunk_rows`` and ``dask_address``: how encode and
     measure read the rows (docs/scale.md); the release does not depend on them.
+    ``accept_data_derived_schema``: publish on a schema still marked ``drafted_from_data``,
+    labelled NOT differentially private (refused without it).
     """
     arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
     t_flow = time.perf_counter()
@@ -149,11 +172,15 @@ def release_flow(
     arguments["name"] = _resolve_name(name)
     config = ReleaseConfig.from_arguments(**arguments)
     timings: dict[str, float] = {}
-    with timed("prepare", timings):
-        plan = prepare(config)
-    done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    with private_workspace(config.workspace):  # owner-only: codes, measurements, registry, task results
+        with timed("prepare", timings):
+            plan = prepare(config)
+        done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    if deployment.id:  # a deployed run: the worker's console is the operator's (the CLI prints its own)
+        print(f"dpsynth: {done.registry}", file=sys.stderr, flush=True)
     _release_artifact(done.folder)
-    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings}
+    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings,
+            "registry": done.registry}
 
 
 def _release_artifact(folder: str) -> None:
@@ -167,7 +194,8 @@ def _release_artifact(folder: str) -> None:
     lines = [
         f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
         "",
-        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}"
+        + (f" (chosen by auto: {manifest['auto_reason']})" if manifest.get("auto_reason") else ""),
         f"- guarantee: {privacy.get('headline', '')}",
         f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
     ]
@@ -175,6 +203,7 @@ def _release_artifact(folder: str) -> None:
     if ds:
         cap = ds.get("cap_epsilon")
         lines.append(f"- dataset `{ds['name']}`: epsilon {ds['spent_epsilon_including_this']:.6g} spent over "
-                     f"{ds['releases_including_this']} release(s), cap {'none declared' if cap is None else cap}")
+                     f"{ds['releases_including_this']} release(s) ({ds.get('draws_including_this', '?')} noise "
+                     f"draw(s)), cap {'none declared' if cap is None else cap}")
     create_markdown_artifact(key="dpsynth-release", markdown="\n".join(lines),
                              description=f"dpsynth release {manifest['name']}")

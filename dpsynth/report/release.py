@@ -35,7 +35,7 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
     asked, spent = budget_line(privacy, m)
     items = [
         ("Release", esc(manifest.get("name", "—"))),
-        ("Method", f"<code>{esc(manifest.get('method', m.method))}</code>"),
+        ("Method", _method_cell(manifest, m)),
         ("Schema", f"{esc(manifest.get('schema', schema.name))} ({len(schema.columns)} columns)"),
         ("Synthetic rows", f"{num(rows)} ({how})"),
         ("Privacy budget", asked),
@@ -55,6 +55,16 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
                       "validation gate)" if manifest["data_docs"] else
                       "not included (a release builds them when asked: <code>--data-docs</code>)"))
     return '<h2 id="release">Release</h2>' + kv_table(items)
+
+
+def _method_cell(manifest: Mapping[str, Any], m: Measurement) -> str:
+    """The method, and when ``auto`` chose it, what it chose from and why."""
+    chosen = " ".join(f"{k}={v}" for k, v in (manifest.get("auto_params") or {}).items())
+    cell = f"<code>{esc(manifest.get('method', m.method))}{' ' + esc(chosen) if chosen else ''}</code>"
+    if manifest.get("method_requested") == "auto":
+        cell += (" chosen by <code>--method auto</code> (the default) from the schema, epsilon and delta only"
+                 f"{': ' + esc(manifest['auto_reason']) if manifest.get('auto_reason') else ''}")
+    return cell
 
 
 def _defaults(method: str) -> dict[str, Any]:
@@ -118,7 +128,10 @@ def parameters_section(manifest: Mapping[str, Any], m: Measurement) -> str:
 
 
 _DESCRIPTIONS = {
-    "synthetic.csv": "the synthetic table as text: one row per synthetic record, values as the schema's labels",
+    "synthetic.csv": "the synthetic table as text: one row per synthetic record, values as the schema's labels; "
+                     "a text cell beginning with =, +, -, @, a tab, a carriage return or ' is written with a "
+                     "leading ' so that a spreadsheet shows it instead of running it as a formula "
+                     "(numbers stay numbers; <code>synthetic.parquet</code> holds the exact labels)",
     "synthetic.parquet": "the same synthetic table, typed (Parquet)",
     "measurement.parquet": "the measurement: every marginal count the method published (columns marginal, cell, "
                            "count); noisy when the release is DP",
