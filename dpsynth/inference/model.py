@@ -292,6 +292,13 @@ def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.nd
     return counts
 
 
+def _iid_counts(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Multinomial counts per group: rows drawn independently (the variance ``allocate`` avoids)."""
+    p = np.clip(prob, 0.0, None)
+    p = p / p.sum(axis=1, keepdims=True)
+    return rng.multinomial(n.astype(np.int64), p).astype(np.int64)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GraphicalModel:
     """Log potentials on a junction tree, calibrated, scaled to ``total`` records."""
@@ -437,8 +444,13 @@ class GraphicalModel:
         attrs, table = carried[root]
         return np.transpose(table, [attrs.index(a) for a in query])
 
-    def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """``rows`` records as an (rows, columns) int64 array of codes in domain order."""
+    def sample(self, rows: int, rng: np.random.Generator, iid: bool = False) -> np.ndarray:
+        """``rows`` records as an (rows, columns) int64 array of codes in domain order.
+
+        Per clique in sampling order, the rows are grouped by their separator cell and each
+        group's rows are split among the new columns' values by randomised rounding of their
+        expected counts (:func:`allocate`: every count within one of rows x probability).
+        ``iid``: every row drawn independently instead (for comparison only)."""
         tree, dom = self.tree, self.domain
         out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
         perm = rng.permutation(rows)
@@ -463,7 +475,7 @@ class GraphicalModel:
             # Rows in random order, grouped by separator cell: each group gets its counts.
             order = perm[np.argsort(key[perm], kind="stable")]
             n = np.bincount(key, minlength=cond.shape[0])
-            counts = allocate(n, cond, rng)
+            counts = _iid_counts(n, cond, rng) if iid else allocate(n, cond, rng)
             values = np.repeat(np.tile(np.arange(cond.shape[1]), cond.shape[0]), counts.ravel())
             decoded = np.unravel_index(values, dom.shape(new))
             for a, v in zip(new, decoded):

@@ -203,12 +203,27 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
             f"correct_marginals needs a measurement with marginals; method {m.method!r} has none"
         )
     schema = synth.schema
-    targets = {
-        tuple(schema.index(c) for c in attrs): np.clip(np.asarray(counts, dtype=float), 0.0, None)
-        for attrs, counts in m.marginals.items()
-    }
-    result = correct_marginals(synth.codes.astype(np.int64), targets, rng=rng, method="qp")
-    return EncodedTable(schema=schema, codes=np.asarray(result.samples).astype(synth.codes.dtype))
+    codes = synth.codes.astype(np.int64)
+    # A marginal measured on merged values constrains the merged codes: each such column
+    # is added once as a column of its cells, and the resampled rows keep only the schema's.
+    merged: dict[tuple[str, tuple[int, ...]], int] = {}
+    extra: list[np.ndarray] = []
+    targets = {}
+    for nm in m.measured:
+        cols = []
+        for a in nm.attrs:
+            if a not in nm.groups:
+                cols.append(schema.index(a))
+                continue
+            if (a, nm.groups[a]) not in merged:
+                merged[(a, nm.groups[a])] = codes.shape[1] + len(extra)
+                extra.append(np.asarray(nm.groups[a], dtype=np.int64)[codes[:, schema.index(a)]])
+            cols.append(merged[(a, nm.groups[a])])
+        targets[tuple(cols)] = np.clip(np.asarray(nm.counts, dtype=float), 0.0, None)
+    wide = np.column_stack([codes, *extra]) if extra else codes
+    result = correct_marginals(wide, targets, rng=rng, method="qp")
+    out = np.asarray(result.samples)[:, :codes.shape[1]]
+    return EncodedTable(schema=schema, codes=out.astype(synth.codes.dtype))
 
 
 def start_gate_warm_up() -> None:

@@ -83,7 +83,7 @@ def _synthetic_tvds(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]
     if missing and codes.n > 0:
         from ..evaluation.metrics import tvd_vs_marginals
 
-        out |= tvd_vs_marginals(codes, {k: m.marginals[k] for k in missing})
+        out |= tvd_vs_marginals(codes, {k: m.marginals[k] for k in missing}, groups=m.groups)
     return out
 
 
@@ -99,7 +99,8 @@ def utility(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> Uti
         target = _distribution(m.marginals[key]).ravel()
         product = ones[key[0]]
         for a in key[1:]:
-            product = np.multiply.outer(product, ones[a]).ravel()
+            product = np.multiply.outer(product, ones[a])
+        product = m.marginal(key).fold(product).ravel()  # merged values: the same cells as the target
         if product.size != target.size:
             continue  # a marginal whose shape does not match its columns' codes: not scored
         base = 0.5 * float(np.abs(product - target).sum())
