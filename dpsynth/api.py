@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +22,31 @@ import pandas as pd
 
 from .bundle import MANIFEST, sha256_file
 from .encoding import DataError
-from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
+from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, no_cap_warning, run_release
 from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
+from .progress import Console, fmt, reporting
 from .privacy.rng import MIN_SEED_BYTES
 from .schema import Schema, load_schema, schema_from_dict
 
-__all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
+__all__ = ["Release", "ReleaseVerificationError", "ReleaseWarning", "load_release", "release"]
 
 
 class ReleaseVerificationError(ValueError):
     """A release folder whose files, schema or ledger do not match its manifest."""
+
+
+class ReleaseWarning(UserWarning):
+    """A release went through but something deserves attention (no lifetime cap on the
+    dataset, a predicted loss to independent columns, ...): the CLI's ``warning:`` lines."""
+
+
+class _ApiConsole(Console):
+    """Progress lines on stderr (none when quiet); warnings as :class:`ReleaseWarning`."""
+
+    def warning(self, text: str) -> None:
+        """Issues ``text`` through :mod:`warnings` (the caller's filters decide what is shown)."""
+        warnings.warn(text, ReleaseWarning, stacklevel=2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,8 +66,19 @@ class Release:
 
     @property
     def epsilon_spent(self) -> float:
-        """The epsilon the release's ledger spent, as its manifest states it."""
+        """The epsilon the release's ledger spent, as its manifest states it (exact; shown rounded)."""
         return float(self.manifest["privacy"]["epsilon_spent"])
+
+    def __repr__(self) -> str:
+        """One short line: name, method, rows, epsilon spent of the budget (rounded), folder."""
+        privacy = self.manifest.get("privacy", {})
+        budget = privacy.get("epsilon")
+        spent = fmt(self.epsilon_spent) + (f" of {fmt(budget)}" if budget is not None else "")
+        dp = "" if privacy.get("differentially_private", True) else ", NOT DP"
+        return (f"Release({self.name!r}, method={self.manifest.get('method')!r}, rows={len(self.synthetic):,}, "
+                f"epsilon_spent={spent}{dp}, path='{self.path}')")
+
+    __str__ = __repr__
 
 
 def release(
@@ -70,6 +96,7 @@ def release(
     workspace: str | os.PathLike[str] | None = None,
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
+    quiet: bool = False,
     **settings: Any,
 ) -> Release:
     """Runs a DP release and returns it, read back from the published folder.
@@ -80,6 +107,10 @@ def release(
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
     :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+
+    Progress (stage lines, counters of long stages) goes to stderr as on the command line;
+    ``quiet=True`` silences it. Warnings (e.g. a dataset without a lifetime privacy cap)
+    are issued as :class:`ReleaseWarning` either way.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
@@ -90,8 +121,13 @@ def release(
             epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
             workspace=ws, internal_report=internal_report, gate=gate, **settings,
         )
-        folder = run_release(config)
-    return _read_release(folder)
+        with reporting(_ApiConsole(show=not quiet)):
+            folder = run_release(config)
+    out = _read_release(folder)
+    dataset = out.manifest.get("privacy", {}).get("dataset") or {}
+    if dataset and dataset.get("cap_epsilon") is None:
+        warnings.warn(no_cap_warning(dataset), ReleaseWarning, stacklevel=2)
+    return out
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:

@@ -91,9 +91,39 @@ def _long_lived_imports() -> Iterator[None]:
 _FROZE: list[bool] = []
 
 
-def _cmd_release(args: argparse.Namespace) -> int:
-    from . import gate_worker
+def _process_seconds() -> float:
+    """Seconds since this process started (Linux: from /proc, so the interpreter's own
+    start-up and every import count), else since this module was imported."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - float(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _IMPORTED
 
+
+_IMPORTED = time.perf_counter()
+
+
+def _console(args: argparse.Namespace):
+    """The progress reporter of a release command: stderr; only warnings with --quiet."""
+    from .progress import Console
+
+    return Console(show=not args.quiet, warn_prefix="dpsynth: ")
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from . import gate_worker, progress
+
+    with progress.reporting(_console(args)):
+        return _release_command(args, gate_worker, progress)
+
+
+def _release_command(args: argparse.Namespace, gate_worker, progress) -> int:
+    if args.engine != "local":
+        progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
         from .bundle import MANIFEST
         from .pipeline import ReleaseConfig
@@ -112,19 +142,19 @@ def _cmd_release(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
     settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
     config = ReleaseConfig.from_arguments(**settings)
-    t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
-    total = time.perf_counter() - t0
+    total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
     work = sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
-    print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
+    print(f"wall {total:.2f} s since the command started: stage work {work:.2f} s, "
+          f"start-up, imports and orchestration {max(0.0, total - work):.2f} s")
     dataset = manifest.get("privacy", {}).get("dataset") or {}
     if dataset and dataset.get("cap_epsilon") is None:
-        print(f"dpsynth: warning: dataset {dataset['name']!r} has no lifetime privacy cap "
-              f"(its releases have spent epsilon {dataset['spent_epsilon_including_this']:.4g}); "
-              f"set one with `dpsynth budget set {dataset['name']} --epsilon E --delta D`", file=sys.stderr)
+        from .pipeline import no_cap_warning
+
+        print(f"dpsynth: warning: {no_cap_warning(dataset)}", file=sys.stderr)
     print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
 
@@ -177,25 +207,14 @@ def _print_budget(st) -> None:
 def _release_local(config) -> str:
     from .pipeline import run_release
 
-    def progress(line: str) -> None:
-        if line.startswith("warning: "):
-            print(f"dpsynth: {line}", file=sys.stderr, flush=True)
-        else:
-            print(line, flush=True)
-
-    return str(run_release(config, progress=progress))
+    return str(run_release(config))
 
 
 def _release_prefect(config) -> str:
     _prefect_env()
     from .orchestration.runner import run_release_flow
 
-    result = run_release_flow(config)
-    for warning in result.get("warnings", []):
-        print(f"dpsynth: warning: {warning}", file=sys.stderr)
-    if result.get("cached"):
-        print(f"reused cached stages: {', '.join(result['cached'])}")
-    return result["release"]
+    return run_release_flow(config)["release"]
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
@@ -330,12 +349,13 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
     r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
-    r.add_argument("--epsilon", required=True, type=float)
+    r.add_argument("--epsilon", required=True, type=float,
+                   help="privacy budget of this release (smaller: more private, noisier; 1 is a common choice)")
     r.add_argument("--delta", type=float, default=None, help="default 1e-6; keep it well below 1/rows")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
-    r.add_argument("--out", required=True, help="folder that receives the release folder")
+    r.add_argument("--out", default="releases", help="folder that receives the release folder (default: releases)")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
     r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
     r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
@@ -355,6 +375,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dask-address", default=None,
                    help="run encode and measure per partition on a Dask cluster: a scheduler address "
                         "(tcp://host:8786) or local[:N] for a LocalCluster; same result (docs/scale.md)")
+    r.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress lines on stderr (warnings, errors and the result are still printed)")
     r.set_defaults(func=_cmd_release)
 
 

@@ -41,6 +41,7 @@ from typing import Callable, ClassVar, Literal
 
 import numpy as np
 
+from .. import progress
 from ..encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
@@ -312,6 +313,7 @@ class PgmMethod(MethodBase):
                 meas_rho += spend(_stage_unit(i, "measure")).rho
             used = ledger.rho_spent / ledger.budget.rho
             next_unit += take
+            progress.count("measure: AIM rounds", next_unit - 1, units, "budget units spent")
             sigma = gaussian_sigma(1.0, meas_rho)
             eps = exponential_epsilon_for_rho(sel_rho)
             t0 = time.perf_counter()

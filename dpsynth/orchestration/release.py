@@ -17,8 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
+from dpsynth import progress
 from dpsynth.pipeline import (
     DEFAULT_DELTA,
     ReleaseConfig,
@@ -149,9 +150,17 @@ def release_flow(
     arguments["name"] = _resolve_name(name)
     config = ReleaseConfig.from_arguments(**arguments)
     timings: dict[str, float] = {}
-    with timed("prepare", timings):
+    with timed("prepare", timings, progress.say):
         plan = prepare(config)
-    done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    logger = get_run_logger()
+
+    def warn(text: str) -> None:  # the run's log and, run from the CLI or the API, the console
+        logger.warning(text)
+        progress.warn(text)
+
+    for warning in plan.warnings:
+        warn(warning)
+    done = run_stages(plan, prefect_runner(config.workspace), timings, warn=warn, started=t_flow)
     _release_artifact(done.folder)
     return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings}
 

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Iterator
 
 __all__ = ["quiet_failures", "run_release_flow", "temporary_server"]
@@ -75,9 +76,14 @@ def temporary_server() -> Iterator[str | None]:
     """Yields an API URL: the configured one, or a temporary server that dies with us."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from dpsynth import progress
+
     if PREFECT_API_URL.value():
+        progress.say(f"using the Prefect server at {PREFECT_API_URL.value()}")
         yield PREFECT_API_URL.value()
         return
+    progress.say("starting the Prefect engine (a temporary server; `make serve` keeps one running)...")
+    t0 = time.perf_counter()
     from prefect.server.api import server as server_module
 
     parent = os.getpid()
@@ -97,10 +103,12 @@ def temporary_server() -> Iterator[str | None]:
         server.start()
     finally:
         server_module.subprocess.Popen = real_popen
+    progress.say(f"Prefect engine ready in {time.perf_counter() - t0:.1f} s")
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
+        progress.say("stopping the temporary Prefect server")
         _drain_api_logs()  # else the log worker reports a failed send after the stop
         server.stop()
         quiet.setLevel(level)

@@ -15,8 +15,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from .. import progress as _progress
 from ..guidance import assess
 from ..measurement import Measurement
 from ..registry import DatasetState, charge
@@ -31,6 +32,7 @@ __all__ = [
     "charge_dataset",
     "claim_name",
     "local_runner",
+    "no_cap_warning",
     "run_release",
     "run_stages",
     "spent_on_failure",
@@ -113,6 +115,14 @@ def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
     return advice.message if advice is not None and advice.below_baseline else None
 
 
+def no_cap_warning(dataset: Mapping[str, Any]) -> str:
+    """The warning for a release of a dataset without a lifetime cap (the manifest's
+    ``privacy.dataset``; names and rounded figures only)."""
+    return (f"dataset {dataset['name']!r} has no lifetime privacy cap (its releases have spent epsilon "
+            f"{_progress.fmt(dataset['spent_epsilon_including_this'])}); set one with "
+            f"`dpsynth budget set {dataset['name']} --epsilon E --delta D`")
+
+
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
     """Charges the release to its dataset's lifetime registry before it measures.
 
@@ -170,7 +180,9 @@ def run_stages(
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)
         timings[stage] = seconds
-        cached.extend([stage] if hit else [])
+        if hit:
+            cached.append(stage)
+            _progress.say(f"{stage}: reused from the cache (no noise redrawn)")
         return out
 
     with claim_name(plan):
@@ -234,13 +246,15 @@ def run_release(config: ReleaseConfig, progress: Say | None = None) -> Path:
     """All stages in order, without Prefect. Returns the published folder.
 
     ``progress`` receives one line per stage start and end (names and seconds only),
-    and each warning as ``warning: ...``.
+    and each warning as ``warning: ...``; without it they go to the current reporter of
+    :mod:`dpsynth.progress` (none by default: silent), as the counters of long stages do.
     """
-    say = progress or _quiet
+    say = progress or _progress.say
+    warn = (lambda text: say(f"warning: {text}")) if progress is not None else _progress.warn
     timings: dict[str, float] = {}
     with timed("prepare", timings, say):
         plan = prepare(config)
     for warning in plan.warnings:
-        say(f"warning: {warning}")
-    done = run_stages(plan, local_runner(say), timings, warn=lambda advice: say(f"warning: {advice}"))
+        warn(warning)
+    done = run_stages(plan, local_runner(say), timings, warn=warn)
     return done.folder
