@@ -243,10 +243,48 @@ def _cmd_schema_check(args: argparse.Namespace) -> int:
 def _cmd_methods(args: argparse.Namespace) -> int:
     from .methods import METHODS
 
-    for name, cls in sorted(METHODS.items()):
-        print("\n".join(_describe_method(name, cls)) + "\n")
-    print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: docs/choosing.md")
+    if args.verbose:
+        for name in _method_order(METHODS):
+            print("\n".join(_describe_method(name, METHODS[name])) + "\n")
+        print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: "
+              "docs/choosing.md")
+        return 0
+    print("\n".join(_methods_table(METHODS)))
     return 0
+
+
+def _method_order(methods) -> list[str]:
+    """Registered methods in the catalog's order (DP first), any other after them by name."""
+    from .methods.catalog import ORDER
+
+    return [n for n in ORDER if n in methods] + sorted(n for n in methods if n not in ORDER)
+
+
+def _methods_table(methods) -> list[str]:
+    """The short table: name (the recommended one starred), guarantee, when to use it."""
+    from .methods.catalog import RECOMMENDED, WHEN, guarantee_word
+
+    best, params = RECOMMENDED
+    rows = [(name + (" *" if name == best else ""), guarantee_word(methods[name]), WHEN.get(name, "see --verbose"))
+            for name in _method_order(methods)]
+    w1 = max(len(r[0]) for r in rows + [("method", "", "")])
+    w2 = max(len(r[1]) for r in rows + [("", "guarantee", "")])
+    out = [f"{'method':<{w1}}  {'guarantee':<{w2}}  when to use it"]
+    out += [f"{a:<{w1}}  {b:<{w2}}  {c}" for a, b, c in rows]
+    flags = " ".join(f"--param {k}={v}" for k, v in params.items())
+    out += ["", f"* recommended: --method {best} {flags} (the most accurate on our benchmarks; docs/choosing.md)",
+            "DP: differentially private (add or remove one record, except private-sampling: replace one); "
+            "pure DP: no delta.",
+            "Parameters, defaults, ranges and each guarantee in full: dpsynth methods --verbose"]
+    return out
+
+
+def _plain(text: str) -> str:
+    """Docstring text for a terminal: Sphinx roles (:func:`x`) and literals (``x``) as plain x."""
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
 
 
 def _describe_method(name: str, cls: type) -> list[str]:
@@ -260,7 +298,7 @@ def _describe_method(name: str, cls: type) -> list[str]:
 
     own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
     doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
-    first = " ".join(doc.split("\n\n", 1)[0].split()).replace("``", "")
+    first = _plain(" ".join(doc.split("\n\n", 1)[0].split()))
     lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
     g = cls.guarantee
     if g.kind == "dp":  # the headline already names the relation; the detail qualifies it
@@ -279,7 +317,7 @@ def _describe_method(name: str, cls: type) -> list[str]:
         lines.append(f"  --param {f.name}=  {rng or _type_text(hints[f.name])}  (default {shown})")
     params_doc = inspect.getdoc(cls.params_type) or ""
     if params_doc and not params_doc.startswith(cls.params_type.__name__ + "("):
-        lines += ["  " + line.replace("``", "") if line else "" for line in params_doc.splitlines()]
+        lines += ["  " + _plain(line) if line else "" for line in params_doc.splitlines()]
     return lines
 
 
@@ -445,7 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
     tp.set_defaults(func=_cmd_test_two_proportions)
 
-    m = sub.add_parser("methods", help="list methods: description, privacy guarantee, parameters with defaults")
+    m = sub.add_parser("methods", help="list methods: guarantee and when to use each (details with --verbose)")
+    m.add_argument("--verbose", "-v", action="store_true",
+                   help="each method's description, guarantee in full, and parameters with defaults and ranges")
     m.set_defaults(func=_cmd_methods)
     return ap
 

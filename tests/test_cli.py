@@ -160,10 +160,38 @@ def test_methods_lists_baseline(capsys):
     assert "marginals" in capsys.readouterr().out
 
 
-def test_methods_shows_description_guarantee_and_parameters(capsys):
+def test_methods_is_a_short_table_dp_first_recommended_marked(capsys):
+    """Defect: `dpsynth methods` printed about 150 lines of docstrings, alphabetically (a NOT DP
+    method third), with Sphinx markup, and did not say which to use."""
     from dpsynth.methods import METHODS
 
     assert main(["methods"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= len(METHODS) + 6 and max(map(len, lines)) <= 120
+    assert lines[0].split() == ["method", "guarantee", "when", "to", "use", "it"]
+    rows = [ln.split() for ln in lines[1:len(METHODS) + 1]]
+    names = [r[0] for r in rows]
+    assert set(names) == set(METHODS) and names[0] == "pgm" and rows[0][1] == "*"
+    words = [" ".join(ln.split()[1:3]) for ln in lines[1:len(METHODS) + 1]]
+    not_dp = [i for i, ln in enumerate(lines[1:len(METHODS) + 1]) if "NOT DP" in ln]
+    assert not_dp == [len(METHODS) - 1] and names[-1] == "microaggregation"  # DP methods first
+    assert any("pure DP" in w for w in words)
+    assert "* recommended: --method pgm --param select=aim --param degree=2" in "\n".join(lines)
+    assert "dpsynth methods --verbose" in lines[-1]
+
+
+def test_methods_text_has_no_sphinx_markup(capsys):
+    for argv in (["methods"], ["methods", "--verbose"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        for markup in ("``", ":func:", ":class:", ":mod:", ":meth:", ":data:"):
+            assert markup not in out, (argv, markup)
+
+
+def test_methods_shows_description_guarantee_and_parameters(capsys):
+    from dpsynth.methods import METHODS
+
+    assert main(["methods", "--verbose"]) == 0
     out = capsys.readouterr().out
     blocks = {b.split(":", 1)[0]: b for b in out.split("\n\n")}
     assert set(METHODS) <= set(blocks)
@@ -181,7 +209,7 @@ def test_methods_states_every_guarantee_description_and_range(capsys):
     (DP with its neighbour relation, or NOT DP), and ranges for the numeric parameters."""
     from dpsynth.methods import METHODS
 
-    assert main(["methods"]) == 0
+    assert main(["methods", "--verbose"]) == 0
     blocks = {b.split(":", 1)[0]: b.splitlines() for b in capsys.readouterr().out.split("\n\n")}
     for name, cls in METHODS.items():
         lines = blocks[name]
