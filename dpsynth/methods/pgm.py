@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
 
 
+_AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PgmParams:
     """``select``: mst or aim. ``degree``: AIM's largest candidate marginal (2 or 3).
@@ -80,12 +83,12 @@ class PgmParams:
     ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters``."""
 
     select: Literal["mst", "aim"] = "mst"
-    degree: int = param(3, "2 or 3 (aim only)")
-    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)")
-    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)")
+    degree: int = param(3, "2 or 3 (aim only)", only=_AIM)
+    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)", only=_AIM)
+    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)", only=_AIM)
     max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
     iters: int = param(1000, "whole number >= 1")
-    refit_iters: int = param(30, "whole number >= 1 (aim only)")
+    refit_iters: int = param(30, "whole number >= 1 (aim only)", only=_AIM)
     noise_tol: float = param(0.03, "number >= 0 (0: run every iteration)")
     precision: Literal["single", "double"] = param("single", "single or double (the fits' float width)")
 
