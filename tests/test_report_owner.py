@@ -321,7 +321,7 @@ def test_report_lists_the_measured_marginals_and_what_the_score_is_against():
     assert "holds 2 marginals of one column and 1 of two or more columns" in section
     assert "chosen by MST" in section and "1 a × b 2" in section
     text = _text(page)
-    assert "The score is measured against the DP measurement of the marginals listed under Measured marginals, " \
+    assert "The score is measured against the DP measurement of the marginals listed under Measured marginals , " \
            "not against the real table" in text
     assert "--internal-report" in text
 
