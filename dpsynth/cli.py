@@ -403,7 +403,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data-docs", action="store_true",
                    help="also publish Great Expectations' Data Docs of the validation gate (data-docs/, offline)")
     r.add_argument("--internal-report", action="store_true",
-                   help="also score the release against the raw data, written only to the private workspace")
+                   help="also score the release against the real table (every 2-way and a sample of 3-way "
+                        "marginals): an HTML page in the private workspace, never published; its path is printed")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
                    help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
     r.add_argument("--dataset", default=None,

@@ -141,7 +141,7 @@ class StageRunner(Protocol):
     Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes)
     -> measurement folder``, ``synthesize(plan, measurement) -> synthetic folder``,
     ``validate(plan, synthetic, measurement) -> gate summary``,
-    ``internal_report(plan, codes, synthetic)``, ``publish(plan, measurement,
+    ``internal_report(plan, codes, synthetic, measurement) -> page path``, ``publish(plan, measurement,
     synthetic, summary, timings, dataset) -> release folder``.
     """
 
@@ -203,7 +203,8 @@ def run_stages(
             summary = step("validate", plan, synthetic, measurement)
         if plan.config.internal_report:
             with spent_on_failure("internal report"):
-                step("internal_report", plan, codes, synthetic)
+                page = step("internal_report", plan, codes, synthetic, measurement)
+            _progress.say(f"internal report (private, computed from the raw data: never publish it): {page}")
         if started is not None:
             work = sum(timings.values())
             timings["orchestration"] = round(max(0.0, time.perf_counter() - started - work), 6)
