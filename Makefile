@@ -11,26 +11,38 @@ export DPSYNTH_WORKSPACE ?= $(CURDIR)/.dpsynth/workspace
 
 .PHONY: install demo test test-fast bench clean serve serve-stop
 
-$(VENV)/.installed: pyproject.toml
+# Two stamps: `make demo` installs only what a release needs (`-e .`); `make test` adds the
+# test extra (opendp, the solvers, Dask, pytest-xdist: most of the 1.3 GB).
+$(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
+
+$(VENV)/.installed-demo: pyproject.toml $(VENV)/.created
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.created
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
 
-demo: install
+demo: $(VENV)/.installed-demo
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
 	@# a running `make serve` server saves the temporary server's start-up
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
 	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml --method marginals \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
+# Two workers (pytest-xdist); the Prefect flow tests share one test server, so they run in one
+# group on one worker (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow and not flow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not flow"
 
 bench: install
 	$(BIN)/python benchmarks/encode_throughput.py
