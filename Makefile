@@ -18,7 +18,7 @@ $(VENV)/.created:
 	touch $@
 
 $(VENV)/.installed-demo: pyproject.toml $(VENV)/.created
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --no-compile -e .
 	touch $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.created
@@ -29,9 +29,12 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed-demo
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
-	@# a running `make serve` server saves the temporary server's start-up
+	@# with a Prefect server (`make serve`, or PREFECT_API_URL) the demo is a flow run on it, shown in
+	@# its dashboard; without one, the same stages run in-process (--engine local), not paying a
+	@# temporary server's first start (20-90 s here: it creates and migrates its database)
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
-	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml --method marginals \
+	engine=$${PREFECT_API_URL:+prefect}; \
+	$(BIN)/dpsynth release --engine $${engine:-local} --data data/demo.csv --schema schemas/demo.yaml --method marginals \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
 # Two workers (pytest-xdist); the Prefect flow tests share one test server, so they run in one
@@ -48,7 +51,7 @@ bench: install
 	$(BIN)/python benchmarks/encode_throughput.py
 	$(BIN)/python benchmarks/release_timing.py
 
-serve: install
+serve: $(VENV)/.installed-demo
 	deployments/serve.sh start
 
 serve-stop:

@@ -115,13 +115,16 @@ def _console(args: argparse.Namespace):
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
+    from .progress import reporting
+
+    with reporting(_console(args)):
+        return _release_command(args)
+
+
+def _release_command(args: argparse.Namespace) -> int:
+    """The release itself, its progress going to the reporter :func:`_cmd_release` installed."""
     from . import gate_worker, progress
 
-    with progress.reporting(_console(args)):
-        return _release_command(args, gate_worker, progress)
-
-
-def _release_command(args: argparse.Namespace, gate_worker, progress) -> int:
     if args.engine != "local":
         progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
