@@ -253,3 +253,11 @@ def test_release_imports_pause_the_collector_and_always_restart_it(monkeypatch):
         assert gc.isenabled() and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_python_dash_m_dpsynth_is_the_cli():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "dpsynth", "methods"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("method ") and "pgm *" in proc.stdout
