@@ -64,3 +64,20 @@ def test_figures_are_rounded_for_people():
     assert progress.fmt(1.4509999999) == "1.451"
     assert progress.fmt(1048576) == "1,048,576"
     assert progress.fmt(0.000123456) == "0.0001235"
+
+
+def test_cli_console_drops_the_runs_own_records_once_the_reporter_says_them():
+    """Defect: a plan warning showed twice with the Prefect engine (Prefect's console line
+    and the CLI's `dpsynth: warning:` line)."""
+    import logging
+
+    from dpsynth.orchestration.runner import _ConsoleFilter
+
+    def record(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "epsilon 100000 is so large", None, None)
+
+    f = _ConsoleFilter()
+    assert not f.filter(record("prefect.flow_runs", logging.WARNING))
+    assert not f.filter(record("prefect.task_runs", logging.INFO))
+    assert f.filter(record("prefect.client", logging.WARNING))  # Prefect's own warnings still show
+    assert not f.filter(record("prefect.client", logging.ERROR))  # the CLI's one error line replaces these

@@ -10,7 +10,8 @@ Two things Prefect does on its own do not fit the CLI's contract:
 * on a failure Prefect's console handlers print the task's and the flow's tracebacks
   (30-100 lines). :func:`quiet_failures` filters, on the console only, records at
   ERROR and above and any record that carries a traceback; the CLI prints its own one
-  line. Logs sent to the Prefect API are unchanged.
+  line. It also drops the flow and task runs' own records (a warning would otherwise
+  show twice: the CLI's reporter says it). Logs sent to the Prefect API are unchanged.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def _die_with_parent(parent: int) -> None:
 
 class _ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+            return False  # the run's own lines: the CLI's reporter says them (dpsynth.progress)
         return record.levelno < logging.ERROR and not record.exc_info
 
 
