@@ -921,7 +921,7 @@ def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, ca
     registry.charge(ws, "people", "earlier", "earlier", _release_charges(1.0), 1e-6)
     calls: list[int] = []
     monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1))
-    code = cli.main(_release_args(tmp_path, "today", 1.0) + ["--dataset", "people"])
+    code = cli.main(_release_args(tmp_path, "today", 1.0) + ["--dataset", "people", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "over the cap" in err[0] and "nothing was measured" in err[0], err
     assert calls == [] and not _complete_measurements(ws)
