@@ -166,7 +166,7 @@ def test_quiet_release_prints_nothing_but_still_warns(tmp_path, demo_paths, caps
 def test_release_with_a_capped_dataset_does_not_warn(tmp_path, demo_paths):
     import warnings
 
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     registry.set_cap(tmp_path / "ws", "demo", registry.Cap(epsilon=5.0, delta=1e-5))
     data, schema_path = demo_paths

@@ -8,13 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth import bundle, pipeline
-from dpsynth.encoding import DataError, file_sha256
+from dpsynth import pipeline
+from dpsynth.publish import bundle
+from dpsynth.rows.encoding import DataError, file_sha256
 from dpsynth.methods import ParamError
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy import BudgetExceeded
 from dpsynth.schema import SchemaError, load_schema
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 
 def _config(tmp_path, demo_paths, **kw) -> pipeline.ReleaseConfig:
@@ -267,7 +268,7 @@ def test_internal_report_page_scores_every_pair_against_the_real_table(tmp_path,
 
 
 def test_internal_report_samples_triples_of_a_wide_table():
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.report.internal import internal_page
     from dpsynth.schema import schema_from_dict
 

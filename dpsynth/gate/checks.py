@@ -2,7 +2,7 @@
 
 :func:`prepare` turns the synthetic table, its codes and the DP measurement into a
 :class:`Plan`: the record checks (columns, row count, each column's type, domain and
-missing values, from :func:`dpsynth.validation.column_domain`) on the decoded table,
+missing values, from :func:`dpsynth.gate.validation.column_domain`) on the decoded table,
 and the marginal-accuracy checks (codes re-encode to the table; every measured
 marginal of every size k within its threshold, from :mod:`dpsynth.gate.thresholds`)
 on a small derived table of statistics. Nothing here imports Great Expectations.
@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..encoding import EncodedTable, encode_column
+from ..rows.encoding import EncodedTable, encode_column
 from ..measurement import Measurement, marginal_key
-from ..metrics import tvd_vs_marginals
+from ..evaluation.metrics import tvd_vs_marginals
 from ..schema import Column, Schema
-from ..validation import column_domain
+from .validation import column_domain
 from .thresholds import (
     DEFAULT_MIN_FACTOR,
     DEFAULT_SD_FACTOR,
@@ -99,7 +99,7 @@ def _roundtrip_codes(col: Column, codes: np.ndarray) -> np.ndarray:
     """Codes that re-encoding the decoded values gives back (identity but for one case).
 
     An integer bin holding no integer decodes to the nearest integer inside the bounds,
-    which re-encodes to a neighbouring bin (see :func:`dpsynth.encoding.decode`).
+    which re-encodes to a neighbouring bin (see :func:`dpsynth.rows.encoding.decode`).
     """
     if col.type != "numeric" or not col.integer:
         return codes

@@ -21,15 +21,15 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ..bundle import fsync_path, publish_release, read_sign_key
-from ..encode_parts import encode_to_parts
-from ..encoding import EncodedTable, decode, write_csv
+from ..publish.bundle import fsync_path, publish_release, read_sign_key
+from ..rows.encode_parts import encode_to_parts
+from ..rows.encoding import EncodedTable, decode, write_csv
 from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Ledger
 from ..privacy.rng import seed_commitment
-from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
+from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
-from ..workspace_key import opaque_key
+from ..privacy.workspace_key import opaque_key
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
 
 __all__ = [
@@ -133,11 +133,11 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None
 
 @contextmanager
 def row_runner(dask_address: str | None) -> Iterator[Runner]:
-    """This process (no address), or a Dask cluster (``dpsynth.dask_runner.connect``)."""
+    """This process (no address), or a Dask cluster (``dpsynth.rows.dask_runner.connect``)."""
     if not dask_address:
         yield SerialRunner()
         return
-    from ..dask_runner import connect
+    from ..rows.dask_runner import connect
 
     with connect(dask_address) as runner:
         yield runner
@@ -165,7 +165,7 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
     """Marginal correction (post-processing): reweight the synthetic rows so that their
     marginals come as close as possible to the measurement's DP marginals (QP, since
     noisy marginals are rarely exactly reachable), then resample as many rows."""
-    from ..postprocess import correct_marginals
+    from ..postprocess.correction import correct_marginals
 
     if not m.marginals:
         raise ReleaseError(
@@ -183,13 +183,13 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
 def start_gate_warm_up() -> None:
     """Starts importing Great Expectations (3-7 s of CPU) while the method works, so the
     gate rarely waits for it: in a worker process on another core
-    (:mod:`dpsynth.gate_worker`), or in a background thread of this process when no
+    (:mod:`dpsynth.gate.worker`), or in a background thread of this process when no
     worker can run (``DPSYNTH_GATE_WORKER=off``, or it failed to start).
 
     Called once the public checks passed (the CLI starts the worker earlier: its output
     goes nowhere, so a refused request still exits with one clean line).
     """
-    from .. import gate_worker
+    from ..gate import worker as gate_worker
 
     if not gate_worker.start():
         from ..gate.session import warm_up_in_background
@@ -216,7 +216,7 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     published. Data Docs are rendered for the bundle only when the config asks for them
     (``data_docs``) and the gate passes.
     """
-    from .. import gate_worker
+    from ..gate import worker as gate_worker
 
     folder = plan.release_dir()
     docs = folder / "data-docs"
@@ -252,7 +252,7 @@ def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Pa
     in the release's folder and, for the data owner, an HTML page with every 2-way and a
     sample of 3-way marginals (``internal-reports/<release name>.html``, whose path names
     no private key). Returns the page's path."""
-    from ..metrics import complete_share, tvd_by_k
+    from ..evaluation.metrics import complete_share, tvd_by_k
     from ..report.internal import internal_page
 
     real = EncodedTable.from_parquet(codes_path, plan.schema)

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from .html import CSS, esc, num, table
 
 __all__ = ["MarginalScore", "internal_page", "score_marginals"]
