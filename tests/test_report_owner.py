@@ -336,3 +336,19 @@ def test_report_says_when_no_relationship_was_measured():
     section = _text(page[page.index('id="measured"'):page.index('id="release"')])
     assert "2 marginals of one column and 0 of two or more" in section
     assert "No relationship between columns was measured" in section
+
+
+def test_aim_release_records_its_units_for_the_report():
+    """Defect: an AIM release's parameter table said units was 'the method's own choice, not
+    recorded'; pgm records the budget units it used (16 x columns by default)."""
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+
+    schema = _pair_schema()
+    method = get_method("pgm", {"select": "aim", "degree": "2"})
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    m = method.measure(_diagonal(schema), Ledger(budget, method.plan(schema, budget)), np.random.default_rng(0))
+    assert m.meta["units"] == 16 * 2
+    page = build_report({**_manifest(), "method": "pgm", "parameters": dict(m.params)}, schema,
+                        _diagonal(schema), m, {})
+    assert _param_rows(page)["units"] == "automatic: 32"

@@ -258,7 +258,8 @@ class PgmMethod(MethodBase):
             measured=tuple(NoisyMarginal(attrs=o.attrs, counts=o.counts, stddev=o.stddev, mechanism="gaussian")
                            for o in merged),
             statement=DP_ADD_REMOVE,
-            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1]},
+            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1],
+                  **({"units": self._units(schema)} if self.params.select == "aim" else {})},
         )
 
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
