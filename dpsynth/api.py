@@ -14,7 +14,7 @@ import os
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -27,7 +27,9 @@ from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
 from .progress import Console, fmt, reporting
 from .privacy.rng import MIN_SEED_BYTES
+from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
+from .privacy.workspace import private_workspace
 
 __all__ = ["Release", "ReleaseVerificationError", "ReleaseWarning", "load_release", "release"]
 
@@ -48,6 +50,11 @@ class _ApiConsole(Console):
         """Issues ``text`` through :mod:`warnings` (the caller's filters decide what is shown)."""
         warnings.warn(text, ReleaseWarning, stacklevel=2)
 
+    def note(self, text: str) -> None:
+        """Shown with the progress lines (the registry is also on ``Release.registry``)."""
+        if self._show:
+            super().note(text)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Release:
@@ -58,6 +65,9 @@ class Release:
     synthetic: pd.DataFrame
     ledger: Ledger
     report_path: Path
+    #: The privacy registry this run charged (a private local path, never published);
+    #: None for a release opened with :func:`load_release`.
+    registry: Path | None = None
 
     @property
     def name(self) -> str:
@@ -106,7 +116,8 @@ def release(
     name) raises before any budget is spent; the error names what to change. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
+    defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
 
     Progress (stage lines, counters of long stages) goes to stderr as on the command line;
     ``quiet=True`` silences it. Warnings (e.g. a dataset without a lifetime privacy cap)
@@ -115,7 +126,8 @@ def release(
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
-    with _seed_file(seed, ws) as seed_path:
+    # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
+    with private_workspace(ws), _seed_file(seed, ws) as seed_path:
         config = ReleaseConfig.from_arguments(
             data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
             epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
@@ -123,7 +135,7 @@ def release(
         )
         with reporting(_ApiConsole(show=not quiet)):
             folder = run_release(config)
-    out = _read_release(folder)
+    out = replace(_read_release(folder), registry=registry_path(ws).absolute())
     dataset = out.manifest.get("privacy", {}).get("dataset") or {}
     if dataset and dataset.get("cap_epsilon") is None:
         warnings.warn(no_cap_warning(dataset), ReleaseWarning, stacklevel=2)

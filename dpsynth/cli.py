@@ -146,7 +146,7 @@ def _release_command(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
     settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
     config = ReleaseConfig.from_arguments(**settings)
-    folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
+    folder = _run_engine(config, args.engine)
     total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
@@ -163,6 +163,17 @@ def _release_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_engine(config, engine: str) -> str:
+    """The release on the chosen engine; a refusal by the registry names the registry's file."""
+    from .privacy.registry import RegistryRefused, registry_path
+
+    try:
+        return _release_local(config) if engine == "local" else _release_prefect(config)
+    except RegistryRefused as exc:
+        where = registry_path(config.workspace).absolute()
+        raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
+
+
 def _privacy_line(manifest: dict) -> str:
     privacy = manifest.get("privacy", {})
     headline = privacy.get("headline") or "privacy statement missing"
@@ -171,28 +182,37 @@ def _privacy_line(manifest: dict) -> str:
     return f"privacy: {headline}. The ledger records what was charged; it is NOT a DP guarantee."
 
 
+def _budget_workspace(args: argparse.Namespace) -> Path:
+    """The workspace of a budget command; says on stderr which registry it reads or writes."""
+    from .privacy.registry import registry_path
+    from .privacy.workspace import default_workspace
+
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    print(f"dpsynth: privacy registry {registry_path(workspace).absolute()}", file=sys.stderr)
+    return workspace
+
+
 def _cmd_budget_set(args: argparse.Namespace) -> int:
-    from .pipeline import default_workspace
     from .privacy.registry import Cap, set_cap, state
 
     cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
-    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    workspace = _budget_workspace(args)
     set_cap(workspace, args.dataset, cap)
     _print_budget(state(workspace, args.dataset))
     return 0
 
 
 def _cmd_budget_show(args: argparse.Namespace) -> int:
-    from .pipeline import DEFAULT_DELTA, default_workspace
+    from .pipeline import DEFAULT_DELTA
     from .privacy.registry import state
 
-    workspace = Path(args.workspace) if args.workspace else default_workspace()
-    _print_budget(state(workspace, args.dataset, delta=DEFAULT_DELTA))
+    _print_budget(state(_budget_workspace(args), args.dataset, delta=DEFAULT_DELTA))
     return 0
 
 
 def _print_budget(st) -> None:
-    """Cap, spend and every release's cost (names and numbers only, never data or keys)."""
+    """Cap, spend, and every release name with its noise draws (count, times, costs);
+    names and numbers only, never data or keys."""
     if st.cap is None:
         print(f"dataset {st.dataset}: no lifetime cap declared")
     else:
@@ -200,12 +220,18 @@ def _print_budget(st) -> None:
         if st.cap.period:
             print(f"period budget: epsilon {st.cap.period_epsilon:g} per {st.cap.period} "
                   f"(spent this {st.cap.period}: {st.period_spent_epsilon:.6g})")
-    print(f"spent: epsilon {st.spent_epsilon:.6g} at delta {st.delta:g} over {len(st.releases)} release(s)")
+    print(f"spent: epsilon {st.spent_epsilon:.6g} at delta {st.delta:g} over {len(st.draws)} noise draw(s) "
+          f"of {st.release_count} release(s)")
     if st.remaining_epsilon is not None:
         print(f"remaining: epsilon {st.remaining_epsilon:.6g}")
-    for r in st.releases:
-        print(f"  {r.charged_at}  {r.name}  epsilon {r.epsilon:.6g} (delta {r.delta:g}; rho {r.rho:.6g}, "
-              f"pure epsilon {r.pure_epsilon:.6g})")
+    by_name: dict[str, list] = {}
+    for d in st.draws:
+        by_name.setdefault(d.name, []).append(d)
+    for name, draws in by_name.items():
+        print(f"  {name}: {len(draws)} draw(s)")
+        for d in draws:
+            print(f"    {d.charged_at}  epsilon {d.epsilon:.6g} (delta {d.delta:g}; rho {d.rho:.6g}, "
+                  f"pure epsilon {d.pure_epsilon:.6g})")
 
 
 def _release_local(config) -> str:
@@ -400,7 +426,9 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
     r.add_argument("--out", default="releases", help="folder that receives the release folder (default: releases)")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
-    r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
+    r.add_argument("--workspace", default=None,
+                   help="private workspace, holding the privacy registry (default: $DPSYNTH_WORKSPACE, else one "
+                        "per user: $XDG_DATA_HOME/dpsynth/workspace or ~/.local/share/dpsynth/workspace)")
     r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                    help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
     r.add_argument("--sign-key", default=None,
@@ -438,11 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--delta", type=float, required=True, help="lifetime delta")
     bs.add_argument("--period", choices=("day", "week", "month"), default=None, help="also cap each calendar period (UTC)")
     bs.add_argument("--period-epsilon", type=float, default=None, help="epsilon allowed per period")
-    bs.add_argument("--workspace", default=None)
+    bs.add_argument("--workspace", default=None, help="default: $DPSYNTH_WORKSPACE, else the user's workspace")
     bs.set_defaults(func=_cmd_budget_set)
-    bw = bsub.add_parser("show", help="cap, spend, remaining and every release's cost")
+    bw = bsub.add_parser("show", help="cap, spend, remaining and every release's noise draws (count, times, cost)")
     bw.add_argument("dataset")
-    bw.add_argument("--workspace", default=None)
+    bw.add_argument("--workspace", default=None, help="default: $DPSYNTH_WORKSPACE, else the user's workspace")
     bw.set_defaults(func=_cmd_budget_show)
 
     s = sub.add_parser("schema", help="schema helpers")

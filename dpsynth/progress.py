@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Protocol, TextIO
 
-__all__ = ["Console", "Reporter", "advance", "count", "current", "fmt", "reporting", "say", "warn"]
+__all__ = ["Console", "Reporter", "advance", "count", "current", "fmt", "note", "reporting", "say", "warn"]
 
 
 class Reporter(Protocol):
@@ -34,6 +34,9 @@ class Reporter(Protocol):
 
     def warning(self, text: str) -> None:
         """A warning for the user (shown even when progress is not)."""
+
+    def note(self, text: str) -> None:
+        """A fact for the operator's console, e.g. which privacy registry was charged."""
 
 
 _lock = threading.Lock()
@@ -77,6 +80,13 @@ def warn(text: str) -> None:
     r = current()
     if r is not None:
         r.warning(text)
+
+
+def note(text: str) -> None:
+    """A fact for the operator's console to the current reporter (dropped when there is none)."""
+    r = current()
+    if r is not None:
+        r.note(text)
 
 
 @contextmanager
@@ -164,6 +174,10 @@ class Console:
     def warning(self, text: str) -> None:
         """Writes ``{warn_prefix}warning: text`` on its own line (also when not showing progress)."""
         self._write(f"{self._warn_prefix}warning: {text}")
+
+    def note(self, text: str) -> None:
+        """Writes ``{warn_prefix}text`` on its own line (also when not showing progress)."""
+        self._write(f"{self._warn_prefix}{text}")
 
     def _write(self, text: str) -> None:
         with self._lock:

@@ -599,7 +599,7 @@ def _measure(tmp_path: Path, data: Path, schema: Path, method: str, params: dict
                                  workspace=tmp_path / "ws", seed_file=seed, name=name, params=params)
     plan = pipeline.prepare(cfg)
     codes = pipeline.encode_stage(Path(data), plan.schema, cfg.workspace, plan.data_sha256)
-    return pipeline.measure_stage(plan, codes)
+    return pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
 
 
 def _one_way(folder: Path) -> dict[str, object]:
@@ -905,9 +905,12 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     assert ds["spent_epsilon_including_this"] == pytest.approx(1.0, rel=1e-6)
     # the release key stays in the private workspace
     plan = pipeline.prepare(pipeline.ReleaseConfig(**{**cfg.__dict__, "out": tmp_path / "elsewhere"}))
+    # nor does the registry's (or the workspace's) path, which the CLI prints on stderr only
+    private = [plan.key, str(cfg.workspace.absolute()), str(cfg.workspace.resolve()), "registry.sqlite"]
     for path in folder.rglob("*"):
         if path.is_file():
-            assert plan.key.encode() not in path.read_bytes(), path
+            blob = path.read_bytes()
+            assert not [p for p in private if p.encode() in blob], path
     assert "The dataset's budget." in (folder / "report.html").read_text()
 
 
@@ -1017,3 +1020,270 @@ def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     assert "measure: started" not in loser[1]
     assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
     assert len(registry.state(ws, "demo").releases) == 1
+
+
+# =============================================================================================
+# Issue 23, section 1: every noise draw is charged; a cleared cache re-measures at a price.
+# =============================================================================================
+
+
+def _demo_release(tmp_path: Path, ws: Path, name: str, out: str = "out", engine: str = "local") -> int:
+    return main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", "marginals",
+                 "--epsilon", "1", "--workspace", str(ws), "--engine", engine, "--out", str(tmp_path / out),
+                 "--name", name, "--quiet"])
+
+
+def test_cleared_cache_remeasure_is_charged_and_refused_over_the_cap(tmp_path, capsys):
+    """Issue 23's scenario: after `rm -rf ws/releases ws/encoded`, a rerun of r1 used to
+    draw new noise and publish it with the registry unchanged (8 measurements of one
+    table for the price of 2). Now the redraw is charged: here it is over the cap, so it
+    is refused with one line saying why, and nothing is measured or published."""
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    assert main(["budget", "set", "demo", "--epsilon", "1.5", "--delta", "1e-6", "--workspace", str(ws)]) == 0
+    assert _demo_release(tmp_path, ws, "r1") == 0 and _demo_release(tmp_path, ws, "r2") == 0
+    assert _demo_release(tmp_path, ws, "r3") == 2  # 1.81 > 1.5: refused
+    spent = registry.state(ws, "demo").spent_epsilon
+    assert spent == pytest.approx(1.451, abs=1e-3)
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    capsys.readouterr()
+    for _ in range(3):  # the issue repeated it 7 times
+        assert _demo_release(tmp_path, ws, "r1", out="out2") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "over the cap" in err[0] and "again" in err[0], err
+        assert "nothing was measured" in err[0] and "privacy registry" in err[0]
+    assert not (tmp_path / "out2" / "r1").exists() and not _complete_measurements(ws)
+    st = registry.state(ws, "demo")
+    assert len(st.releases) == 2 and st.spent_epsilon == pytest.approx(spent, rel=1e-9)
+
+
+def test_cleared_cache_remeasure_is_charged_again_and_listed(tmp_path, capsys):
+    """Under a roomy cap the redraw publishes, charged as a second draw of r1: the registry,
+    `budget show` and the new manifest all count it. A rerun that reuses the stored
+    complete measurement stays free."""
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=10.0, delta=1e-6))
+    assert _demo_release(tmp_path, ws, "r1") == 0
+    one = registry.state(ws, "demo")
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    capsys.readouterr()
+    assert _demo_release(tmp_path, ws, "r1", out="out2") == 0
+    err = capsys.readouterr().err
+    assert "charged a noise draw of release 'r1'" in err and str((ws / "registry.sqlite").absolute()) in err
+    st = registry.state(ws, "demo")
+    assert [d.name for d in st.draws] == ["r1", "r1"] and st.release_count == 1
+    assert st.spent_epsilon == pytest.approx(total_epsilon([Charge(stage="x", rho=2 * one.draws[0].rho)], 1e-6))
+    ds = json.loads((tmp_path / "out2" / "r1" / "manifest.json").read_text())["privacy"]["dataset"]
+    assert ds["draws_including_this"] == 2 and ds["releases_including_this"] == 1
+    assert ds["spent_epsilon_including_this"] == pytest.approx(st.spent_epsilon)
+    assert "measured 2 times in all" in (tmp_path / "out2" / "r1" / "report.html").read_text()
+    # a rerun whose complete measurement is still stored is free (the cached synthetic table too)
+    shutil.rmtree(ws / "encoded")
+    assert _demo_release(tmp_path, ws, "r1", out="out3") == 0
+    assert "no new charge" in capsys.readouterr().err
+    assert len(registry.state(ws, "demo").draws) == 2
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    shown = capsys.readouterr()
+    assert "r1: 2 draw(s)" in shown.out and "2 noise draw(s) of 1 release(s)" in shown.out
+    assert str((ws / "registry.sqlite").absolute()) in shown.err  # which registry: stderr only
+    assert "registry.sqlite" not in shown.out
+
+
+def test_crash_before_the_measurement_is_complete_is_charged_again(tmp_path, monkeypatch):
+    """Documented retry semantics (docs/privacy.md): a crash inside the method (noise may
+    have been drawn, nothing complete) is charged again by the rerun; a crash after
+    COMPLETE is free (test_registry_retry_is_not_charged_twice)."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    cfg = _demo_config(tmp_path, name="nightly")
+    original = MarginalsMethod.measure
+
+    def crash(self, codes, ledger, rng):
+        original(self, codes, ledger, rng)  # the noise was drawn...
+        raise RuntimeError("injected crash before COMPLETE")  # ...and lost
+
+    monkeypatch.setattr(MarginalsMethod, "measure", crash)
+    with pytest.raises(pipeline.BudgetSpent, match="injected"):
+        pipeline.run_release(cfg)
+    assert len(registry.state(cfg.workspace, "demo").draws) == 1 and not _complete_measurements(cfg.workspace)
+    monkeypatch.undo()
+    pipeline.run_release(cfg)
+    assert [d.name for d in registry.state(cfg.workspace, "demo").draws] == ["nightly", "nightly"]
+
+
+def test_measure_stage_cannot_draw_without_a_charge(tmp_path, monkeypatch):
+    """The measure stage draws noise only with a fresh charge of its own release, used once."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    plan = pipeline.prepare(_demo_config(tmp_path, name="bound"))
+    other = pipeline.prepare(_demo_config(tmp_path, name="other"))
+    codes = pipeline.encode_stage(DEMO, plan.schema, plan.config.workspace, plan.data_sha256)
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1) or original(*a, **k))
+    with pytest.raises(registry.DrawRefused, match="no registry charge"):
+        pipeline.measure_stage(plan, codes)
+    with pytest.raises(registry.DrawRefused, match="another release"):
+        pipeline.measure_stage(plan, codes, pipeline.charge_dataset(other).draw)
+    draw = pipeline.charge_dataset(plan).draw
+    assert draw is not None and draw.fresh
+    pipeline.measure_stage(plan, codes, draw)
+    assert calls == [1]
+    shutil.rmtree(plan.release_dir() / "measurement")
+    with pytest.raises(registry.DrawRefused, match="already used"):
+        pipeline.measure_stage(plan, codes, draw)  # one charge, one draw
+    assert calls == [1] and not (plan.release_dir() / "measurement").exists()
+
+
+def test_registry_of_releases_becomes_draws(tmp_path):
+    """A registry written before draws were recorded keeps its spend: one draw per release key."""
+    import sqlite3
+
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    conn = sqlite3.connect(ws / "registry.sqlite")
+    conn.executescript(
+        "CREATE TABLE releases (dataset TEXT NOT NULL, release_key TEXT NOT NULL, name TEXT NOT NULL, "
+        "rho REAL NOT NULL, pure_epsilon REAL NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL, "
+        "charged_at TEXT NOT NULL, PRIMARY KEY (dataset, release_key));"
+        "INSERT INTO releases VALUES ('d', 'k1', 'old', 0.02, 0.0, 1.0, 1e-6, '2026-01-01T00:00:00.000000Z');")
+    conn.commit()
+    conn.close()
+    st = registry.state(ws, "d")
+    assert [d.name for d in st.draws] == ["old"] and st.release_count == 1
+    again = registry.charge(ws, "d", "k1", "old", _release_charges(1.0), 1e-6, reuse=True)
+    assert not again.charged_now and again.draw is not None and not again.draw.fresh
+    assert registry.charge(ws, "d", "k1", "old", _release_charges(1.0), 1e-6).charged_now  # measured again
+
+
+@pytest.mark.flow
+def test_prefect_cache_never_outlives_the_measurement(prefect_harness, tmp_path, monkeypatch, umask_022):
+    """The Prefect engine after `rm -rf ws/releases ws/encoded` with ws/prefect-results kept:
+    it used to fail with a raw errno line naming releases/<key>/ (cache hit on a deleted
+    measurement), and with prefect-results cleared too it redrew for free. Now the redraw
+    is charged (refused over the cap, before measuring) and a cache hit on a deleted
+    folder is rebuilt."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+    from dpsynth.orchestration.release import flow_parameters, release_flow
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.5, delta=1e-6))
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1) or original(*a, **k))
+
+    def run(name: str, out: str) -> dict:
+        return release_flow(**flow_parameters(_config(tmp_path, name=name, out=tmp_path / out)))
+
+    run("r1", "out")
+    assert calls == [1] and list((ws / "prefect-results").iterdir())
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.2, delta=1e-6))  # room for one draw only
+    with pytest.raises(registry.RegistryRefused, match="again") as refused:
+        run("r1", "out2")
+    assert "releases/" not in str(refused.value) and calls == [1]
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.5, delta=1e-6))
+    result = run("r1", "out2")  # charged as a second draw; measurement and synthetic table rebuilt
+    assert calls == [1, 1] and not {"measure", "synthesize"} & set(result["cached"])
+    assert [d.name for d in registry.state(ws, "demo").draws] == ["r1", "r1"]
+    # the stored measurement is back: a third run is a free cache hit
+    result = run("r1", "out3")
+    assert calls == [1, 1] and "measure" in result["cached"] and len(registry.state(ws, "demo").draws) == 2
+    assert _loose_modes(ws) == []  # the task results in ws/prefect-results too (issue 23, section 3)
+
+
+# =============================================================================================
+# Issue 23, section 3: the workspace is private (0700 folders, 0600 files) whatever the umask.
+# =============================================================================================
+
+
+def _loose_modes(root: Path) -> list[str]:
+    """Every path under root (itself included) that is not 0700 (folder) / 0600 (file)."""
+    import stat
+
+    bad = []
+    for p in [root, *root.rglob("*")]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        if stat.S_IMODE(st.st_mode) != want:
+            bad.append(f"{oct(stat.S_IMODE(st.st_mode))} {p.relative_to(root)}")
+    return bad
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_workspace_is_owner_only_under_umask_022(tmp_path, umask_022, entry):
+    """Under umask 022, codes, measurements, the registry, locks, names, inputs, the gate's
+    Data Docs and the internal report used to be 0644 in 0755 folders. Now every path under
+    the workspace is 0700/0600; the published release stays readable (0755/0644), and the
+    caller's umask is back afterwards."""
+    import stat
+
+    from dpsynth.api import release
+
+    ws = tmp_path / "deep" / "ws"
+    if entry == "cli":
+        assert main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", "marginals",
+                     "--epsilon", "1", "--workspace", str(ws), "--engine", "local", "--out", str(tmp_path / "out"),
+                     "--name", "r", "--data-docs", "--internal-report"]) == 0
+    else:
+        done = release(pd.read_csv(DEMO), DEMO_SCHEMA, method="marginals", epsilon=1.0, name="r",
+                       out=tmp_path / "out", workspace=ws, seed=b"0123456789abcdef-not-secret")
+        assert done.registry == (ws / "registry.sqlite").absolute()  # which registry: in memory only
+    names = {p.name for p in ws.rglob("*")}
+    assert {"registry.sqlite", "secret.key", "r.lock", "r.json", "measurement.parquet", "COMPLETE"} <= names
+    assert entry == "cli" or list((ws / "inputs").iterdir())
+    assert _loose_modes(ws) == []
+    published = tmp_path / "out" / "r"
+    assert stat.S_IMODE(published.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE(p.stat().st_mode) == (0o755 if p.is_dir() else 0o644) for p in published.rglob("*"))
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+    assert os.umask(0o022) == 0o022  # restored
+
+
+def test_old_workspace_is_tightened_once_on_first_use(tmp_path, umask_022, monkeypatch, capsys):
+    """A workspace made by an earlier version (0755 folders, 0644 files) is tightened the
+    first time any command opens it; later opens skip the walk, unless its root was opened
+    up again."""
+    from dpsynth.privacy import workspace
+
+    ws = tmp_path / "ws"
+    (ws / "encoded" / "k" / "codes").mkdir(parents=True)
+    (ws / "encoded" / "k" / "codes" / "part-0.parquet").write_bytes(b"codes of raw rows")
+    (ws / "releases" / "k" / "measurement").mkdir(parents=True)
+    (ws / "releases" / "k" / "measurement" / "measurement.json").write_text("{}")
+    (ws / "prefect-results").mkdir()
+    (ws / "prefect-results" / "abc").write_text("{}")
+    os.symlink("/etc/hostname", ws / "link")  # never followed
+    assert _loose_modes(ws) != []
+    walks: list[int] = []
+    real = workspace.tighten
+    monkeypatch.setattr(workspace, "tighten", lambda root: walks.append(1) or real(root))
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert _loose_modes(ws) == [] and walks == [1]
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert walks == [1]  # cheap later: the marker and the root's mode
+    os.chmod(ws, 0o755)
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert walks == [1, 1] and _loose_modes(ws) == []

@@ -81,3 +81,10 @@ def test_cli_console_drops_the_runs_own_records_once_the_reporter_says_them():
     assert not f.filter(record("prefect.task_runs", logging.INFO))
     assert f.filter(record("prefect.client", logging.WARNING))  # Prefect's own warnings still show
     assert not f.filter(record("prefect.client", logging.ERROR))  # the CLI's one error line replaces these
+
+
+def test_notes_show_even_when_quiet():
+    sink = io.StringIO()
+    with progress.reporting(progress.Console(sink, show=False, warn_prefix="dpsynth: ")):
+        progress.note("privacy registry /ws/registry.sqlite: charged")
+    assert sink.getvalue() == "dpsynth: privacy registry /ws/registry.sqlite: charged\n"

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +32,7 @@ from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
+from ..privacy.workspace import default_workspace
 from ..privacy.workspace_key import opaque_key, workspace_secret
 
 __all__ = [
@@ -66,11 +66,6 @@ class BudgetSpent(ReleaseError):
 
 class ValidationFailed(BudgetSpent):
     """The gate failed: the release is not publishable (its budget was spent measuring)."""
-
-
-def default_workspace() -> Path:
-    """The private workspace: ``$DPSYNTH_WORKSPACE``, else ``.dpsynth/workspace``."""
-    return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
 
 
 # Fields holding a path; from_arguments accepts text for them, to_arguments gives text.
@@ -129,7 +124,7 @@ class ReleaseConfig:
         """The one mapping from loose arguments to a config (CLI, flow and API use it).
 
         Paths may be text; ``None`` (or empty text for an optional path) stands for a
-        setting's default (the workspace's is ``$DPSYNTH_WORKSPACE``), and ``params``/``gate`` may be any mapping or ``None``.
+        setting's default (the workspace's is :func:`dpsynth.privacy.workspace.default_workspace`: ``$DPSYNTH_WORKSPACE``, else one per user), and ``params``/``gate`` may be any mapping or ``None``.
         An unknown argument is refused by name.
         """
         unknown = sorted(set(arguments) - set(cls.field_names()))

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 from .. import progress as _progress
 from ..methods.guidance import assess
 from ..measurement import Measurement
-from ..privacy.registry import DatasetState, charge
-from ..privacy.workspace import LockBusy, exclusive_lock
+from ..privacy.registry import DatasetState, DrawRefused, charge, registry_path
+from ..privacy.workspace import LockBusy, exclusive_lock, private_workspace
 from . import stages
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
@@ -33,6 +33,7 @@ __all__ = [
     "claim_name",
     "local_runner",
     "no_cap_warning",
+    "registry_line",
     "run_release",
     "run_stages",
     "spent_on_failure",
@@ -65,7 +66,7 @@ def spent_on_failure(stage: str) -> Iterator[None]:
     """
     try:
         yield
-    except BudgetSpent:
+    except (BudgetSpent, DrawRefused):
         raise
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -124,22 +125,42 @@ def no_cap_warning(dataset: Mapping[str, Any]) -> str:
 
 
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
-    """Charges the release to its dataset's lifetime registry before it measures.
+    """Charges the release's noise draw to its dataset's lifetime registry before it measures.
 
-    Raises :class:`dpsynth.privacy.registry.RegistryRefused` past the dataset's cap; a retry of
-    the same release (same key) is not charged again.
+    Called under the name's lock, right before the measure stage. Free only when the
+    stored complete measurement of this release key exists (the measure stage will reuse
+    it and draw nothing); otherwise a new draw is charged, even for a known key (its
+    measurement was deleted, or a crash came before it was complete), and refused past
+    the cap with :class:`dpsynth.privacy.registry.RegistryRefused`. The state's ``draw`` is what
+    the measure stage needs to draw noise (DESIGN.md, decision 14).
     """
     limit = (plan.config.period, float(plan.config.period_epsilon)) if plan.config.period else None
+    reuse = (plan.release_dir() / "measurement" / COMPLETE).exists()
     return charge(plan.config.workspace, plan.dataset, plan.key, plan.name, plan.charges,
-                  float(plan.budget.delta), limit=limit)  # type: ignore[arg-type]
+                  float(plan.budget.delta), reuse=reuse, limit=limit)  # type: ignore[arg-type]
+
+
+def registry_line(plan: ReleasePlan, dataset: DatasetState) -> str:
+    """One line for the operator's console (never a published file): which registry the
+    run charged, and whether it drew noise or reused its stored measurement."""
+    where = registry_path(plan.config.workspace).absolute()
+    if dataset.charged_now and dataset.draw is not None and dataset.draw.fresh:
+        n = len(dataset.draws_by_name().get(plan.name, []))
+        what = (f"charged a noise draw of release {plan.name!r} to dataset {plan.dataset!r} "
+                f"({'its first draw' if n == 1 else f'draw {n} of that release name'})")
+    elif dataset.charged_now:
+        what = f"charged release {plan.name!r} to dataset {plan.dataset!r} (its measurement was not on record)"
+    else:
+        what = f"no new charge: release {plan.name!r} reused its stored measurement (dataset {plan.dataset!r})"
+    return f"privacy registry {where}: {what}"
 
 
 class StageRunner(Protocol):
     """Runs one named stage for an engine: returns its output, its seconds (0.0 when
     served from a cache) and whether it was served from a cache.
 
-    Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes)
-    -> measurement folder``, ``synthesize(plan, measurement) -> synthetic folder``,
+    Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes,
+    draw) -> measurement folder`` (``draw``: the registry's grant), ``synthesize(plan, measurement) -> synthetic folder``,
     ``validate(plan, synthetic, measurement) -> gate summary``,
     ``internal_report(plan, codes, synthetic, measurement) -> page path``, ``publish(plan, measurement,
     synthetic, summary, timings, dataset) -> release folder``.
@@ -151,12 +172,14 @@ class StageRunner(Protocol):
 @dataclass(frozen=True)
 class StagesDone:
     """What a finished run reports: the release folder, stage seconds, the stages served
-    from a cache, and every warning (the plan's, then the small-sample guard's)."""
+    from a cache, every warning (the plan's, then the small-sample guard's), and which
+    registry was charged (:func:`registry_line`)."""
 
     folder: Any
     timings: dict[str, float]
     cached: list[str]
     warnings: list[str]
+    registry: str = ""  # registry_line(): for the operator's console only
 
 
 def run_stages(
@@ -187,13 +210,13 @@ def run_stages(
 
     with claim_name(plan):
         codes = step("encode", plan)
-        dataset = charge_dataset(plan)  # in the orchestrating process, before measuring
+        dataset = charge_dataset(plan)  # in the orchestrating process, right before measuring
         # GE's import runs in the background while the method works; only a request that
         # got its name and its budget pays for it (a refused one exits with one clean line).
         stages.start_gate_warm_up()
         # From the measure stage on, a failure means the budget was spent (exit 1, said so).
         with spent_on_failure("measure"):
-            measurement = step("measure", plan, codes)
+            measurement = step("measure", plan, codes, dataset.draw)
         if (advice := utility_warning(plan, Path(measurement))) is not None:
             warnings.append(advice)
             warn(advice)
@@ -211,7 +234,8 @@ def run_stages(
         with spent_on_failure("publish"):
             folder, _, _ = runner("publish", plan, measurement, synthetic, summary, timings,
                                   dataset.to_manifest())
-    return StagesDone(folder=folder, timings=timings, cached=cached, warnings=warnings)
+    return StagesDone(folder=folder, timings=timings, cached=cached, warnings=warnings,
+                      registry=registry_line(plan, dataset))
 
 
 def local_runner(say: Say = _quiet) -> StageRunner:
@@ -244,18 +268,26 @@ _STAGE_FUNCTIONS = {
 
 
 def run_release(config: ReleaseConfig, progress: Say | None = None) -> Path:
-    """All stages in order, without Prefect. Returns the published folder.
+    """All stages in order, without Prefect, in the privately opened workspace
+    (:func:`dpsynth.privacy.workspace.private_workspace`). Returns the published folder.
 
     ``progress`` receives one line per stage start and end (names and seconds only),
-    and each warning as ``warning: ...``; without it they go to the current reporter of
-    :mod:`dpsynth.progress` (none by default: silent), as the counters of long stages do.
+    each warning as ``warning: ...``, and at the end which registry was charged as
+    ``registry: ...`` (a local path: for the operator's console, never a published file).
+    Without it they go to the current reporter of :mod:`dpsynth.progress` (none by default:
+    silent), as the counters of long stages do; the registry line as a note.
     """
     say = progress or _progress.say
     warn = (lambda text: say(f"warning: {text}")) if progress is not None else _progress.warn
     timings: dict[str, float] = {}
-    with timed("prepare", timings, say):
-        plan = prepare(config)
-    for warning in plan.warnings:
-        warn(warning)
-    done = run_stages(plan, local_runner(say), timings, warn=warn)
+    with private_workspace(config.workspace):
+        with timed("prepare", timings, say):
+            plan = prepare(config)
+        for warning in plan.warnings:
+            warn(warning)
+        done = run_stages(plan, local_runner(say), timings, warn=warn)
+    if progress is not None:
+        progress(f"registry: {done.registry}")
+    else:
+        _progress.note(done.registry)
     return done.folder

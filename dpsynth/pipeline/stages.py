@@ -27,6 +27,7 @@ from ..rows.encoding import EncodedTable, decode, write_csv
 from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Ledger
 from ..privacy.rng import seed_commitment
+from ..privacy.registry import Draw, consume_draw
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
 from ..privacy.workspace_key import opaque_key
@@ -78,6 +79,7 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
     try:
         encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner)
         for f in tmp.iterdir():
+            os.chmod(f, 0o600)  # written by Dask workers too, whose umask is not ours
             fsync_path(f)
         try:
             os.replace(tmp, path)
@@ -102,9 +104,16 @@ def encode_release(plan: ReleasePlan) -> Path:
                             runner=runner)
 
 
-def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None = None,
-                  runner: Runner | None = None) -> Path:
+def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None, *,
+                  chunk_rows: int | None = None, runner: Runner | None = None) -> Path:
     """The DP boundary. Returns the measurement folder; never measures twice.
+
+    A complete measurement of this release is returned as it is (no noise drawn).
+    Otherwise noise is drawn only with ``draw``, a fresh charge of this release granted
+    by the registry (:func:`dpsynth.pipeline.charge_dataset`), marked used right before
+    the method runs: without one, :class:`dpsynth.privacy.registry.DrawRefused` and nothing is
+    measured (DESIGN.md, decision 14). A new measurement replaces any synthetic folder
+    made from an earlier one of the same key.
 
     A method that measures counts reads the codes partition by partition (memory bounded
     by ``chunk_rows``, default the config's; on a Dask ``runner``, default the config's
@@ -115,16 +124,20 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None
         return folder
     if runner is None:
         with row_runner(plan.config.dask_address) as opened:
-            return measure_stage(plan, codes_path, chunk_rows=chunk_rows, runner=opened)
+            return measure_stage(plan, codes_path, draw, chunk_rows=chunk_rows, runner=opened)
     method = plan.method()
     source = RowSource.from_parquet(codes_path, plan.schema, chunk_rows=chunk_rows or plan.config.chunk_rows,
                                     runner=runner)
     codes = source if getattr(method, "measures_counts", False) else load_rows(source, plan.method_name)
     ledger = Ledger(plan.budget, plan.charges)
+    consume_draw(plan.config.workspace, draw, plan.dataset, plan.key)  # the charge, used once, then the noise
     m = method.measure(codes, ledger, plan.rng("measure"))
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    stale = plan.release_dir() / "synthetic"
+    if stale.exists():  # made from a measurement that is gone: never publish it beside this one
+        shutil.rmtree(stale)
     with complete_folder(folder) as tmp:
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")

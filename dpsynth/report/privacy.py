@@ -100,10 +100,13 @@ def _not_dp_sentences(privacy: Mapping[str, Any], m: Measurement) -> list[str]:
 def _lifetime(ds: Mapping[str, Any], dp: bool) -> str:
     """The dataset's cumulative spend over all its releases (from the registry, via the manifest)."""
     n = ds.get("releases_including_this")
+    draws = ds.get("draws_including_this")
+    again = (f" (measured {num(draws)} times in all: a release measured again, e.g. after its cache was "
+             "cleared, is counted again)" if isinstance(draws, int) and isinstance(n, int) and draws > n else "")
     this = "" if dp else (" This release spent none of it, and the disclosure risk it carries is not "
                           "counted there.")
     spent = (f"<p><strong>The dataset's budget.</strong>{this} This is one of {num(n)} release(s) of dataset "
-             f"<code>{esc(ds.get('name'))}</code> recorded in the privacy registry; together they have spent "
+             f"<code>{esc(ds.get('name'))}</code> recorded in the privacy registry{again}; together they have spent "
              f"&epsilon; = <strong>{num(ds.get('spent_epsilon_including_this'))}</strong> "
              f"(composed at &delta; = {num(ds.get('spent_delta'))}).")
     if ds.get("cap_epsilon") is None:
