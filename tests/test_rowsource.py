@@ -28,12 +28,13 @@ from dpsynth.schema import schema_from_dict
 # Digests of the whole-table measurement (main at e62b005 for marginals and pgm; the sds rows
 # were refreshed when sds's measurement gained auto_length's fields, issue 9, and again when it
 # stated its 2- and 3-way tables in ``measured``: its meta, aggregates, 1-way tables and record
-# count were checked unchanged then). Every chunked,
+# count were checked unchanged then; the pgm AIM row when its meta gained "units", issue 26:
+# without that key its digest is the earlier 0dadeba5...). Every chunked,
 # Parquet and Dask path below must reproduce them byte for byte.
 GOLDEN = {
     ("marginals", "{}"): "f9066c768759cb412be22f45c2dc6590373f5f2938e8e3b8ab4453b048f455ac",
     ("pgm", '{"degree": 2, "select": "aim", "units": 12}'):
-        "0dadeba54f660331531fe627fd84fdd93fc803d2386cf3baea0078782e237abb",
+        "0ac19c6f87251f7e3acbd23620fce74adb0c31194dd0f25c3aa5eff0b5db6661",
     ("pgm", '{"select": "mst"}'): "e3c3d938003828e9b188d8ac6bf7507e9d787bd4d7ce4d059768515890951e8a",
     ("sds", '{"empty_cells": "deficit", "fabrication_mode": "balanced", "percentile_percentage": 20, '
             '"reporting_length": 4}'): "378940767dd7f3a4c3c14969396db099b3e23bcabaf17de7bdb1968d65be0729",

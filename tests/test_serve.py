@@ -98,7 +98,7 @@ def test_serve_deploys_runs_and_stops(tmp_path):
         assert art.returncode == 0 and "served-1" in art.stdout and "epsilon spent" in art.stdout
         from dpsynth.privacy import registry
 
-        assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo").draws] == ["served-1"]
+        assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo-nightly").draws] == ["served-1"]
         assert not (home / ".dpsynth").exists()
         # the parameterised deployment has working defaults: no parameter needed
         run2 = subprocess.run(
