@@ -36,14 +36,15 @@ _ROWS = {"private-sampling": 40}
 _COMPARED_SUFFIXES = (".parquet", ".csv", ".yaml")
 _COMPARED_NAMES = ("measurement.json",)
 
-# method -> published file -> sha256, recorded on main at 90a105e (before issue 24's move).
+# method -> published file -> sha256, recorded on main at 90a105e (before issue 24's move);
+# re-recorded for the exact noise samplers (issue 23 section 6: new noise bytes).
 RELEASE_DIGESTS: dict[str, dict[str, str]] = {
     'marginals': {
-        'measurement.json': '40198ac2cf7c7da36e6ca7181f41294c2c96cd52f4a577e4b67fd311dadb613c',
-        'measurement.parquet': '3e7e6d8228a5ce2b8f7b13a153f88540fab35ba3430163ebf73bea81d279de49',
+        'measurement.json': 'd09a8e243da2cfa2c48a8f5dba3811043ea0203bca8f632c936aaa9039919007',
+        'measurement.parquet': 'e1470e5a57b5e3104fdfe9249d16968b494d90e0ef2ee2f4fead3255dad5a0e1',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': '4a6ba8db659d7a019c30d592647b70255b00e7d4694fdb259d2180ccd5d4a603',
-        'synthetic.parquet': '56869e2b7c79a5e62f711fed52e81d9eba89455fb8624d316132b9e0d6b40c47',
+        'synthetic.csv': 'ef23a017f25760b5e59830e3403aa0c8c50002b9e81df1966c73e714f96ef758',
+        'synthetic.parquet': '540c9bdcf3fb566b31622e90fb35501789073cba37243d4d89afc0b76e603c8f',
     },
     'microaggregation': {
         'measurement-blocks.parquet': 'a9be432a7ffbb294578e6c4cc03d51cd8bc4ae9f1fd17fe5e5e2d58a6c77131d',
@@ -54,26 +55,26 @@ RELEASE_DIGESTS: dict[str, dict[str, str]] = {
         'synthetic.parquet': '008dd193adf4bcadc66e95c9e5556c22a03c313958f033f110286a2d924c14ac',
     },
     'microaggregation-dp': {
-        'measurement-blocks.parquet': '6f577117b76b0f9a5853cafdbdf9799183028b89bcb7e9d6beee989a1af66e8f',
-        'measurement.json': 'd7efaa3625be4fb4c351c08a1890be34b26c328462af4d1a85fe7a4ca4ec9ecc',
-        'measurement.parquet': 'dea3b185e2cae0e48d902512d46e0aacd8eb80df8241780672b522140cb3d0b0',
+        'measurement-blocks.parquet': '81f8aae09b09dcd117945aac334a1d4d02f061db350a088b70adaf8504264c0e',
+        'measurement.json': '70bb42a2de37471fca4ba1e5e14ebb1f575485890d5fb4621898c1eca36f51a3',
+        'measurement.parquet': 'db064732467ee417c149e64c725fb7a749f55e71736cddda827a1e004969218b',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': 'a5c5f1fbb50f6681f02eeeb5ede2d6c8efc245bd2b3ddc1ace237f22b8270275',
-        'synthetic.parquet': 'f6367da07f67b9d5fac597e92d3de3cab1271c5018aa12b0dc98f7da9a0c6b00',
+        'synthetic.csv': '7efeb3543585b7e97680edb22999970f4bb980d4067c4d5b8aefcc54b91e0a68',
+        'synthetic.parquet': 'fdc06628a5e9dc3b8227b38f800eb5fc2c62d7efa3e3bc244de22f88af093f2f',
     },
     'one-step': {
-        'measurement.json': '1a3af8d71d471f2bbc235e5a7e96601d359965a937d1bc55756669cf91d7164e',
-        'measurement.parquet': '1b25d3b2f6b41486eba7c87648bdfe83f249a3e42eee397933e31f34288c8449',
+        'measurement.json': '796bc42f6eb923278baa35c4c237170c24c926b596848c541d1be1f10d670138',
+        'measurement.parquet': '629a953f207036ee89442546af6df8c106f6105f13439c7c07381b53d59e3ba3',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': '61236599b7b189e698d0d0474bc709436ad54376399c6a023955113de6d031e4',
-        'synthetic.parquet': '533bd84e6afbdaa3cd297c11ed3d5ba40a51a1d31abfb6981c6ba58c9a5845f0',
+        'synthetic.csv': '713aa4781112efa29cdbc8853f56e791a6895744945513f4e889104692ac8405',
+        'synthetic.parquet': '2e7ce5d200ba8eca6b38ccad74de0441fdbaacf2d1da640b012a8f6744733158',
     },
     'pgm': {
-        'measurement.json': '5c733e2a4f2ef25004afabbb61ba53d1d0bc1f470cfe063f0cf2f0993070f1b0',
-        'measurement.parquet': '4d1c6e92c8db884386b23775acf9a9ddea7c439e70c772ad825dcea8a7495dde',
+        'measurement.json': '50dff81492b005ac28f45af3eac5f1ef997f8ed123a362ba4ed41dd3121835b8',
+        'measurement.parquet': '26b0258e61e7c1b94488e57e9a98eaccdc954ba638c4dbebcb33621d86d80fa2',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': 'e9f52d873f6c88865c05fcac8df9a3622f6295a5a4708fd752b546c714d5c9e0',
-        'synthetic.parquet': '8f31646122ed756ad3063e3c3957b599ac21bf5b25c1717c59e22925679f4aaf',
+        'synthetic.csv': 'b8a4b8c4b98ab524c7a69d626b7a144a74c89ba549c4af8b8e1344357332e373',
+        'synthetic.parquet': '3a651e687dddb37ec3884647f74c41f7ced4977f4f5acd6d93051064b550ba3e',
     },
     'private-sampling': {
         'measurement-sample.parquet': 'e0f3e5a229818b40d8141aeb6ca9d184b23e9916d289dccdf31cde8428bb4c2c',
@@ -84,12 +85,12 @@ RELEASE_DIGESTS: dict[str, dict[str, str]] = {
         'synthetic.parquet': '04a3d7967f95ce6a686f505fa395223d5fff3fb270671625921003bfaf8d6d86',
     },
     'sds': {
-        'measurement-aggregates.parquet': 'dbab8a36280371a05fb0bdc2537b39bc83337c7b065dc68e300a25a6788ffeda',
-        'measurement.json': 'f71bc00e5ad2827170c7fe304a06eee70e5b4864331d4b4829041e7650ed1d80',
-        'measurement.parquet': '7959ce12421efd257f4a017b53e7c57ee42ddcdf528aefd66ac12ce992691745',
+        'measurement-aggregates.parquet': '7cfa17cebcbfc99208d8040414692d0b4da9816a905d3f56e11970418588cdfc',
+        'measurement.json': 'c010b0d4351b3e7f2784781ccf8641d3f0d910a37ec592fb303a0a1fe7225039',
+        'measurement.parquet': 'c61f01c4d6f1e7ca51ac84f834adba4f83f92ac60ba56403a23eb5eda63eb286',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': '1c2cd9f5e8a691c677e280055bd4cf5714dd4f29e67f3c8a24edf7abffbadd61',
-        'synthetic.parquet': 'c793315f8fb1cc7ff3a6fd17659ec1ae2c67b008e896a5b14285ee6687477c3f',
+        'synthetic.csv': 'e72388f4beaf9b8d318738a4c1b8be8a6245f50ad53a8e7e31c438686e4229f4',
+        'synthetic.parquet': 'd34c7c4a108c71623f817eb0fd310465836dd5ee837f0aaa7ab7d5eb527965bf',
     },
 }
 

@@ -18,6 +18,7 @@ default (:func:`dpsynth.privacy.workspace.default_workspace`), owner-only (folde
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
         synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        synthetic-rows<N>/  the same for --rows N (one cache per row count)
         validation.json
       names/<release name>.json                           name -> release key
       names/<release name>.lock                           held (flock) for a whole run

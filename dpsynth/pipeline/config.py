@@ -28,7 +28,7 @@ from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
 from ..precheck import check_installed, check_options, check_rows, noise_warnings
-from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
@@ -251,6 +251,20 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     return method_params, options
 
 
+def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charge, ...],
+                          delta: float) -> tuple[str, ...]:
+    """Before measuring, from a row count the data owner declared public (``public_n``);
+    nothing for a pure epsilon-DP plan, whose guarantee has delta 0."""
+    if is_pure(charges):
+        return ()
+    try:
+        n = int(method_params["public_n"])
+    except (KeyError, TypeError, ValueError):
+        return ()
+    note = delta_warning(delta, n, "the declared public row count")
+    return (note,) if note else ()
+
+
 def prepare(config: ReleaseConfig) -> ReleasePlan:
     """All public checks: schema, method, parameters, post-processing options, budget
     plan, memory of the synthetic table, seed, the input's columns and types, name.
@@ -264,6 +278,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     method = get_method(config.method, method_params)
     check_options(type(method), options)
     check_installed(type(method), options, config.dask_address)
+    check_delta(config.delta)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
@@ -275,6 +290,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         raise ReleaseError(f"input {config.data}: no such file")
     for f in input_files(config.data):
         check_file(f, schema)
+    check_dataset_name(config.dataset or schema.name)  # the registry's identity, refused now if misspelt
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     check_name(name)
     target = Path(config.out) / name
@@ -286,7 +302,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
-        warnings=noise_warnings(charges, budget.epsilon),
+        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(method_params, charges,
+                                                                                     budget.delta),
         budget=budget,
         charges=charges,
         name=name,

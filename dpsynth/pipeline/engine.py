@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 from .. import progress as _progress
 from ..methods.guidance import assess
 from ..measurement import Measurement
-from ..privacy.registry import DatasetState, DrawRefused, charge, registry_path
+from ..privacy.registry import DatasetState, DrawRefused, charge, near_twin_warning, registry_path
 from ..privacy.workspace import LockBusy, exclusive_lock, private_workspace
 from . import stages
+from .messages import public_error, public_message
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
 
@@ -59,18 +60,21 @@ def timed(stage: str, timings: dict[str, float], say: Say = _quiet) -> Iterator[
 
 
 @contextmanager
-def spent_on_failure(stage: str) -> Iterator[None]:
+def spent_on_failure(stage: str, workspace: Path | None = None) -> Iterator[None]:
     """Turns any failure inside ``stage`` (the measure stage or later) into :class:`BudgetSpent`.
 
-    The first line of the original message is kept (our messages never quote a row).
+    The first line of the original message is kept (our messages never quote a row),
+    without the workspace's private paths and keys (:mod:`.messages`); the cause chained
+    to it is the same public form, never the original with its paths.
     """
     try:
         yield
     except (BudgetSpent, DrawRefused):
         raise
     except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BudgetSpent(f"{stage} failed after measuring, {BudgetSpent.NOTE}: {reason}") from exc
+        cause = public_error(exc, workspace)
+        reason = public_message(cause, workspace).splitlines()[0]
+        raise BudgetSpent(f"{stage} failed after measuring, {BudgetSpent.NOTE}: {reason}") from cause
 
 
 @contextmanager
@@ -199,6 +203,7 @@ def run_stages(
     """
     cached: list[str] = []
     warnings = list(plan.warnings)
+    ws = plan.config.workspace
 
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)
@@ -210,28 +215,32 @@ def run_stages(
 
     with claim_name(plan):
         codes = step("encode", plan)
+        if (twin := near_twin_warning(plan.config.workspace, plan.dataset)) is not None:
+            warnings.append(twin)  # on the console only: it names another dataset
+            warn(twin)
         dataset = charge_dataset(plan)  # in the orchestrating process, right before measuring
         # GE's import runs in the background while the method works; only a request that
         # got its name and its budget pays for it (a refused one exits with one clean line).
         stages.start_gate_warm_up()
         # From the measure stage on, a failure means the budget was spent (exit 1, said so).
-        with spent_on_failure("measure"):
+        with spent_on_failure("measure", ws):
             measurement = step("measure", plan, codes, dataset.draw)
-        if (advice := utility_warning(plan, Path(measurement))) is not None:
+            said = [utility_warning(plan, Path(measurement)), stages.measured_delta_warning(plan, Path(measurement))]
+        for advice in filter(None, said):
             warnings.append(advice)
             warn(advice)
-        with spent_on_failure("synthesize"):
+        with spent_on_failure("synthesize", ws):
             synthetic = step("synthesize", plan, measurement)
-        with spent_on_failure("validate"):
+        with spent_on_failure("validate", ws):
             summary = step("validate", plan, synthetic, measurement)
         if plan.config.internal_report:
-            with spent_on_failure("internal report"):
+            with spent_on_failure("internal report", ws):
                 page = step("internal_report", plan, codes, synthetic, measurement)
             _progress.say(f"internal report (private, computed from the raw data: never publish it): {page}")
         if started is not None:
             work = sum(timings.values())
             timings["orchestration"] = round(max(0.0, time.perf_counter() - started - work), 6)
-        with spent_on_failure("publish"):
+        with spent_on_failure("publish", ws):
             folder, _, _ = runner("publish", plan, measurement, synthetic, summary, timings,
                                   dataset.to_manifest())
     return StagesDone(folder=folder, timings=timings, cached=cached, warnings=warnings,

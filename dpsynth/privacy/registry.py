@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import unicodedata
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
-from .budget import BudgetExceeded, Charge, total_epsilon
+from .budget import BudgetExceeded, Charge, check_delta, total_epsilon
 from .workspace import private_workspace
 
 __all__ = [
@@ -51,6 +52,9 @@ __all__ = [
     "consume_draw",
     "state",
     "check_dataset_name",
+    "dataset_name_key",
+    "near_twin_warning",
+    "near_twins",
     "check_period",
     "period_start",
 ]
@@ -96,10 +100,41 @@ class DrawRefused(RuntimeError):
 
 
 def check_dataset_name(name: str) -> str:
-    """Refuses a dataset name that is empty, too long or spans lines; returns it."""
+    """Refuses a dataset name that is empty, too long, spans lines, has surrounding spaces
+    or is not in Unicode NFC form (another spelling of one name would silently open a new,
+    uncapped dataset); returns it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or any(ch in name for ch in "\0\n\r"):
         raise ValueError(f"dataset name {name!r} must be a non-empty line of at most 200 characters")
+    canonical = unicodedata.normalize("NFC", name.strip())
+    if canonical != name:
+        raise ValueError(f"dataset name {name!r} has surrounding spaces or decomposed Unicode: write it as "
+                         f"{canonical!r} (another spelling of a name would count as another dataset)")
     return name
+
+
+def dataset_name_key(name: str) -> str:
+    """What two dataset names are compared by: stripped, NFKC, case-folded."""
+    return unicodedata.normalize("NFKC", name.strip()).casefold()
+
+
+def near_twins(workspace: Path, dataset: str) -> tuple[str, ...]:
+    """Datasets in the registry whose names differ from ``dataset`` only by case, spaces or
+    Unicode form (likely the same data under a second, separately capped name)."""
+    if not registry_path(workspace).is_file():
+        return ()
+    with _open(workspace) as conn:
+        names = {r[0] for r in conn.execute("SELECT dataset FROM caps UNION SELECT dataset FROM draws")}
+    key = dataset_name_key(dataset)
+    return tuple(sorted(n for n in names if n != dataset and dataset_name_key(n) == key))
+
+
+def near_twin_warning(workspace: Path, dataset: str) -> str | None:
+    """A warning naming the near twins of ``dataset`` (:func:`near_twins`), or None."""
+    twins = near_twins(workspace, dataset)
+    if not twins:
+        return None
+    return (f"dataset {dataset!r} differs from {', '.join(map(repr, twins))} in the registry only by case, "
+            f"spaces or Unicode form: each has its own budget. If it is the same data, use --dataset {twins[0]!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +300,7 @@ def period_start(period: Period, when: datetime) -> datetime:
 def set_cap(workspace: Path, dataset: str, cap: Cap, now: datetime | None = None) -> None:
     """Declares (or replaces) a dataset's cap. Past draws keep counting against it."""
     check_dataset_name(dataset)
+    check_delta(cap.delta, "cap delta")
     _, at = _now_text(now)
     with _open(workspace) as conn:
         conn.execute(

@@ -15,7 +15,10 @@ its distinct values are looked up in Python.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +45,7 @@ __all__ = [
     "onehot",
     "file_sha256",
     "write_csv",
+    "csv_text",
 ]
 
 
@@ -169,8 +173,6 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
 
 
 def _csv_header(p: Path) -> list[str]:
-    import csv
-
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
             return next(csv.reader(f), [])
@@ -274,18 +276,25 @@ def _as_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.cast(arr, pa.string())
 
 
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC (a no-op, and cheap, for text already in it)."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     text = _as_text(arr).combine_chunks() if isinstance(arr, pa.ChunkedArray) else _as_text(arr)
     dic = pc.dictionary_encode(text)
     uniques = dic.dictionary.to_pylist()
-    lookup = {v: i for i, v in enumerate(col.values)}
-    missing = set(col.missing)
+    # Labels and values compare in Unicode NFC: a decomposed "é" is the schema's composed one.
+    lookup = {_nfc(v): i for i, v in enumerate(col.values)}
+    missing = {_nfc(v) for v in col.missing}
     null_code = col.missing_code if col.nullable else col.fill_code
     unknown_code = (
         col.other_code if col.other else (col.missing_code if col.nullable else col.fill_code)
     )
     lut = np.empty(len(uniques) + 1, dtype=np.int64)
-    for i, v in enumerate(uniques):
+    for i, raw in enumerate(uniques):
+        v = _nfc(raw)
         if v in lookup:
             lut[i] = lookup[v]
         else:
@@ -428,8 +437,28 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+# A text cell beginning with one of these is read as a formula by spreadsheets (OWASP, "CSV
+# injection"); the quote itself is listed so that an escaped cell is never ambiguous.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_text(text: str) -> str:
+    """A text cell as ``synthetic.csv`` writes it: with a leading ``'`` when it begins with
+    ``= + - @``, a tab, a carriage return or ``'`` (a spreadsheet then shows the text instead
+    of evaluating it, and drops the quote). A plain number such as ``-3`` stays as it is."""
+    if text and text[0] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
-    """CSV in the input's conventions: a missing cell is written as the column's first token."""
+    """CSV in the input's conventions: a missing cell is written as the column's first token.
+
+    Numbers are written as numbers; a text cell (a category label, a missing token) that a
+    spreadsheet would evaluate is escaped by :func:`csv_text`. ``synthetic.parquet`` keeps
+    the exact values.
+    """
     out = {}
     for col in schema.columns:
         s = df[col.name]
@@ -440,6 +469,14 @@ def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
             text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
         else:
             text = s.astype(object).to_numpy().copy()
-        text[null] = col.missing[0] if col.nullable else ""
+        if col.type == "categorical":  # a few labels: escape each once, replace only if one changes
+            labels = {v: csv_text(v) for v in (*col.values, col.other_label)}
+            if any(k != v for k, v in labels.items()):
+                text = np.array(pd.Series(text, dtype=object).map(lambda v: labels.get(v, v)), dtype=object)
+        text[null] = csv_text(col.missing[0]) if col.nullable else ""
         out[col.name] = text
-    pd.DataFrame(out).to_csv(path, index=False, lineterminator="\n")
+    frame = pd.DataFrame(out)
+    # Lines end in "\n", so the csv module would leave a "\r" inside a label unquoted and
+    # break the row: a table holding one is written with every cell quoted.
+    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
+    frame.to_csv(path, index=False, lineterminator="\n", quoting=csv.QUOTE_ALL if has_cr else csv.QUOTE_MINIMAL)

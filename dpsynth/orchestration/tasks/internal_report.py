@@ -17,6 +17,6 @@ from ._common import stage
 def internal_report_task(plan: ReleasePlan, codes: Path, synthetic: Path, measurement: Path) -> dict[str, Any]:
     """Utility against raw data: private workspace only, never published."""
     timings: dict[str, float] = {}
-    with stage("internal_report", timings):
+    with stage("internal_report", timings, plan.config.workspace):
         path = internal_report_stage(plan, Path(codes), Path(synthetic), Path(measurement))
     return {"report": str(path), "seconds": timings["internal_report"]}

@@ -30,6 +30,6 @@ def measure_task(plan: ReleasePlan, codes: Path, draw: Draw | None = None) -> di
     """The DP boundary: the only task that reads private rows; draws noise only with a
     fresh registry charge (``draw``)."""
     timings: dict[str, float] = {}
-    with stage("measure", timings):
+    with stage("measure", timings, plan.config.workspace):
         folder = measure_stage(plan, Path(codes), draw)
     return {"measurement": str(folder), "seconds": timings["measure"]}
