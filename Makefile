@@ -35,7 +35,7 @@ demo: $(VENV)/.installed-demo
 	@# temporary server's first start (20-90 s here: it creates and migrates its database)
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
 	engine=$${PREFECT_API_URL:+prefect}; \
-	$(BIN)/dpsynth release --engine $${engine:-local} --data data/demo.csv --schema schemas/demo.yaml --method marginals \
+	$(BIN)/dpsynth release --engine $${engine:-local} --data data/demo.csv --schema schemas/demo.yaml \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
 # Two workers (pytest-xdist); the Prefect flow tests share one test server, so they run in one

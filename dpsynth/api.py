@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -24,10 +25,11 @@ import pandas as pd
 from .publish.bundle import MANIFEST, sha256_file
 from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, no_cap_warning, run_release
+from .pipeline.config import auto_choice
 from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
 from .privacy.budget import Charge, Ledger, stated_budget
-from .progress import Console, fmt, reporting
+from .progress import Console, fmt, note, reporting
 from .privacy.rng import MIN_SEED_BYTES
 from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
@@ -98,8 +100,8 @@ def release(
     data: pd.DataFrame | str | os.PathLike[str],
     schema: Schema | Mapping[str, Any] | str | os.PathLike[str],
     *,
-    method: str,
     epsilon: float,
+    method: str = "auto",
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: Mapping[str, Any] | None = None,
@@ -109,6 +111,7 @@ def release(
     workspace: str | os.PathLike[str] | None = None,
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
+    accept_data_derived_schema: bool = False,
     quiet: bool = False,
     **settings: Any,
 ) -> Release:
@@ -123,14 +126,17 @@ def release(
     gate's Great Expectations Data Docs, ...: the fields of
     :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
     defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
+    A schema still marked ``drafted_from_data`` (read from the rows) is refused, naming its
+    columns, unless ``accept_data_derived_schema=True``: the release is then labelled NOT
+    differentially private.
 
-    Progress (stage lines, counters of long stages) goes to stderr as on the command line;
-    ``quiet=True`` silences it. Warnings (e.g. a dataset without a lifetime privacy cap)
-    are issued as :class:`ReleaseWarning` either way.
+    Progress (what ``auto`` chose, stage lines, counters of long stages) goes to stderr as on
+    the command line; ``quiet=True`` silences it. Warnings (e.g. a dataset without a lifetime
+    privacy cap) are issued as :class:`ReleaseWarning` either way.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
-    schema_obj.require_reviewed()  # before the data is touched
+    schema_obj.require_reviewed(accept_data_derived_schema)  # before the data is touched
     # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
     # No workspace path, key or input name in what is raised.
     with public_errors(ws), private_workspace(ws):
@@ -141,9 +147,13 @@ def release(
             config = ReleaseConfig.from_arguments(
                 data=data_file, schema=_schema_file(schema, schema_obj, ws), method=method,
                 epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
-                workspace=ws, internal_report=internal_report, gate=gate, **settings,
+                workspace=ws, internal_report=internal_report, gate=gate,
+                accept_data_derived_schema=accept_data_derived_schema, **settings,
             )
             with reporting(_ApiConsole(show=not quiet)):
+                choice = auto_choice(config)
+                if choice is not None:
+                    note(choice.line())
                 folder = run_release(config)
     out = replace(_read_release(folder), registry=registry_path(ws).absolute())
     dataset = out.manifest.get("privacy", {}).get("dataset") or {}

@@ -158,6 +158,7 @@ def _release_command(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
     settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
     config = ReleaseConfig.from_arguments(**settings)
+    _say_auto(config)
     folder = _run_engine(config, args.engine)
     total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
@@ -173,6 +174,18 @@ def _release_command(args: argparse.Namespace) -> int:
         print(f"dpsynth: warning: {no_cap_warning(dataset)}", file=sys.stderr)
     print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
+
+
+def _say_auto(config) -> None:
+    """One line on stderr: what ``--method auto`` chose and why (public facts only)."""
+    from .pipeline.config import auto_choice
+
+    try:
+        choice = auto_choice(config)
+    except Exception:  # noqa: BLE001 - prepare raises the same problem with its own message
+        return
+    if choice is not None:
+        print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
 
 
 def _run_engine(config, engine: str) -> str:
@@ -273,6 +286,10 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
+    if args.epsilon is not None:
+        return _schema_infer_dp(args)
+    if args.dataset is not None or args.delta is not None:
+        raise UsageError("--dataset and --delta go with --epsilon (a DP draft)")
     from .rows.encoding import read_table
     from .schema.draft import WARNING, draft_from_table
 
@@ -282,115 +299,82 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
     text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
-        print(f"wrote {args.out}: review it, then remove the line 'draft: true'", file=sys.stderr)
+        print(f"wrote {args.out}: review it, replace what was read from the rows, then remove the line "
+              "'draft: true' (or draft with DP: --epsilon E --dataset NAME)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
 
 
+def _schema_infer_dp(args: argparse.Namespace) -> int:
+    """``schema infer --epsilon``: a DP draft, charged to the dataset's registry."""
+    from .pipeline import DEFAULT_DELTA
+    from .privacy.registry import RegistryRefused, registry_path
+    from .privacy.rng import read_seed_file
+    from .privacy.schema_draft import dp_draft_from_table
+    from .rows.encoding import read_table
+
+    if not args.dataset:
+        raise UsageError("a DP draft (--epsilon) needs --dataset NAME: its cost is charged to that dataset")
+    workspace = _budget_workspace(args)  # says which registry it charges (the console only)
+    seed = read_seed_file(args.seed_file) if args.seed_file else None
+    try:
+        draft = dp_draft_from_table(read_table(args.data), epsilon=args.epsilon,
+                                    delta=DEFAULT_DELTA if args.delta is None else args.delta,
+                                    dataset=args.dataset, workspace=workspace, name=args.name,
+                                    max_categories=args.max_categories, bins=args.bins, seed=seed)
+    except RegistryRefused as exc:
+        where = registry_path(workspace).absolute()
+        raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
+    text = draft.to_yaml()
+    d = draft.schema["dp_draft"]
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    print(f"DP schema draft{' written to ' + args.out if args.out else ''}: spent epsilon {d['epsilon']:g} at "
+          f"delta {d['delta']:g} (rho {d['rho']:.6g}), charged to dataset {args.dataset!r}", file=sys.stderr)
+    return 0
+
+
 def _cmd_schema_check(args: argparse.Namespace) -> int:
+    """Validates a schema file; a draft read from the rows is reported with what is left to
+    review, and exits 1 (a release would refuse it)."""
     from .schema import load_schema
+    from .privacy.schema_source import schema_source
 
     schema = load_schema(args.schema)
-    print(json.dumps({"name": schema.name, "columns": len(schema.columns), "cardinalities": dict(zip(schema.names, schema.cardinalities))}))
+    summary = {"name": schema.name, "columns": len(schema.columns),
+               "cardinalities": dict(zip(schema.names, schema.cardinalities)), "source": schema_source(schema)}
+    if schema.dp_draft is not None:
+        summary["dp_draft"] = {k: schema.dp_draft[k] for k in ("epsilon", "delta", "rho", "dataset")}
+    derived = schema.data_derived_columns
+    if schema.draft or derived:
+        summary["to_review"] = {name: list(what) for name, what in derived.items()}
+        print(json.dumps(summary))
+        print(f"{args.schema}: a DRAFT read from the private data" + (" (draft: true)" if schema.draft else "")
+              + f"; {len(derived)} column(s) left to review:", file=sys.stderr)
+        for name, what in derived.items():
+            print(f"  {name}: {', '.join(what)} derived from the rows", file=sys.stderr)
+        print("replace them with public knowledge and delete each drafted_from_data (and draft: true), or "
+              "draft with DP: dpsynth schema infer DATA --epsilon E --dataset NAME", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
     return 0
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
     from .methods import METHODS
+    from .methods.catalog import describe_method, method_order, methods_table
 
     if args.verbose:
-        for name in _method_order(METHODS):
-            print("\n".join(_describe_method(name, METHODS[name])) + "\n")
+        for name in method_order(METHODS):
+            print("\n".join(describe_method(name, METHODS[name])) + "\n")
         print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: "
               "docs/choosing.md")
         return 0
-    print("\n".join(_methods_table(METHODS)))
+    print("\n".join(methods_table(METHODS)))
     return 0
-
-
-def _method_order(methods) -> list[str]:
-    """Registered methods in the catalog's order (DP first), any other after them by name."""
-    from .methods.catalog import ORDER
-
-    return [n for n in ORDER if n in methods] + sorted(n for n in methods if n not in ORDER)
-
-
-def _methods_table(methods) -> list[str]:
-    """The short table: name (the recommended one starred), guarantee, when to use it."""
-    from .methods.catalog import RECOMMENDED, WHEN, guarantee_word
-
-    best, params = RECOMMENDED
-    rows = [(name + (" *" if name == best else ""), guarantee_word(methods[name]), WHEN.get(name, "see --verbose"))
-            for name in _method_order(methods)]
-    w1 = max(len(r[0]) for r in rows + [("method", "", "")])
-    w2 = max(len(r[1]) for r in rows + [("", "guarantee", "")])
-    out = [f"{'method':<{w1}}  {'guarantee':<{w2}}  when to use it"]
-    out += [f"{a:<{w1}}  {b:<{w2}}  {c}" for a, b, c in rows]
-    flags = " ".join(f"--param {k}={v}" for k, v in params.items())
-    out += ["", f"* recommended: --method {best} {flags} (the most accurate on our benchmarks; docs/choosing.md)",
-            "DP: differentially private (add or remove one record, except private-sampling: replace one); "
-            "pure DP: no delta.",
-            "Parameters, defaults, ranges and each guarantee in full: dpsynth methods --verbose"]
-    return out
-
-
-def _plain(text: str) -> str:
-    """Docstring text for a terminal: Sphinx roles (:func:`x`) and literals (``x``) as plain x."""
-    import re
-
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
-    return text.replace("``", "")
-
-
-def _describe_method(name: str, cls: type) -> list[str]:
-    """Description (first paragraph of the class docstring), guarantee (the class's
-    ``guarantee`` PrivacyStatement, which every method must declare), and each
-    parameter's type, choices and default. A parameter field may state its range in words
-    (:func:`dpsynth.methods.base.param`); it is shown instead of the type."""
-    import dataclasses
-    import inspect
-    import typing
-
-    own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
-    doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
-    first = _plain(" ".join(doc.split("\n\n", 1)[0].split()))
-    lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
-    g = cls.guarantee
-    if g.kind == "dp":  # the headline already names the relation; the detail qualifies it
-        lines.append(f"  guarantee: {g.headline()}" + (f"; {g.detail}" if g.detail else ""))
-    else:  # NOT DP: the headline carries the detail in brackets
-        lines.append(f"  guarantee: {g.headline()}")
-    hints = typing.get_type_hints(cls.params_type)
-    fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
-    if not fields:
-        lines.append("  parameters: none")
-    for f in fields:
-        default = f.default if f.default is not dataclasses.MISSING else "required"
-        shown = ("none" if default is None else str(default).lower() if isinstance(default, bool)
-                 else "empty" if default == () else default)
-        rng = f.metadata.get("range")
-        lines.append(f"  --param {f.name}=  {rng or _type_text(hints[f.name])}  (default {shown})")
-    params_doc = inspect.getdoc(cls.params_type) or ""
-    if params_doc and not params_doc.startswith(cls.params_type.__name__ + "("):
-        lines += ["  " + _plain(line) if line else "" for line in params_doc.splitlines()]
-    return lines
-
-
-def _type_text(typ: object) -> str:
-    """A parameter's type in words: choices for Literal, 'or none' for Optional."""
-    import types
-    import typing
-
-    origin, args = typing.get_origin(typ), typing.get_args(typ)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return f"{_type_text(inner[0])}, or none" if len(inner) == 1 else " | ".join(map(_type_text, inner))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(map(str, args))
-    if origin in (tuple, list):
-        return f"comma-separated list of {_type_text(args[0]) if args else 'text'}"
-    return {bool: "true or false", int: "whole number", float: "number", str: "text"}.get(typ, str(typ))
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
@@ -442,10 +426,13 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
     r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
-    r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
+    r.add_argument("--method", default=None,
+                   help="synthesis method (see `dpsynth methods`); default auto: chosen from the schema, "
+                        "epsilon and delta only (docs/choosing.md)")
     r.add_argument("--epsilon", required=True, type=_finite,
                    help="privacy budget of this release (smaller: more private, noisier; 1 is a common choice)")
-    r.add_argument("--delta", type=_finite, default=None, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--delta", type=_finite, default=None,
+                   help="default 1e-6; keep it well below 1/rows; 0 for pure epsilon-DP")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
@@ -472,6 +459,9 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dask-address", default=None,
                    help="run encode and measure per partition on a Dask cluster: a scheduler address "
                         "(tcp://host:8786) or local[:N] for a LocalCluster; same result (docs/scale.md)")
+    r.add_argument("--accept-data-derived-schema", action="store_true",
+                   help="publish on a schema still marked drafted_from_data (read from the rows): the release "
+                        "is then labelled NOT differentially private; without it such a schema is refused")
     r.add_argument("--quiet", "-q", action="store_true",
                    help="no progress lines on stderr (warnings, errors and the result are still printed)")
     r.set_defaults(func=_cmd_release)
@@ -508,6 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--min-count", type=int, default=20,
                     help="do not list a value seen in fewer rows (it falls into 'other'); default 20")
     si.add_argument("--bins", type=int, default=10, help="about this many bins per numeric column; default 10")
+    si.add_argument("--epsilon", type=float, default=None,
+                    help="draft with differential privacy at this epsilon (charged to --dataset); without it the "
+                         "draft is read from the rows and must be reviewed")
+    si.add_argument("--delta", type=float, default=None, help="delta of the DP draft (default 1e-6)")
+    si.add_argument("--dataset", default=None, help="dataset the DP draft is charged to (required with --epsilon)")
+    si.add_argument("--workspace", default=None, help="private workspace holding the registry")
+    si.add_argument("--seed-file", default=None, help="secret seed for a reproducible DP draft")
     si.set_defaults(func=_cmd_schema_infer)
     sc = ssub.add_parser("check", help="validate a schema file")
     sc.add_argument("schema")

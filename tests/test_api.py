@@ -37,7 +37,8 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert rel.path == tmp_path / "releases" / "demo-api" and rel.report_path.is_file()
     assert rel.synthetic.shape[1] == 10 and len(rel.synthetic) == rel.manifest["rows"] > 4000
     assert again.manifest == rel.manifest
-    assert rel.manifest["method"] == "marginals" and rel.epsilon_spent <= 1.0 + 1e-9
+    assert rel.manifest["method_requested"] == "auto" and rel.manifest["method"] == "pgm"
+    assert rel.epsilon_spent <= 1.0 + 1e-9
 
 
 def test_dataframe_round_trip(tmp_path, demo_paths):
@@ -133,10 +134,16 @@ def test_from_dataframe_is_a_draft_the_api_refuses(tmp_path, demo_paths):
     with pytest.raises(SchemaError, match="unreviewed draft.*delete the line 'draft: true'"):
         dpsynth.release(df, draft, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
     assert not (tmp_path / "ws").exists()  # refused before the frame was written anywhere
-    reviewed = dataclasses.replace(draft, draft=False)
+    reviewed = dataclasses.replace(draft, draft=False)  # draft: true gone, the markers still there
+    with pytest.raises(SchemaError, match="columns derived from the rows: region \\(values\\); age \\(bounds\\)"):
+        dpsynth.release(df, reviewed, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
+    assert not (tmp_path / "ws").exists()
     rel = dpsynth.release(df, reviewed, method="marginals", epsilon=1.0, rows=100, out=tmp_path / "out",
-                          workspace=tmp_path / "ws")
+                          workspace=tmp_path / "ws", accept_data_derived_schema=True)
     assert load_schema(rel.path / "schema.yaml").column("age").drafted_from_data == ("bounds",)
+    privacy = rel.manifest["privacy"]
+    assert privacy["differentially_private"] is False and privacy["schema"]["source"] == "data_derived"
+    assert "NOT differentially private" in privacy["headline"]
 
 
 def test_release_talks_like_the_cli_and_warns(tmp_path, demo_paths, capsys):

@@ -90,7 +90,7 @@ def test_serve_deploys_runs_and_stops(tmp_path):
         )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         manifest = json.loads((home / "releases" / "served-1" / "manifest.json").read_text())
-        assert manifest["method"] == "marginals" and manifest["validation"]["success"]
+        assert manifest.get("method_requested") == "auto" and manifest["validation"]["success"]
         assert manifest["privacy"]["dataset"]["name"] == "demo-nightly"
         art = subprocess.run(
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "artifact", "inspect", "dpsynth-release",

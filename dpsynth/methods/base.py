@@ -96,6 +96,8 @@ class MethodBase:
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
+    #: Runs under a pure epsilon-DP budget (delta 0): its plan then holds pure-epsilon charges only.
+    pure_epsilon: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

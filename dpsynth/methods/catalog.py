@@ -1,5 +1,7 @@
-"""What ``dpsynth methods`` shows by default: each method's guarantee in a word and when
-to use it, DP methods first, best first, and the configuration we recommend.
+"""What ``dpsynth methods`` shows: by default each method's guarantee in a word and when
+to use it, DP methods first, best first, and the configuration we recommend; with
+``--verbose`` each method's description, guarantee in full and parameters (plain text: no
+Sphinx markup reaches the terminal).
 
 The one-line advice summarises ``docs/choosing.md`` (which gives the figures); the
 guarantee comes from each method class's declared ``guarantee``.
@@ -7,9 +9,11 @@ guarantee comes from each method class's declared ``guarantee``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-__all__ = ["ORDER", "RECOMMENDED", "WHEN", "guarantee_word"]
+__all__ = ["ORDER", "RECOMMENDED", "WHEN", "describe_method", "guarantee_word", "method_order", "methods_table",
+           "type_text"]
 
 #: The order of the short table: DP methods by how often they are the right choice, then NOT DP.
 ORDER = ("pgm", "sds", "one-step", "marginals", "microaggregation-dp", "private-sampling", "microaggregation")
@@ -35,3 +39,83 @@ def guarantee_word(cls: Any) -> str:
     if not g.differentially_private:
         return "NOT DP"
     return "pure DP" if g.detail.startswith("pure epsilon-DP") else "DP"
+
+
+def method_order(methods: Any) -> list[str]:
+    """Registered methods in the catalog's order (DP first), any other after them by name."""
+    return [n for n in ORDER if n in methods] + sorted(n for n in methods if n not in ORDER)
+
+
+def methods_table(methods: Any) -> list[str]:
+    """The short table: name (the recommended one starred), guarantee, when to use it."""
+    best, params = RECOMMENDED
+    rows = [(name + (" *" if name == best else ""), guarantee_word(methods[name]), WHEN.get(name, "see --verbose"))
+            for name in method_order(methods)]
+    w1 = max(len(r[0]) for r in rows + [("method", "", "")])
+    w2 = max(len(r[1]) for r in rows + [("", "guarantee", "")])
+    out = [f"{'method':<{w1}}  {'guarantee':<{w2}}  when to use it"]
+    out += [f"{a:<{w1}}  {b:<{w2}}  {c}" for a, b, c in rows]
+    flags = " ".join(f"--param {k}={v}" for k, v in params.items())
+    out += ["", f"* recommended: --method {best} {flags} (the most accurate on our benchmarks; docs/choosing.md)",
+            "DP: differentially private (add or remove one record, except private-sampling: replace one); "
+            "pure DP: no delta.",
+            "Parameters, defaults, ranges and each guarantee in full: dpsynth methods --verbose"]
+    return out
+
+
+def _plain(text: str) -> str:
+    """Docstring text for a terminal: Sphinx roles (:func:`x`) and literals (``x``) as plain x."""
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def describe_method(name: str, cls: type) -> list[str]:
+    """Description (first paragraph of the class docstring), guarantee (the class's
+    ``guarantee`` PrivacyStatement, which every method must declare), and each
+    parameter's type, choices and default. A parameter field may state its range in words
+    (:func:`dpsynth.methods.base.param`); it is shown instead of the type."""
+    import dataclasses
+    import inspect
+    import typing
+
+    own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
+    doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
+    first = _plain(" ".join(doc.split("\n\n", 1)[0].split()))
+    lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
+    g = cls.guarantee
+    if g.kind == "dp":  # the headline already names the relation; the detail qualifies it
+        lines.append(f"  guarantee: {g.headline()}" + (f"; {g.detail}" if g.detail else ""))
+    else:  # NOT DP: the headline carries the detail in brackets
+        lines.append(f"  guarantee: {g.headline()}")
+    hints = typing.get_type_hints(cls.params_type)
+    fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
+    if not fields:
+        lines.append("  parameters: none")
+    for f in fields:
+        default = f.default if f.default is not dataclasses.MISSING else "required"
+        shown = ("none" if default is None else str(default).lower() if isinstance(default, bool)
+                 else "empty" if default == () else default)
+        rng = f.metadata.get("range")
+        lines.append(f"  --param {f.name}=  {rng or type_text(hints[f.name])}  (default {shown})")
+    params_doc = inspect.getdoc(cls.params_type) or ""
+    if params_doc and not params_doc.startswith(cls.params_type.__name__ + "("):
+        lines += ["  " + _plain(line) if line else "" for line in params_doc.splitlines()]
+    return lines
+
+
+def type_text(typ: object) -> str:
+    """A parameter's type in words: choices for Literal, 'or none' for Optional."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return f"{type_text(inner[0])}, or none" if len(inner) == 1 else " | ".join(map(_type_text, inner))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin in (tuple, list):
+        return f"comma-separated list of {type_text(args[0]) if args else 'text'}"
+    return {bool: "true or false", int: "whole number", float: "number", str: "text"}.get(typ, str(typ))

@@ -32,6 +32,7 @@ from dpsynth.pipeline import (
 )
 from dpsynth.pipeline.stages import COMPLETE
 from dpsynth.privacy.workspace import private_workspace
+from dpsynth.methods.auto import AUTO
 from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
@@ -133,9 +134,9 @@ def _present(stage: str, path: Path) -> bool:
 def release_flow(
     data: str,
     schema_path: str,
-    method: str,
     epsilon: float,
     out: str,
+    method: str = AUTO,
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: dict[str, str] | None = None,
@@ -151,6 +152,7 @@ def release_flow(
     period_epsilon: float | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     dask_address: str | None = None,
+    accept_data_derived_schema: bool = False,
 ) -> dict[str, Any]:
     """Runs one release and returns its folder and timings (no data).
 
@@ -158,6 +160,8 @@ def release_flow(
     ``period_epsilon`` declare a per-period budget (a scheduled deployment's), checked
     beside the dataset's own caps. ``chunk_rows`` and ``dask_address``: how encode and
     measure read the rows (docs/scale.md); the release does not depend on them.
+    ``accept_data_derived_schema``: publish on a schema still marked ``drafted_from_data``,
+    labelled NOT differentially private (refused without it).
     """
     arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
     t_flow = time.perf_counter()
@@ -200,7 +204,8 @@ def _release_artifact(folder: str) -> None:
     lines = [
         f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
         "",
-        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}"
+        + (f" (chosen by auto: {manifest['auto_reason']})" if manifest.get("auto_reason") else ""),
         f"- guarantee: {privacy.get('headline', '')}",
         f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
     ]
