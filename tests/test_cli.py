@@ -170,13 +170,15 @@ def test_methods_is_a_short_table_dp_first_recommended_marked(capsys):
 
     assert main(["methods"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) <= len(METHODS) + 6 and max(map(len, lines)) <= 120
+    assert len(lines) <= len(METHODS) + 7 and max(map(len, lines)) <= 120
     assert lines[0].split() == ["method", "guarantee", "when", "to", "use", "it"]
-    rows = [ln.split() for ln in lines[1:len(METHODS) + 1]]
+    assert lines[1].startswith("auto (default)")  # not a method: the default, which chooses one
+    table = lines[2:len(METHODS) + 2]
+    rows = [ln.split() for ln in table]
     names = [r[0] for r in rows]
     assert set(names) == set(METHODS) and names[0] == "pgm" and rows[0][1] == "*"
-    words = [" ".join(ln.split()[1:3]) for ln in lines[1:len(METHODS) + 1]]
-    not_dp = [i for i, ln in enumerate(lines[1:len(METHODS) + 1]) if "NOT DP" in ln]
+    words = [" ".join(ln.split()[1:3]) for ln in table]
+    not_dp = [i for i, ln in enumerate(table) if "NOT DP" in ln]
     assert not_dp == [len(METHODS) - 1] and names[-1] == "microaggregation"  # DP methods first
     assert any("pure DP" in w for w in words)
     assert "* recommended: --method pgm --param select=aim --param degree=2" in "\n".join(lines)

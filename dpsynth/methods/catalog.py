@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["ORDER", "RECOMMENDED", "WHEN", "describe_method", "guarantee_word", "method_order", "methods_table",
+__all__ = ["AUTO", "ORDER", "RECOMMENDED", "WHEN", "describe_method", "guarantee_word", "method_order", "methods_table",
            "type_text"]
 
 #: The order of the short table: DP methods by how often they are the right choice, then NOT DP.
@@ -20,6 +20,9 @@ ORDER = ("pgm", "sds", "one-step", "marginals", "microaggregation-dp", "private-
 
 #: The recommended method and parameters (best on five public tables at epsilon 1; docs/choosing.md).
 RECOMMENDED = ("pgm", {"select": "aim", "degree": "2"})
+
+#: The default, ``--method auto``: not a method, it chooses one (methods/auto.py); listed first.
+AUTO = ("auto", "DP", "the default: picks a method and its parameters from the schema, epsilon, delta")
 
 #: name -> when to use it (one line; docs/choosing.md has the evidence).
 WHEN = {
@@ -49,14 +52,16 @@ def method_order(methods: Any) -> list[str]:
 def methods_table(methods: Any) -> list[str]:
     """The short table: name (the recommended one starred), guarantee, when to use it."""
     best, params = RECOMMENDED
-    rows = [(name + (" *" if name == best else ""), guarantee_word(methods[name]), WHEN.get(name, "see --verbose"))
-            for name in method_order(methods)]
+    rows = [(AUTO[0] + " (default)", AUTO[1], AUTO[2])]
+    rows += [(name + (" *" if name == best else ""), guarantee_word(methods[name]), WHEN.get(name, "see --verbose"))
+             for name in method_order(methods)]
     w1 = max(len(r[0]) for r in rows + [("method", "", "")])
     w2 = max(len(r[1]) for r in rows + [("", "guarantee", "")])
     out = [f"{'method':<{w1}}  {'guarantee':<{w2}}  when to use it"]
     out += [f"{a:<{w1}}  {b:<{w2}}  {c}" for a, b, c in rows]
     flags = " ".join(f"--param {k}={v}" for k, v in params.items())
-    out += ["", f"* recommended: --method {best} {flags} (the most accurate on our benchmarks; docs/choosing.md)",
+    out += ["", f"* recommended: --method {best} {flags}",
+            "  (the most accurate on our benchmarks, and what auto chooses for most tables: docs/choosing.md)",
             "DP: differentially private (add or remove one record, except private-sampling: replace one); "
             "pure DP: no delta.",
             "Parameters, defaults, ranges and each guarantee in full: dpsynth methods --verbose"]
