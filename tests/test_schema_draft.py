@@ -108,7 +108,8 @@ def test_dp_draft_charges_the_registry_and_writes_no_marker(tmp_path):
     assert cols["score"].type == "numeric" and not cols["score"].integer
     releases = state(ws, "people").releases
     assert [r.name for r in releases] == [f"schema draft {s.dp_draft['id']}"]
-    assert math.isclose(releases[0].rho, s.dp_draft["rho"]) and releases[0].epsilon <= 1.0 + 1e-9
+    assert math.isclose(releases[0].rho, s.dp_draft["rho"]) and math.isclose(releases[0].epsilon, 1.0, rel_tol=1e-9)
+    assert releases[0].delta_extra == s.dp_draft["delta_threshold"] == 5e-7  # the thresholds' half of delta
     assert main(["schema", "check", str(path)]) == 0
 
 
@@ -136,11 +137,48 @@ def test_release_on_a_dp_draft_is_dp_and_counts_its_cost(tmp_path, demo_paths, c
     assert privacy["dataset"]["releases_including_this"] == 2  # the draft and the release
     from dpsynth.privacy.accounting import epsilon_from_rho
 
-    both = epsilon_from_rho(privacy["rho_spent"] + privacy["schema"]["rho"], privacy["dataset"]["spent_delta"])
+    # the draft's thresholds spent delta_threshold outside zCDP: the rho of both converts at the rest
+    threshold = privacy["dataset"]["threshold_delta_including_this"]
+    assert threshold == privacy["schema"]["delta_threshold"] == 5e-7
+    both = epsilon_from_rho(privacy["rho_spent"] + privacy["schema"]["rho"], privacy["dataset"]["spent_delta"] - threshold)
     assert math.isclose(privacy["dataset"]["spent_epsilon_including_this"], both, rel_tol=1e-6)
     assert both > privacy["epsilon_spent"] + 0.1  # zCDP composition: less than 1 + 0.5, more than 1
     assert "The schema was drafted with DP" in (folder / "report.html").read_text()
     assert verify_release(folder) == []
+
+
+def test_registry_converts_rho_at_the_delta_thresholds_left(tmp_path):
+    # A draft's thresholds spend delta outside zCDP; the dataset's lifetime statement at the
+    # cap's delta must leave that out of the conversion (before, it counted only the rho).
+    from dpsynth.privacy.accounting import epsilon_from_rho
+    from dpsynth.privacy.budget import Charge
+    from dpsynth.privacy.registry import Cap, RegistryRefused, charge, set_cap
+
+    set_cap(tmp_path, "d", Cap(epsilon=10.0, delta=1e-6))
+    charge(tmp_path, "d", "k1", "draft", (Charge(stage="s", rho=0.01),), 1e-6, delta_extra=4e-7)
+    after = charge(tmp_path, "d", "k2", "release", (Charge(stage="m", rho=0.05),), 1e-6)
+    assert math.isclose(after.spent_epsilon, epsilon_from_rho(0.06, 1e-6 - 4e-7), rel_tol=1e-9)
+    assert after.spent_epsilon > epsilon_from_rho(0.06, 1e-6)
+    assert after.to_manifest()["threshold_delta_including_this"] == 4e-7
+    # thresholds that would take the whole cap's delta leave nothing to convert: refused
+    with pytest.raises(RegistryRefused):
+        charge(tmp_path, "d", "k3", "draft", (Charge(stage="s", rho=0.01),), 1e-6, delta_extra=7e-7)
+    with pytest.raises(ValueError, match="delta_extra"):
+        charge(tmp_path, "d", "k4", "draft", (Charge(stage="s", rho=0.01),), 1e-6, delta_extra=1e-6)
+
+
+def test_registry_from_before_delta_extra_gains_the_column(tmp_path):
+    import sqlite3
+
+    from dpsynth.privacy.budget import Charge
+    from dpsynth.privacy.registry import charge, registry_path
+
+    charge(tmp_path, "d", "k1", "r1", (Charge(stage="m", rho=0.05),), 1e-6)
+    with sqlite3.connect(registry_path(tmp_path)) as conn:  # the table as the last release wrote it
+        conn.execute("ALTER TABLE draws DROP COLUMN delta_extra")
+    assert [d.delta_extra for d in state(tmp_path, "d").draws] == [0.0]
+    charge(tmp_path, "d", "k2", "r2", (Charge(stage="m", rho=0.05),), 1e-6, delta_extra=1e-7)
+    assert [d.delta_extra for d in state(tmp_path, "d").draws] == [0.0, 1e-7]
 
 
 def test_release_refuses_a_dp_draft_of_another_dataset(tmp_path, demo_paths):

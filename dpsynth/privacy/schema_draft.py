@@ -385,7 +385,8 @@ def dp_draft_from_table(
     block = {"id": draft_id, "dataset": dataset, "epsilon": float(epsilon), "delta": float(delta), "rho": rho,
              "delta_threshold": delta_thr, "mechanisms": mechanisms}
     charge(Path(workspace), dataset, f"schema-draft:{draft_id}", draft_charge_name(draft_id),
-           (Charge(stage="schema draft", rho=rho, detail={"columns": n_cols}),), float(delta))
+           (Charge(stage="schema draft", rho=rho, detail={"columns": n_cols}),), float(delta),
+           delta_extra=delta_thr)
     material = _material(table, epsilon, delta, dataset, max_categories, bins)
     rng = stage_rng(seed, material, "dp-draft")
     kinds = [_kinds(table.column(c), sigma_kind, rng) for c in table.column_names]

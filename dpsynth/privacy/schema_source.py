@@ -59,7 +59,7 @@ def schema_privacy(schema: Schema) -> dict[str, Any]:
     elif source == "dp_draft":
         d = schema.dp_draft or {}
         out["differentially_private"] = True
-        out.update({k: d[k] for k in ("epsilon", "delta", "rho", "dataset") if k in d})
+        out.update({k: d[k] for k in ("epsilon", "delta", "rho", "delta_threshold", "dataset") if k in d})
         if "mechanisms" in d:
             out["mechanisms"] = d["mechanisms"]
         out["statement"] = ("the domain was drafted with DP and charged to the dataset's registry; the "

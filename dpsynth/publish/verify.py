@@ -289,7 +289,8 @@ def _check_schema_source(folder: Path, manifest: Mapping[str, Any]) -> list[str]
         spent, at = ds.get("spent_epsilon_including_this"), ds.get("spent_delta")
         if isinstance(spent, (int, float)) and isinstance(at, (int, float)) and 0 < at < 1:
             rho = float(privacy.get("rho_spent") or 0.0) + float(d["rho"])
-            if epsilon_from_rho(rho, float(at)) > float(spent) * (1 + 1e-6) + 1e-9:
+            left = float(at) - float(ds.get("threshold_delta_including_this") or 0.0)
+            if not left > 0 or epsilon_from_rho(rho, left) > float(spent) * (1 + 1e-6) + 1e-9:
                 problems.append("manifest: the dataset's stated spend does not include the schema draft's cost")
     return problems
 
