@@ -47,12 +47,12 @@ RELEASE_DIGESTS: dict[str, dict[str, str]] = {
         'synthetic.parquet': '540c9bdcf3fb566b31622e90fb35501789073cba37243d4d89afc0b76e603c8f',
     },
     'microaggregation': {
-        'measurement-blocks.parquet': 'a9be432a7ffbb294578e6c4cc03d51cd8bc4ae9f1fd17fe5e5e2d58a6c77131d',
-        'measurement.json': 'fe372cd36d2fe657ff0bce269f8609578f2486af978282b05e9fdc4cff3a7479',
-        'measurement.parquet': 'b3ce0227f9713e661f6eb919d632f9bf7fd855b393b217f8e96f6f9a5c2fd7c9',
+        'measurement-blocks.parquet': '33319cc058846ad99e9eaa2f43b88c14ed87aba82efb0cc37d327452ad171b2e',
+        'measurement.json': 'b42dad2a1e8be5119e7752d3b092ae2b5361a29231803a321a04315f64bce708',
+        'measurement.parquet': '6710d93984826565d7a919403168da117e1b21c785c339fba59bdae527694924',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': '4c0392e4d73a71bf4daa658c8296387fd5c9ff34c5bfac21950ddaf7d5a0094c',
-        'synthetic.parquet': '008dd193adf4bcadc66e95c9e5556c22a03c313958f033f110286a2d924c14ac',
+        'synthetic.csv': '31bd3ef844417647ad5c83c5e34bd5d9de04978f3feee80085ba553cd9d3727a',
+        'synthetic.parquet': '61a348934516b7826b744ba9cb1f97f2d28f8ae1cb30817ba59a2a0819c0ad0a',
     },
     'microaggregation-dp': {
         'measurement-blocks.parquet': '81f8aae09b09dcd117945aac334a1d4d02f061db350a088b70adaf8504264c0e',
