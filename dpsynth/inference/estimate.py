@@ -28,10 +28,19 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
+from .. import progress
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
+
+_SHOWN_ITERS = 200  # fits of at least this many steps report them (shorter refits stay quiet)
+
+
+def _show_step(step: int, iters: int) -> None:
+    """A long fit's progress, every 25 steps (:mod:`dpsynth.progress`; silent by default)."""
+    if iters >= _SHOWN_ITERS and step % 25 == 0:
+        progress.count("fitting the model", step, iters, "steps (at most)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +272,8 @@ def _descend(
     floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * layout.target.size
     history = [best]
     y = x
-    for _ in range(opts.iters):
+    for step in range(opts.iters):
+        _show_step(step, opts.iters)
         new = state(gradient_step(y[0], y[4], alpha))
         decrease = float(np.dot(y[4], y[3] - new[3]))
         if not (y[2] - new[2] >= 0.5 * decrease and decrease >= 0.0):

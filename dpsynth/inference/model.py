@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import progress
 from .junction_tree import Clique, Domain, JunctionTree
 
 __all__ = ["GraphicalModel", "calibrate", "calibrate_full", "calibrate_probs", "expand", "log_marginal", "allocate"]
@@ -454,7 +455,9 @@ class GraphicalModel:
         tree, dom = self.tree, self.domain
         out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
         perm = rng.permutation(rows)
+        sampled = 0
         for i in tree.order:
+            progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
             cl = tree.cliques[i]
             p = tree.parent[i]
             sep = tree.separator(i, p) if p >= 0 else ()
@@ -480,7 +483,9 @@ class GraphicalModel:
             decoded = np.unravel_index(values, dom.shape(new))
             for a, v in zip(new, decoded):
                 out[order, dom.index(a)] = v
+            sampled += len(new)
             perm = rng.permutation(rows)
+        progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
         return out
 
 

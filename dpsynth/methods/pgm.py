@@ -48,6 +48,7 @@ from typing import Callable, ClassVar, Literal
 
 import numpy as np
 
+from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
@@ -68,6 +69,9 @@ __all__ = ["PgmParams", "PgmMethod"]
 log = logging.getLogger(__name__)
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
+
+
+_AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +97,12 @@ class PgmParams:
     ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters``."""
 
     select: Literal["mst", "aim"] = "mst"
-    degree: int = param(3, "2 or 3 (aim only)")
-    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)")
-    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)")
+    degree: int = param(3, "2 or 3 (aim only)", only=_AIM)
+    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)", only=_AIM)
+    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)", only=_AIM)
     max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
     iters: int = param(1000, "whole number >= 1")
-    refit_iters: int = param(30, "whole number >= 1 (aim only)")
+    refit_iters: int = param(30, "whole number >= 1 (aim only)", only=_AIM)
     noise_tol: float = param(0.03, "number >= 0 (0: run every iteration)")
     precision: Literal["single", "double"] = param("single", "single or double (the fits' float width)")
     compress: bool = param(True, "true or false (merge rare values before the larger marginals)")
@@ -287,7 +291,8 @@ class PgmMethod(MethodBase):
                            for o in merged),
             statement=DP_ADD_REMOVE,
             meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1],
-                  **({"compression": {a: g.tolist() for a, g in maps.items()}} if maps else {})},
+                  **({"compression": {a: g.tolist() for a, g in maps.items()}} if maps else {}),
+                  **({"units": self._units(schema)} if self.params.select == "aim" else {})},
         )
 
     def _model_domain(self) -> Domain:
@@ -350,6 +355,7 @@ class PgmMethod(MethodBase):
                 meas_rho += spend(_stage_unit(i, "measure")).rho
             used = ledger.rho_spent / ledger.budget.rho
             next_unit += take
+            progress.count("measure: AIM rounds", next_unit - 1, units, "budget units spent")
             sigma = gaussian_sigma(1.0, meas_rho)
             eps = exponential_epsilon_for_rho(sel_rho)
             t0 = time.perf_counter()

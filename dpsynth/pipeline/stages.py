@@ -292,22 +292,34 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
 INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
 
 
-def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path) -> Path:
-    """Utility against the raw data, written only to the private workspace."""
+def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path,
+                          measurement_dir: Path | None = None) -> Path:
+    """Utility against the raw data, written only to the private workspace: a JSON summary
+    in the release's folder and, for the data owner, an HTML page with every 2-way and a
+    sample of 3-way marginals (``internal-reports/<release name>.html``, whose path names
+    no private key). Returns the page's path."""
     from ..evaluation.metrics import complete_share, tvd_by_k
+    from ..report.internal import internal_page
 
     real = EncodedTable.from_parquet(codes_path, plan.schema)
     synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
     ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
     missing = plan.schema.missing_codes
+    measured = ({nm.attrs for nm in Measurement.load(measurement_dir).measured}
+                if measurement_dir is not None else set())
+    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real, synth, measured)
     report = {
         "label": INTERNAL_LABEL,
         "release": plan.name,
         "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
         "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+        "scored_marginals": by_marginal,
     }
-    path = plan.release_dir() / "internal-utility-report.json"
-    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(plan.release_dir() / "internal-utility-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    folder = plan.config.workspace / "internal-reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{plan.name}.html"
+    write_atomic(path, page)
     return path
 
 
