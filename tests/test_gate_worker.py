@@ -47,6 +47,16 @@ def folders(release, tmp_path_factory):  # noqa: F811 - the fixture imported abo
     return release.schema, tmp / "synthetic", tmp / "measurement"
 
 
+@pytest.fixture(autouse=True)
+def no_worker_left_over():
+    """Each test starts and ends without a worker: a release run earlier in this process
+    (another test file, under pytest-xdist in any order) leaves its gate worker running,
+    and a test of 'off' or of how the worker is started must not find it."""
+    gate_worker.stop()
+    yield
+    gate_worker.stop()
+
+
 @pytest.fixture
 def worker():
     assert gate_worker.start()
