@@ -428,8 +428,10 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
-    """CSV in the input's conventions: a missing cell is written as the column's first token."""
+def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
+    """CSV in the input's conventions: a missing cell is written as the column's first token.
+
+    ``path`` may be an open text file (a streamed table appends its blocks with ``header=False``)."""
     out = {}
     for col in schema.columns:
         s = df[col.name]
@@ -442,4 +444,4 @@ def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
             text = s.astype(object).to_numpy().copy()
         text[null] = col.missing[0] if col.nullable else ""
         out[col.name] = text
-    pd.DataFrame(out).to_csv(path, index=False, lineterminator="\n")
+    pd.DataFrame(out).to_csv(path, index=False, header=header, lineterminator="\n")

@@ -7,8 +7,9 @@ budget is spent (exit 2); a problem found after measuring would waste the budget
 
 * :func:`check_options`: every post-processing option is compatible with the method,
   decided from the method class, not from a measurement;
-* :func:`check_rows`: the synthetic table fits in memory (``--rows`` against a stated
-  limit, ``DPSYNTH_MAX_TABLE_BYTES``);
+* :func:`check_rows`: the synthetic table of a method that holds it whole fits in memory
+  (``--rows``, or the input's row count from Parquet metadata, against a stated limit,
+  ``DPSYNTH_MAX_TABLE_BYTES``); methods that stream their synthesis are not limited;
 * :func:`noise_warnings`: an epsilon so large that the counts are effectively exact
   is allowed, but said out loud (CLI warning and a manifest note).
 """
@@ -98,18 +99,27 @@ def _gib(x: float) -> str:
     return f"{x / (1 << 30):.3g} GiB"
 
 
-def check_rows(rows: int | None, schema: Schema) -> None:
-    """Refuses a ``--rows`` whose synthetic table would not fit the memory limit."""
-    if rows is None:
+def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input_rows: int | None = None) -> None:
+    """Refuses a synthetic table that would not fit the memory limit.
+
+    A method that streams its synthesis (``streams``: it holds one block at a time) is
+    never refused. Otherwise the table is ``--rows`` records, or about the input's when
+    ``rows`` is None and its row count is known from metadata (``input_rows``)."""
+    if streams:
         return
-    need = int(rows) * len(schema.columns) * BYTES_PER_CELL
+    n = rows if rows is not None else input_rows
+    if n is None:
+        return
+    need = int(n) * len(schema.columns) * BYTES_PER_CELL
     limit = max_table_bytes()
     if need > limit:
         most = max(1, limit // (len(schema.columns) * BYTES_PER_CELL))
+        what = f"--rows {rows}" if rows is not None else f"a synthetic table as large as the input ({n} rows)"
         raise PrecheckError(
-            f"--rows {rows} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
+            f"{what} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
             f"~{BYTES_PER_CELL} bytes per cell), over the limit of {_gib(limit)} "
-            f"(DPSYNTH_MAX_TABLE_BYTES): ask for at most {most} rows"
+            f"(DPSYNTH_MAX_TABLE_BYTES); this method holds the whole synthetic table in memory: ask for "
+            f"at most --rows {most}, or use a method that streams it (`dpsynth methods`: pgm, marginals)"
         )
 
 

@@ -151,7 +151,7 @@ def test_failure_after_measuring_exits_1_and_says_the_budget_is_spent(tmp_path, 
     def broken(self, *a, **k):
         raise ValueError("synthesis broke")
 
-    monkeypatch.setattr(MarginalsMethod, "synthesize", broken)
+    monkeypatch.setattr(MarginalsMethod, "sampler", broken)  # marginals streams: its sampler is built first
     assert _cli(tmp_path, "--name", "x", "--rows", "50") == 1
     err = _error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "budget of this release was spent" in err[0] and "synthesis broke" in err[0]

@@ -437,11 +437,15 @@ class GraphicalModel:
         attrs, table = carried[root]
         return np.transpose(table, [attrs.index(a) for a in query])
 
-    def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """``rows`` records as an (rows, columns) int64 array of codes in domain order."""
+    def _sampling_steps(self) -> list[tuple[tuple[str, ...], tuple[str, ...], np.ndarray]]:
+        """Per clique in sampling order: (separator, new columns, conditional table of the new
+        columns given the separator cell), computed once per model: a streamed release
+        samples many blocks from one model."""
+        cached = self.__dict__.get("_steps")
+        if cached is not None:
+            return cached
         tree, dom = self.tree, self.domain
-        out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
-        perm = rng.permutation(rows)
+        steps = []
         for i in tree.order:
             cl = tree.cliques[i]
             p = tree.parent[i]
@@ -449,12 +453,20 @@ class GraphicalModel:
             new = tuple(a for a in cl if a not in set(sep))
             if not new:
                 continue
-            prob = self.beliefs[i]
             axes = [cl.index(a) for a in sep] + [cl.index(a) for a in new]
-            cond = np.transpose(prob, axes).reshape(dom.cells(sep), dom.cells(new))
+            cond = np.transpose(self.beliefs[i], axes).reshape(dom.cells(sep), dom.cells(new))
             rsum = cond.sum(axis=1, keepdims=True)
             uniform = np.full_like(cond, 1.0 / cond.shape[1])
-            cond = np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)
+            steps.append((tuple(sep), new, np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)))
+        self.__dict__["_steps"] = steps
+        return steps
+
+    def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """``rows`` records as an (rows, columns) int64 array of codes in domain order."""
+        dom = self.domain
+        out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
+        perm = rng.permutation(rows)
+        for sep, new, cond in self._sampling_steps():
             if sep:
                 cols = [dom.index(a) for a in sep]
                 key = np.ravel_multi_index(tuple(out[:, c] for c in cols), dom.shape(sep))

@@ -18,6 +18,13 @@ them; it is refused before any charge for a class that does not say True), and
 ``measures_counts: ClassVar[bool]``: whether ``measure`` also accepts a
 :class:`dpsynth.rowsource.RowSource` and reads only counts from it (memory bounded by
 the source's chunk size; runs on a Dask cluster). Other methods get the whole table.
+
+``streams_synthesis: ClassVar[bool]``: whether the method also offers
+``sampler(measurement, schema, rows, rng)``, a fitted sampler drawing the synthetic
+table block by block (:class:`dpsynth.pipeline.synthetic.BlockSampler`), so that
+synthesize holds one block at a time. Other methods build the whole table in memory
+(``synthesize``), and a release refuses, before any charge, a ``--rows`` whose table
+would not fit (``DPSYNTH_MAX_TABLE_BYTES``).
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ class MethodBase:
     takes_rows_as: ClassVar[str | None] = None
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
+    streams_synthesis: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -42,7 +42,7 @@ from typing import Callable, ClassVar, Literal
 import numpy as np
 
 from ..encoding import EncodedTable, code_dtype
-from ..inference import EstimatorOptions, Observation, estimate
+from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
 from ..privacy.accounting import gaussian_sigma
@@ -54,7 +54,7 @@ from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 
-__all__ = ["PgmParams", "PgmMethod"]
+__all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ class PgmMethod(MethodBase):
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
+    streams_synthesis: ClassVar[bool] = True
 
     # --- planning (public information only) --------------------------------------
     def _check_domain(self, schema: Schema) -> None:
@@ -337,15 +338,33 @@ class PgmMethod(MethodBase):
         return out
 
     # --- synthesis (post-processing) -------------------------------------------------
-    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
-        """Fits the graphical model to the noisy marginals (``iters`` steps) and samples ``rows``
-        records from it (None: the measurement's record estimate, else the model's total)."""
+    def sampler(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> "ModelSampler":
+        """Fits the graphical model to the noisy marginals (``iters`` steps); the sampler draws
+        ``rows`` records block by block (None: the measurement's record estimate, else the
+        model's total). The fit draws nothing from ``rng``."""
         model = fit_measurement(m, schema, options=self._options(self.params.iters))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
-        codes = model.sample(n, rng)
-        return EncodedTable(schema=schema, codes=codes.astype(code_dtype(schema.cardinalities)))
+        return ModelSampler(model=model, rows=n, dtype=code_dtype(schema.cardinalities))
+
+    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """The whole table at once: :meth:`sampler`'s records in one block drawn with ``rng``."""
+        s = self.sampler(m, schema, rows, rng)
+        return EncodedTable(schema=schema, codes=s.sample(s.rows, rng))
+
+
+@dataclass(frozen=True)
+class ModelSampler:
+    """A fitted graphical model drawing ``rows`` records, any number at a time."""
+
+    model: GraphicalModel
+    rows: int
+    dtype: np.dtype
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records of codes (forward sampling on the junction tree, with ``rng``)."""
+        return self.model.sample(n, rng).astype(self.dtype)
 
 
 def _size_check(dom, cliques, cands, names, cap: float) -> Callable[[int], bool]:

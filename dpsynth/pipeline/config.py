@@ -256,6 +256,20 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     return method_params, options
 
 
+def parquet_rows(data: str | Path) -> int | None:
+    """The input's row count from Parquet metadata (no row read), or None (CSV, or unreadable:
+    the input checks that follow name the problem)."""
+    try:
+        files = input_files(data)
+        if not all(f.suffix.lower() == ".parquet" for f in files):
+            return None
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)
+    except Exception:  # noqa: BLE001 - a public pre-check only; the file checks report errors
+        return None
+
+
 def prepare(config: ReleaseConfig) -> ReleasePlan:
     """All public checks: schema, method, parameters, post-processing options, budget
     plan, memory of the synthetic table, seed, the input's columns and types, name.
@@ -272,7 +286,9 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
-    check_rows(config.rows, schema)
+    streams = getattr(method, "streams_synthesis", False) and not options.get("correct_marginals")
+    check_rows(config.rows, schema, streams=streams,
+               input_rows=None if streams or config.rows is not None else parquet_rows(config.data))
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing
