@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Sequence
 
 import numpy as np
 import pandas as pd
@@ -428,20 +428,44 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+def _csv_field(text: str) -> str:
+    """One CSV field as the csv module's minimal quoting writes it."""
+    if any(ch in text for ch in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _csv_text(col: Column, s: pd.Series) -> np.ndarray:
+    """A column's CSV fields (object array of str), vectorised: labels quoted once per distinct value."""
+    null = s.isna().to_numpy()
+    if col.type == "numeric" and not col.integer:
+        text = s.to_numpy(dtype=np.float64, na_value=0.0).astype(str).astype(object)  # numpy's str is repr's
+    elif col.type == "numeric":
+        text = s.to_numpy(dtype=np.int64, na_value=0).astype(str).astype(object)
+    elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
+        text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
+    else:
+        codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
+        labels = np.array([_csv_field(str(u)) for u in uniques] + [""], dtype=object)
+        text = labels[np.where(codes < 0, len(uniques), codes)]
+    text[null] = _csv_field(col.missing[0] if col.nullable else "")
+    return text
+
+
 def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
     """CSV in the input's conventions: a missing cell is written as the column's first token.
 
-    ``path`` may be an open text file (a streamed table appends its blocks with ``header=False``)."""
-    out = {}
-    for col in schema.columns:
-        s = df[col.name]
-        null = s.isna().to_numpy()
-        if col.type == "numeric" and not col.integer:
-            text = np.array([repr(float(v)) for v in s.to_numpy(dtype=np.float64, na_value=0.0)], dtype=object)
-        elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
-            text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
-        else:
-            text = s.astype(object).to_numpy().copy()
-        text[null] = col.missing[0] if col.nullable else ""
-        out[col.name] = text
-    pd.DataFrame(out).to_csv(path, index=False, header=header, lineterminator="\n")
+    The csv module's minimal quoting, ``\\n`` line ends, floats as ``repr``. ``path`` may be
+    an open text file (a streamed table appends its blocks with ``header=False``)."""
+    cols = [_csv_text(col, df[col.name]) for col in schema.columns]
+    lines = [",".join(_csv_field(c.name) for c in schema.columns)] if header else []
+    if len(cols) == 1:  # the csv module quotes a row that is one empty field
+        lines += ['""' if v == "" else v for v in cols[0]]
+    else:
+        lines += [",".join(row) for row in zip(*cols)]
+    text = "".join(line + "\n" for line in lines)
+    if isinstance(path, (str, Path)):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    else:
+        path.write(text)
