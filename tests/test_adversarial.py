@@ -157,6 +157,38 @@ def test_failure_after_measuring_exits_1_and_says_the_budget_is_spent(tmp_path, 
     assert len(err) == 1 and "budget of this release was spent" in err[0] and "synthesis broke" in err[0]
 
 
+def test_a_csv_cut_in_its_last_row_is_refused_before_any_charge(tmp_path):
+    """An interrupted copy: the last row lacks fields and a line end. Refused by prepare,
+    naming the file and the field count, quoting no value."""
+    cut = tmp_path / "cut.csv"
+    raw = DEMO.read_bytes()
+    cut.write_bytes(raw[: raw.index(b"\n", len(raw) // 2) + 12])  # 12 bytes into a row
+    with pytest.raises(DataError, match=r"cut\.csv: its last line is incomplete \(\d of 10 fields") as err:
+        pipeline.prepare(_config(tmp_path, data=cut))
+    last = raw[: raw.index(b"\n", len(raw) // 2) + 12].rsplit(b"\n", 1)[-1].decode()
+    assert last.split(",")[0] not in str(err.value).split(":", 2)[-1]  # no value of the row
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(raw.rstrip(b"\n"))  # no final line end but a whole last row: accepted
+    pipeline.prepare(_config(tmp_path, data=whole))
+
+
+def test_a_parquet_folder_with_one_corrupt_file_names_it_and_measures_nothing(tmp_path):
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    t = pacsv.read_csv(DEMO)
+    pq.write_table(t.slice(0, 2500), folder / "a.parquet")
+    pq.write_table(t.slice(2500), folder / "b.parquet")
+    data = bytearray((folder / "b.parquet").read_bytes())
+    data[len(data) // 3 : len(data) // 3 + 200] = b"\0" * 200  # the footer intact: only reading rows finds it
+    (folder / "b.parquet").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"b\.parquet: cannot be read as parquet"):
+        pipeline.run_release(_config(tmp_path, data=folder))
+    assert _nothing_measured(tmp_path) and not (tmp_path / "out").exists()
+
+
 # --- B. verify as a real check -------------------------------------------------------------
 
 

@@ -155,6 +155,7 @@ def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths
         {"name": "a,b", "type": "categorical", "values": ["x", 'say "hi"', "one, two", "line\nbreak", " pad "],
          "missing": ["NA"]},
         {"name": "f", "type": "numeric", "bounds": [1e-7, 1e18], "bins": 40, "missing": [""]},
+        {"name": "g", "type": "numeric", "bounds": [-5, 5000], "bins": 9},  # Arrow's fast path
         {"name": "i", "type": "numeric", "bounds": [-50, 50], "bins": 7, "integer": True, "missing": ["?"]},
     ]})
     rng = np.random.default_rng(3)
@@ -169,3 +170,14 @@ def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths
     write_csv(ddf, demo, tmp_path / "d-new.csv")
     _reference_csv(ddf, demo, tmp_path / "d-old.csv")
     assert (tmp_path / "d-new.csv").read_bytes() == (tmp_path / "d-old.csv").read_bytes()
+
+
+def test_methods_say_which_hold_the_whole_table(capsys):
+    from dpsynth.cli import main
+
+    assert main(["methods"]) == 0
+    blocks = {b.split(":", 1)[0]: b for b in capsys.readouterr().out.split("\n\n")}
+    for name in ("pgm", "marginals"):
+        assert "synthesize streams the synthetic table block by block" in blocks[name]
+    assert "synthesize holds the whole synthetic table" in blocks["sds"]
+    assert "measure holds the whole input table" in blocks["private-sampling"]
