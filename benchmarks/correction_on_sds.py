@@ -2,7 +2,7 @@
 
 For epsilon 4 and 1: measure with ``sds`` (reporting length 3), synthesize, then apply
 the pipeline's ``correct_marginals`` option (reweight the synthetic rows towards the
-measurement's DP marginals with the QP of dpsynth.postprocess, then resample). TVD by
+measurement's DP marginals with the QP of dpsynth.postprocess.correction, then resample). TVD by
 marginal size against the real data before and after, and the correction's wall time.
 The sds measurement exposes its DP 1-way marginals as dense tables; its 2- and 3-way
 aggregates are sparse tuples that leave empty cells out, so they are not used as
@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import SHARED_DATA, print_table, write_json  # noqa: E402
-from dpsynth.encoding import encode, read_table  # noqa: E402
+from dpsynth.rows.encoding import encode, read_table  # noqa: E402
 from dpsynth.methods import get_method  # noqa: E402
-from dpsynth.metrics import tvd_by_k  # noqa: E402
+from dpsynth.evaluation.metrics import tvd_by_k  # noqa: E402
 from dpsynth.pipeline import correct_to_measurement  # noqa: E402
 from dpsynth.privacy import Budget, Ledger  # noqa: E402
 from dpsynth.schema import load_schema  # noqa: E402

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import peak_rss_mb, print_table, write_json  # noqa: E402
-from dpsynth.encoding import encode, read_table  # noqa: E402
+from dpsynth.rows.encoding import encode, read_table  # noqa: E402
 from dpsynth.schema import schema_from_dict  # noqa: E402
 
 ROWS, CAT, NUM = 1_000_000, 10, 10

@@ -44,7 +44,7 @@ def main() -> None:
 
     from benchmarks.release_timing import gen_table
     from dpsynth import pipeline as pl
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.gate import checks as gchecks
     from dpsynth.gate import ge as gge
     from dpsynth.measurement import Measurement
@@ -110,7 +110,7 @@ def main() -> None:
         timed("Data Docs (file context, suites, render)", docs)
         docs_bytes = sum(f.stat().st_size for f in docs_dir.rglob("*") if f.is_file())
         summary = timed("validate_stage (whole, warm)", pl.validate_stage, plan, sdir, mdir)
-        from dpsynth.guidance import assess
+        from dpsynth.methods.guidance import assess
 
         timed("small-sample guard (assess)", assess, m, plan.schema)
         import dpsynth.report as report_module

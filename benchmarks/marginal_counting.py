@@ -3,7 +3,7 @@
 Synthetic codes (default 1,000,000 rows x 20 columns, cardinalities drawn from 2..12,
 seed 0). The naive loop computes each subset's flat index with ``ravel_multi_index``
 on the row-major code matrix and counts it with ``bincount``; the engine is
-``dpsynth.counting.iter_marginals`` (blocks of columns counted once, marginals read
+``dpsynth.rows.counting.iter_marginals`` (blocks of columns counted once, marginals read
 off by summation), tried at several block sizes. Every engine table is checked
 against the naive one. Peak memory of an engine run is measured with tracemalloc.
 
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpsynth import counting as M  # noqa: E402
+from dpsynth.rows import counting as M  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "marginal_counting.json"
 

@@ -89,7 +89,7 @@ def generated(n: int, seed: int = 7) -> dict[str, Any]:
 
 
 def run_method(data: dict[str, Any], method: str, params: dict[str, str], epsilon: float, seed: int) -> np.ndarray:
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
 
@@ -132,7 +132,7 @@ def theorem_rate(n: float) -> float:
 
 
 def part1(quick: bool) -> dict[str, Any]:
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     ns = [1000, 3000, 10_000, 30_000, 100_000]
     reps = 1 if quick else 3

@@ -42,7 +42,7 @@ def gate_ratio(m: Any, schema: Any, synth: np.ndarray) -> float:
 
 def run(name: str, data: dict[str, Any], methods: list[str], seeds: list[int]) -> dict[str, Any]:
     import benchmarks.sds_vs_pacsynth as peer
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.privacy import Budget, Ledger
 

@@ -13,7 +13,7 @@ select-measure-fit-sample time, excluding interpreter and import start-up):
 
 mbi runs in its own environment (``--mbi-python``, default /work/venvs/mbi/bin/python;
 mbi is never a dpsynth dependency) through benchmarks/mbi_peer.py, which documents
-where that MST/AIM differs from the papers. Scores (dpsynth.metrics, against the real
+where that MST/AIM differs from the papers. Scores (dpsynth.evaluation.metrics, against the real
 codes): TVD mean for k = 1, 2, 3 and a k-marginal score: the NIST SDNist k-marginal
 on the decoded synthetic values for the NIST tables (PUMA x pairs for all 24, pairs for
 demographic), 1000 x (1 - mean 3-way TVD) elsewhere. For NIST, ``ceiling`` is the score of
@@ -74,8 +74,8 @@ QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared 
 
 
 def load(name: str) -> dict[str, Any]:
-    from dpsynth import metrics
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.evaluation import metrics
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.schema import Schema, load_schema, schema_from_dict
 
     if name.startswith("nist"):
@@ -118,7 +118,7 @@ def _peak_mb() -> float:
 
 
 def child_ours(params: str, src: Path, dst: Path) -> None:
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
 
@@ -174,7 +174,7 @@ def run_cell(data: dict[str, Any], name: str, method: str, eps: float, seed: int
 
 def evaluate(name: str, data: dict[str, Any], synth: np.ndarray) -> dict[str, Any]:
     from benchmarks.sds_vs_pacsynth import eval_domain, nist_score
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     cards, _ = eval_domain(data["schema"])
     tv = metrics.tvd_by_k(data["codes"], synth, cards, ks=(1, 2, 3))
@@ -193,7 +193,7 @@ def code_space_score(data: dict[str, Any], synth: np.ndarray) -> float:
     from itertools import combinations
 
     from benchmarks.sds_vs_pacsynth import eval_domain
-    from dpsynth.counting import iter_marginals_many
+    from dpsynth.rows.counting import iter_marginals_many
 
     names = list(data["schema"].names)
     cards, _ = eval_domain(data["schema"])

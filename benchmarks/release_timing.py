@@ -61,7 +61,7 @@ def gen_table(folder: Path) -> tuple[Path, Path]:
     import numpy as np
 
     from benchmarks.sds_matrix import generated_table
-    from dpsynth.encoding import EncodedTable, decode, write_csv
+    from dpsynth.rows.encoding import EncodedTable, decode, write_csv
 
     table = generated_table(0)
     folder.mkdir(parents=True, exist_ok=True)

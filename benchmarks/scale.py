@@ -9,7 +9,7 @@ pieces and streamed to a Parquet dataset on local disk (files of 1M rows, row gr
 * ``dask``: a Dask LocalCluster of 2 single-threaded worker processes, started first
   (its start-up time is reported apart).
 
-Phases: encode (raw -> Parquet codes, :func:`dpsynth.encode_parts.encode_to_parts`),
+Phases: encode (raw -> Parquet codes, :func:`dpsynth.rows.encode_parts.encode_to_parts`),
 sds measure (default parameters), pgm measure (MST), all at epsilon 1 with a fixed seed;
 the measurements of both modes are compared by digest (they must be equal). The parent
 samples the resident memory of the run's process and every descendant (Dask workers)
@@ -115,16 +115,16 @@ def child(args: argparse.Namespace) -> None:
     """One run in this process: prints one JSON line."""
     from contextlib import nullcontext
 
-    from dpsynth.encode_parts import encode_to_parts
+    from dpsynth.rows.encode_parts import encode_to_parts
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
-    from dpsynth.rowsource import SerialRunner
+    from dpsynth.rows.rowsource import SerialRunner
 
     sch = schema()
     out: dict = {"rows": args.rows, "mode": args.mode}
     t0 = time.perf_counter()
     if args.mode == "dask":
-        from dpsynth.dask_runner import connect
+        from dpsynth.rows.dask_runner import connect
 
         ctx = connect("local:2")
     else:

@@ -39,8 +39,8 @@ EPSILON, DELTA, SEED = 1.0, 1e-6, 0
 def load(name: str, data: Path | None = None):
     """(schema, encoded table) of a benchmark table (NIST files under ``data``, default the
     shared data); None when its data is absent."""
-    from dpsynth.encoding import EncodedTable, encode, read_table
-    from dpsynth.nist_score import NIST_DEMOGRAPHIC_FEATURES
+    from dpsynth.rows.encoding import EncodedTable, encode, read_table
+    from dpsynth.evaluation.nist_score import NIST_DEMOGRAPHIC_FEATURES
     from dpsynth.schema import load_schema, schema_from_dict
 
     if name == "demo":
@@ -60,7 +60,7 @@ def load(name: str, data: Path | None = None):
 
 def run(name: str) -> dict | None:
     """One release of ``name``: sizes, times and the gate's verdict."""
-    from dpsynth.encoding import decode
+    from dpsynth.rows.encoding import decode
     from dpsynth.gate import run_gate
     from dpsynth.measurement import Measurement
     from dpsynth.methods import get_method

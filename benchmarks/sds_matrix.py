@@ -5,7 +5,7 @@ Cells:
 * NIST: every CSV in ``shared/data/nist`` (national2019, tx2019, ma2019; read with
   ``dtype=str, keep_default_na=False``; schema ``schemas/nist.yaml``) x {the 10
   demographic columns of METRICS.md, all 24 columns} x epsilon {0.5, 1, 4, 10} x 3 seeds.
-  Score: SDNist k-marginal (:func:`dpsynth.metrics.nist_kmarginal_score`).
+  Score: SDNist k-marginal (:func:`dpsynth.evaluation.metrics.nist_kmarginal_score`).
 * Generated: random Bayesian networks of varied shape (n 1,000..200,000; 8..40 columns;
   cardinalities 2..50; numeric columns; 0..40% structural missing cells: a column is
   empty wherever a parent column takes some values). Each table is assigned to the
@@ -90,8 +90,8 @@ class Table:
 
 
 def nist_tables(files: Sequence[str], colsets: Sequence[str]) -> list[Table]:
-    from dpsynth.encoding import encode, read_table
-    from dpsynth.metrics import NIST_DEMOGRAPHIC_FEATURES
+    from dpsynth.rows.encoding import encode, read_table
+    from dpsynth.evaluation.metrics import NIST_DEMOGRAPHIC_FEATURES
     from dpsynth.schema import load_schema, schema_from_dict
 
     schema = load_schema(ROOT / "schemas" / "nist.yaml")
@@ -200,7 +200,7 @@ def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *
 
 def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None):
     """Measure and synthesise as a release does (same stages, same rng streams)."""
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import METHODS
     from dpsynth.privacy.budget import Budget, Ledger
 
@@ -221,7 +221,7 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
 def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, list[str]]:
     """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
     from dpsynth import gate
-    from dpsynth.encoding import decode
+    from dpsynth.rows.encoding import decode
     from dpsynth.gate.checks import prepare
 
     table = decode(synth, decode_rng)
@@ -263,7 +263,7 @@ def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, l
 
 
 def _nist_text(table: Table, codes: np.ndarray) -> pd.DataFrame:
-    from dpsynth.encoding import EncodedTable, decode
+    from dpsynth.rows.encoding import EncodedTable, decode
 
     df = decode(EncodedTable(schema=table.schema, codes=codes), np.random.default_rng(0))
     out = {}
@@ -274,7 +274,7 @@ def _nist_text(table: Table, codes: np.ndarray) -> pd.DataFrame:
 
 
 def score(table: Table, codes: np.ndarray) -> dict[str, float]:
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     if table.kind == "nist":
         return {"kmarginal": float(metrics.nist_kmarginal_score(table.raw, _nist_text(table, codes),
@@ -287,7 +287,7 @@ def score(table: Table, codes: np.ndarray) -> dict[str, float]:
 def baseline(table: Table, seed: int) -> dict[str, float]:
     """The exact-independent baseline's scores; for NIST tables also its mean 2-way TVD
     (``tvd2``), the distance the noise rule of :func:`within_noise` compares."""
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     rows = metrics.independent_baseline(table.codes, table.schema.cardinalities, table.codes.shape[0],
                                         np.random.default_rng(9000 + seed)).astype(np.int64)
@@ -314,7 +314,7 @@ def within_noise(sds_cell: dict[str, Any]) -> bool | None:
 
 
 def assess(meas, schema):
-    from dpsynth.guidance import assess as _assess
+    from dpsynth.methods.guidance import assess as _assess
 
     return _assess(meas, schema)
 

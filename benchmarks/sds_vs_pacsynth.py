@@ -84,7 +84,7 @@ def correlated_table(n: int = 30_000, p: int = 15, seed: int = 2024) -> tuple[np
 
 
 def load_datasets(which: list[str]) -> dict[str, dict[str, Any]]:
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.schema import load_schema, schema_from_dict
 
     out: dict[str, dict[str, Any]] = {}
@@ -152,7 +152,7 @@ def eval_domain(schema) -> tuple[list[int], list[int]]:
 
 
 def evaluate(name: str, data: dict[str, Any], synth: np.ndarray, rng_seed: int = 7) -> dict[str, Any]:
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     cards, empty = eval_domain(data["schema"])
     real = data["codes"]
@@ -175,8 +175,8 @@ def evaluate(name: str, data: dict[str, Any], synth: np.ndarray, rng_seed: int =
 
 
 def nist_score(data: dict[str, Any], synth: np.ndarray) -> float:
-    from dpsynth import metrics
-    from dpsynth.encoding import EncodedTable, decode
+    from dpsynth.evaluation import metrics
+    from dpsynth.rows.encoding import EncodedTable, decode
 
     schema = data["schema"]
     cards, empty = eval_domain(schema)
@@ -195,7 +195,7 @@ def nist_score(data: dict[str, Any], synth: np.ndarray) -> float:
 
 
 def independent(data: dict[str, Any], rows: int) -> dict[str, Any]:
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     cards, _ = eval_domain(data["schema"])
     base = metrics.independent_baseline(data["codes"], cards, rows, np.random.default_rng(11))
@@ -304,7 +304,7 @@ def run_pacsynth(name: str, data: dict[str, Any], epsilon: float, limit: float =
 
 def sds_worker(stage: str, name: str, epsilon: float, folder: str, synthesis: str) -> None:
     """Runs one stage of our method; writes timings and peak RSS to folder/<stage>.json."""
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.methods.base import Measurement
     from dpsynth.privacy.budget import Budget, Ledger

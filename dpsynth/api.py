@@ -19,8 +19,8 @@ from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
-from .bundle import MANIFEST, sha256_file
-from .encoding import DataError
+from .publish.bundle import MANIFEST, sha256_file
+from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
 from .pipeline.stages import write_atomic
 from .privacy.budget import Budget, Charge, Ledger
@@ -97,7 +97,7 @@ def release(
 def load_release(path: str | os.PathLike[str]) -> Release:
     """Opens a published release after verifying it (``dpsynth verify``); refuses a
     release whose files do not match its manifest, or whose ledger is over budget."""
-    from .verify import verify_release
+    from .publish.verify import verify_release
 
     folder = Path(path)
     problems = verify_release(folder)

@@ -92,10 +92,10 @@ _FROZE: list[bool] = []
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from . import gate_worker
+    from .gate import worker as gate_worker
 
     with _long_lived_imports():
-        from .bundle import MANIFEST
+        from .publish.bundle import MANIFEST
         from .pipeline import ReleaseConfig
         from .privacy.accounting import load_solver
 
@@ -139,7 +139,7 @@ def _privacy_line(manifest: dict) -> str:
 
 def _cmd_budget_set(args: argparse.Namespace) -> int:
     from .pipeline import default_workspace
-    from .registry import Cap, set_cap, state
+    from .privacy.registry import Cap, set_cap, state
 
     cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
     workspace = Path(args.workspace) if args.workspace else default_workspace()
@@ -150,7 +150,7 @@ def _cmd_budget_set(args: argparse.Namespace) -> int:
 
 def _cmd_budget_show(args: argparse.Namespace) -> int:
     from .pipeline import DEFAULT_DELTA, default_workspace
-    from .registry import state
+    from .privacy.registry import state
 
     workspace = Path(args.workspace) if args.workspace else default_workspace()
     _print_budget(state(workspace, args.dataset, delta=DEFAULT_DELTA))
@@ -199,11 +199,12 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
-    from .infer import WARNING, draft_schema
+    from .rows.encoding import read_table
+    from .schema.draft import WARNING, draft_from_table
 
     print(WARNING, file=sys.stderr)
-    draft = draft_schema(args.data, name=args.name, max_categories=args.max_categories, bins=args.bins,
-                         min_count=args.min_count)
+    draft = draft_from_table(read_table(args.data), args.name or Path(args.data).stem,
+                             max_categories=args.max_categories, bins=args.bins, min_count=args.min_count)
     text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
@@ -300,9 +301,9 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify_release
+    from .publish.verify import verify_release
 
-    from .bundle import read_sign_key
+    from .publish.bundle import read_sign_key
 
     key = read_sign_key(args.key) if args.key else None
     problems = verify_release(args.release, key=key)

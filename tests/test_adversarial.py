@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.bundle import sha256_file
+from dpsynth.publish.bundle import sha256_file
 from dpsynth.cli import main
-from dpsynth.encoding import DataError, EncodedTable, encode, read_table
+from dpsynth.rows.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import METHODS, get_method
 from dpsynth.precheck import PrecheckError
 from dpsynth.privacy.budget import Budget, Ledger
 from dpsynth.schema import SchemaError, load_schema, schema_from_dict
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO, DEMO_SCHEMA = ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"
@@ -265,7 +265,7 @@ def test_forgery_table_and_entry_removed(release):
 
 
 def test_forgery_path_outside_the_release_is_never_followed(release, monkeypatch):
-    import dpsynth.verify as verify_module
+    import dpsynth.publish.verify as verify_module
 
     opened = []
     real = verify_module.sha256_file
@@ -378,8 +378,8 @@ def test_cache_names_are_keyed_by_a_private_workspace_secret(tmp_path):
     hashes of the raw input an outsider could test a guess against."""
     import stat
 
-    from dpsynth.encoding import file_sha256
-    from dpsynth.workspace_key import WORKSPACE_SECRET, opaque_key
+    from dpsynth.rows.encoding import file_sha256
+    from dpsynth.privacy.workspace_key import WORKSPACE_SECRET, opaque_key
 
     digest = file_sha256(DEMO)
     a, b = opaque_key(tmp_path / "w1", "encode", digest), opaque_key(tmp_path / "w2", "encode", digest)
@@ -572,7 +572,7 @@ def test_prefect_database_holds_no_hash_of_the_raw_input(prefect_harness, tmp_pa
     import prefect.settings
     from dpsynth.orchestration.release import flow_parameters, release_flow
 
-    from dpsynth.encoding import file_sha256
+    from dpsynth.rows.encoding import file_sha256
 
     cfg = _config(tmp_path, rows=100, name="nohash")
     release_flow(**flow_parameters(cfg))
@@ -833,7 +833,7 @@ pipeline.run_release(pipeline.ReleaseConfig(
 def test_name_claim_crashed_holder_is_recovered_without_losing_its_measurement(tmp_path, monkeypatch):
     """kill -9 after measuring, while holding the name: the OS frees the lock; the rerun
     takes the name, reuses the complete measurement (no new noise, no second charge)."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     cfg = _demo_config(tmp_path, name="nightly")
@@ -893,7 +893,7 @@ def _release_charges(epsilon: float, delta: float = 1e-6) -> tuple[Charge, ...]:
 
 def test_registry_composes_releases_and_refuses_past_the_cap(tmp_path):
     """rho adds, pure epsilon adds, total = pure + CKS(rho, delta_cap); the crossing release is refused."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "census", registry.Cap(epsilon=1.6, delta=1e-6))
@@ -914,7 +914,7 @@ def test_registry_composes_releases_and_refuses_past_the_cap(tmp_path):
 
 def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     """A crashed release rerun with the same key reuses its measurement and its charge."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     cfg = _demo_config(tmp_path, name="nightly")
     registry.set_cap(cfg.workspace, "demo", registry.Cap(epsilon=1.2, delta=1e-6))
@@ -944,7 +944,8 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
 
 def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, capsys):
     """Past the dataset's cap: exit 2, one line, nothing measured, nothing published, no charge."""
-    from dpsynth import cli, registry
+    from dpsynth import cli
+    from dpsynth.privacy import registry
     from dpsynth.methods.marginals import MarginalsMethod
 
     ws = tmp_path / "ws"
@@ -961,7 +962,8 @@ def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, ca
 
 
 def test_registry_without_cap_records_and_warns(tmp_path, capsys):
-    from dpsynth import cli, registry
+    from dpsynth import cli
+    from dpsynth.privacy import registry
 
     code = cli.main(_release_args(tmp_path, "first", 1.0))
     out = capsys.readouterr()
@@ -983,7 +985,7 @@ def test_registry_period_budget(tmp_path):
     day and allows it the next day; the lifetime cap still counts both."""
     from datetime import datetime, timezone
 
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "d", registry.Cap(epsilon=10.0, delta=1e-6, period="day", period_epsilon=1.2))
@@ -1001,7 +1003,7 @@ def test_registry_period_budget(tmp_path):
 
 def test_registry_two_releases_racing_for_the_last_budget(tmp_path):
     """Threads on separate connections, released together: exactly one takes the last budget."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "d", registry.Cap(epsilon=1.08, delta=1e-6))
@@ -1033,7 +1035,7 @@ def test_registry_two_releases_racing_for_the_last_budget(tmp_path):
 def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     """Two real `dpsynth release` processes (different names) for room that fits one: one
     publishes, the other exits 2 with one line and measured nothing."""
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     ws = tmp_path / "ws"
     registry.set_cap(ws, "demo", registry.Cap(epsilon=1.2, delta=1e-6))

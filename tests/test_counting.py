@@ -7,7 +7,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from dpsynth.counting import column_major, count_k_marginals, count_marginals, flat_index
+from dpsynth.rows.counting import column_major, count_k_marginals, count_marginals, flat_index
 
 
 def _table(n=2_000, p=7, seed=0):
@@ -34,7 +34,7 @@ def test_all_k_marginals_exact(k, max_cells):
         np.testing.assert_array_equal(tab, _naive(codes, cards, cols))
 
 
-# The block cover itself is dpsynth.counting.plan_blocks, tested in test_metrics.py
+# The block cover itself is dpsynth.rows.counting.plan_blocks, tested in test_metrics.py
 # (every subset read off once, within the limit, oversized subsets alone).
 
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 import dpsynth
-from dpsynth.encoding import DataError, EncodedTable, decode, encode
-from dpsynth.infer import draft_from_dataframe
+from dpsynth.rows.encoding import DataError, EncodedTable, decode, encode
+from dpsynth.schema.draft import draft_from_dataframe
 from dpsynth.measurement import Measurement
 from dpsynth.schema import SchemaError, schema_from_dict
-from dpsynth.validation import record_checks
+from dpsynth.gate.validation import record_checks
 from tests.conftest import ROOT
 
 VISIT = {"name": "visit", "type": "datetime", "bounds": ["2020-01-01", "2021-01-01"], "bins": "month",

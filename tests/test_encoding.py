@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpsynth.encoding import DataError, EncodedTable, decode, encode, onehot, read_table, write_csv
+from dpsynth.rows.encoding import DataError, EncodedTable, decode, encode, onehot, read_table, write_csv
 from dpsynth.schema import schema_from_dict
 
 SCHEMA = schema_from_dict(

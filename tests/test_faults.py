@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 KILL_POINTS = {
     "measure": ("dpsynth.measurement", "Measurement.save", "after"),  # written, not marked complete
     "synthesize": ("dpsynth.pipeline.stages", "decode", "before"),
-    "validate": ("dpsynth.gate_worker", "call", "before"),  # the gate runs in its GE worker process
-    "publish": ("dpsynth.bundle", "_before_rename", "before"),  # bundle complete, not renamed
+    "validate": ("dpsynth.gate.worker", "call", "before"),  # the gate runs in its GE worker process
+    "publish": ("dpsynth.publish.bundle", "_before_rename", "before"),  # bundle complete, not renamed
 }
 
 _RUNNER = textwrap.dedent(

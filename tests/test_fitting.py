@@ -1,11 +1,11 @@
-"""The shared proportional-fitting routine (dpsynth/fitting.py): dense tables and row weights."""
+"""The shared proportional-fitting routine (dpsynth/postprocess/fitting.py): dense tables and row weights."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from dpsynth.fitting import AxisMargin, CodeMargin, proportional_fit
-from dpsynth.postprocess import rake
+from dpsynth.postprocess.fitting import AxisMargin, CodeMargin, proportional_fit
+from dpsynth.postprocess.correction import rake
 
 
 def _table(seed: int = 0) -> np.ndarray:

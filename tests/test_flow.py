@@ -136,7 +136,8 @@ def test_deployments_point_at_the_flow_with_valid_parameters():
 
 def test_flow_holds_the_name_and_charges_the_dataset(prefect_harness, tmp_path, demo_paths):
     """The flow takes the name's lock and charges the registry (a deployment's period budget)."""
-    from dpsynth import pipeline, registry
+    from dpsynth import pipeline
+    from dpsynth.privacy import registry
 
     first = _run(tmp_path, demo_paths, name="night-1", dataset="demo-table", period="day", period_epsilon=1.2)
     manifest = json.loads((tmp_path / "out" / "night-1" / "manifest.json").read_text())

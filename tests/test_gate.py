@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.encoding import EncodedTable, decode, encode, read_table
+from dpsynth.rows.encoding import EncodedTable, decode, encode, read_table
 from dpsynth.gate import (
     GateError,
     dp_row_estimate,

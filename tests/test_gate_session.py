@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from dpsynth.encoding import EncodedTable, decode
+from dpsynth.rows.encoding import EncodedTable, decode
 from dpsynth.gate import run_gate, session
 from tests.test_gate import release  # noqa: F401 - the module-scoped fixture
 

@@ -1,4 +1,4 @@
-"""The gate's Great Expectations process (dpsynth.gate_worker, issue 14 item 3).
+"""The gate's Great Expectations process (dpsynth.gate.worker, issue 14 item 3).
 
 GE's import used to run in a thread of the release's process, where it held the
 interpreter lock against the method (sds's measure stage: 0.5 s -> 3.6 s on the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsynth import gate_worker
+from dpsynth.gate import worker as gate_worker
 from dpsynth.gate import GateError
 from dpsynth.pipeline.stages import gate_files
 from tests.test_gate import release  # noqa: F401 - the module-scoped demo release fixture
@@ -99,7 +99,7 @@ def _python(code: str, **env: str) -> subprocess.Popen:
 def test_the_worker_ends_when_the_release_is_killed():
     parent = _python("""
         import time
-        from dpsynth import gate_worker
+        from dpsynth.gate import worker as gate_worker
         gate_worker.start()
         print(gate_worker._WORKER["proc"].pid, type(gate_worker._WORKER["proc"]).__name__, flush=True)
         time.sleep(600)
@@ -181,8 +181,8 @@ def test_a_forked_worker_does_not_keep_the_release_name_lock(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         from pathlib import Path
-        from dpsynth import gate_worker
-        from dpsynth.workspace import exclusive_lock
+        from dpsynth.gate import worker as gate_worker
+        from dpsynth.privacy.workspace import exclusive_lock
         with exclusive_lock(Path({str(tmp_path / "name.lock")!r})):
             assert gate_worker.start()
             pid = gate_worker._WORKER["proc"].pid
@@ -193,7 +193,7 @@ def test_a_forked_worker_does_not_keep_the_release_name_lock(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr[-2000:]
     worker_pid = int(proc.stdout.split()[0])
-    from dpsynth.workspace import exclusive_lock
+    from dpsynth.privacy.workspace import exclusive_lock
 
     with exclusive_lock(tmp_path / "name.lock"):  # free at once, whether or not the worker still runs
         pass

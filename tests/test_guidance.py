@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 
 from benchmarks.sds_matrix import make_table
-from dpsynth.encoding import EncodedTable
-from dpsynth.guidance import _two_way_tables
+from dpsynth.rows.encoding import EncodedTable
+from dpsynth.methods.guidance import _two_way_tables
 from dpsynth.methods import get_method
 from dpsynth.methods.sds import tables_from_frame
 from dpsynth.privacy.budget import Budget, Ledger

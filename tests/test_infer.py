@@ -9,7 +9,8 @@ import yaml
 
 from dpsynth import pipeline
 from dpsynth.cli import main
-from dpsynth.infer import PLACEHOLDER, draft_from_dataframe, draft_schema, nice_bounds
+from dpsynth.rows.encoding import read_table
+from dpsynth.schema.draft import PLACEHOLDER, draft_from_dataframe, draft_from_table, nice_bounds
 from dpsynth.schema import Schema, SchemaError, load_schema, schema_from_dict
 
 
@@ -105,7 +106,7 @@ def test_every_drafted_column_is_flagged_and_schema_check_accepts_the_draft(tmp_
 
 def test_unreviewed_draft_is_refused_before_anything_is_read(tmp_path, demo_paths, capsys):
     draft = tmp_path / "draft.yaml"
-    draft.write_text(draft_schema(demo_paths[0]).to_yaml())
+    draft.write_text(draft_from_table(read_table(demo_paths[0]), "demo").to_yaml())
     config = dict(schema=draft, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
     # the data path does not even exist: the draft is refused first
     with pytest.raises(SchemaError, match="unreviewed draft.*delete the line 'draft: true'"):

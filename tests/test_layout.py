@@ -86,3 +86,83 @@ def test_every_public_definition_has_a_docstring():
 def test_the_docstring_walk_finds_what_lacks_one(source, expected):
     tree = ast.parse(source)
     assert [n for n, node in _public_definitions(tree) if ast.get_docstring(node) is None] == expected
+
+
+# --- the tree reads as the pipeline (issue 24) ---------------------------------------
+
+ARCHITECTURE = LIBRARY.parent / "docs" / "architecture.md"
+
+
+def _packages() -> list[str]:
+    """The top-level folders of dpsynth/ that hold Python code."""
+    return sorted(p.name for p in LIBRARY.iterdir() if p.is_dir() and any(p.glob("*.py")))
+
+
+def _unit(module: str) -> str:
+    """The top-level folder or module of ``dpsynth.x.y`` (``x``); ``dpsynth`` itself is ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every dpsynth module (or module.name) that ``path`` imports, at any depth (lazy ones too)."""
+    parts = list(path.relative_to(LIBRARY.parent).with_suffix("").parts)
+    is_init = parts[-1] == "__init__"
+    module = ".".join(parts[:-1] if is_init else parts)
+    package = module if is_init else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            found |= {origin} if node.module else {f"{origin}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {m for m in found if m == "dpsynth" or m.startswith("dpsynth.")}
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Top-level folder/module -> the top-level folders/modules it imports from."""
+    graph: dict[str, set[str]] = {}
+    for path in _modules():
+        parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
+        src = _unit(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        graph.setdefault(src, set()).update(t for t in map(_unit, _imports(path)) if t not in (src, "__init__"))
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def reach(a: str) -> set[str]:
+        seen, todo = set(), [a]
+        while todo:
+            for b in graph.get(todo.pop(), ()):
+                if b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
+
+    reached = {a: reach(a) for a in graph}
+    return sorted((a, b) for a in graph for b in reached[a] if a < b and a in reached.get(b, set()))
+
+
+def test_no_import_cycle_between_top_level_packages():
+    """schema -> infer -> encoding -> schema was one (issue 24); lazy imports count too."""
+    graph = _package_graph()
+    assert "rows" in graph and "schema" in graph
+    assert not graph["schema"], f"the schema package imports {graph['schema']}: it must stand alone"
+    assert "schema" in graph["rows"]  # reading depends on the schema, never the other way round
+    assert not _cycles(graph), _cycles(graph)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"schema": {"rows"}, "rows": {"schema"}, "gate": {"rows"}}) == [("rows", "schema")]
+
+
+def test_every_top_level_folder_is_in_the_architecture_page():
+    text = ARCHITECTURE.read_text()
+    missing = [name for name in _packages() if f"dpsynth/{name}/" not in text]
+    assert not missing, f"docs/architecture.md does not say what these folders hold: {missing}"
+    assert len(_packages()) >= 10

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.methods import get_method
 from dpsynth.methods.marginals import MarginalsMethod, estimate_rows
 from dpsynth.privacy import Budget, Ledger, gaussian_sigma

@@ -31,13 +31,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsynth.counting import marginal_counts
-from dpsynth.encoding import EncodedTable, decode, encode
+from dpsynth.rows.counting import marginal_counts
+from dpsynth.rows.encoding import EncodedTable, decode, encode
 from dpsynth.measurement import Measurement
 from dpsynth.methods import METHODS, get_method
 from dpsynth.privacy.budget import Budget, Ledger, total_epsilon
 from dpsynth.schema import schema_from_dict
-from dpsynth.validation import record_checks
+from dpsynth.gate.validation import record_checks
 from noise_stats import ALPHA, pooled_pvalue
 
 # Parameters that make each method run in about a second on the tiny table.

@@ -1,4 +1,4 @@
-"""Tests of dpsynth.metrics: counting engine, TVD, baseline, coverage, NIST k-marginal."""
+"""Tests of dpsynth.evaluation.metrics: counting engine, TVD, baseline, coverage, NIST k-marginal."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth import metrics as M
-from dpsynth.encoding import EncodedTable
+from dpsynth.evaluation import metrics as M
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.schema import schema_from_dict
 
 

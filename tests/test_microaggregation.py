@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import encode, read_table
+from dpsynth.rows.encoding import encode, read_table
 from dpsynth.methods import ParamError, get_method
 from dpsynth.methods.microaggregation_common import BLOCKS, blocks_from_frame, embeddings
 from dpsynth.microaggregation import (

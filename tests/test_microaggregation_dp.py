@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from dpsynth import pipeline
-from dpsynth.encoding import EncodedTable, encode, read_table
+from dpsynth.rows.encoding import EncodedTable, encode, read_table
 from dpsynth.methods import get_method
 from dpsynth.methods.microaggregation_common import BLOCKS
 from dpsynth.microaggregation import Embedding, damped_means, mean_sensitivity_l1, noisy_means

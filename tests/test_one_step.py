@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.methods import ParamError, get_method
 from dpsynth.inference import Domain, Observation
 from dpsynth.methods.one_step import OneStepMethod, OneStepParams, column_blocks, interactions

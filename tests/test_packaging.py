@@ -71,7 +71,7 @@ def test_library_modules_do_not_load_orchestration_or_plotting():
 def test_a_release_of_one_method_imports_only_that_method():
     """The registry imports a method's module on lookup: preparing an sds release loads
     neither microaggregation (scipy.spatial) nor scipy.stats (0.8 s of a CLI release before)."""
-    code = ("import sys, dpsynth.pipeline, dpsynth.bundle; from dpsynth.methods import METHODS, get_method; "
+    code = ("import sys, dpsynth.pipeline, dpsynth.publish.bundle; from dpsynth.methods import METHODS, get_method; "
             "get_method('sds', {}); assert sorted(METHODS) == sorted(METHODS._where)")
     out = subprocess.run([sys.executable, "-c", code + "; print(sorted(sys.modules))"],
                          capture_output=True, text=True, check=True, cwd=ROOT)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.methods import ParamError, get_method
 from dpsynth.methods.pgm import PgmMethod, PgmParams
 from dpsynth.privacy import Budget, Ledger, gaussian_sigma

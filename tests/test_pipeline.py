@@ -7,13 +7,14 @@ import json
 import pandas as pd
 import pytest
 
-from dpsynth import bundle, pipeline
-from dpsynth.encoding import DataError, file_sha256
+from dpsynth import pipeline
+from dpsynth.publish import bundle
+from dpsynth.rows.encoding import DataError, file_sha256
 from dpsynth.methods import ParamError
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy import BudgetExceeded
 from dpsynth.schema import SchemaError, load_schema
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 
 def _config(tmp_path, demo_paths, **kw) -> pipeline.ReleaseConfig:

@@ -1,4 +1,4 @@
-"""Tests of dpsynth.plots: the report's charts as plain SVG."""
+"""Tests of dpsynth.report.svg: the report's charts as plain SVG."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from xml.etree import ElementTree
 
 import numpy as np
 
-from dpsynth.plots import bar_chart_svg, nice_ticks, svg_data_uri, tvd_strip_svg
+from dpsynth.report.svg import bar_chart_svg, nice_ticks, svg_data_uri, tvd_strip_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,4 +1,4 @@
-"""Tests of dpsynth.postprocess (marginal correction, Theorem 3.6 of "Private sampling")."""
+"""Tests of dpsynth.postprocess.correction (marginal correction, Theorem 3.6 of "Private sampling")."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dpsynth.postprocess import (
+from dpsynth.postprocess.correction import (
     MarginalCorrectionError,
     correct_marginals,
     marginal_constraints,

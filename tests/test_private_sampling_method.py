@@ -95,7 +95,7 @@ def test_bounds_cli(capsys):
 
 
 def test_compact_view_uses_one_bit_for_two_value_columns():
-    from dpsynth.encoding import EncodedTable, onehot
+    from dpsynth.rows.encoding import EncodedTable, onehot
 
     s = schema_from_dict({"name": "t", "columns": [
         {"name": "a", "type": "categorical", "values": ["0", "1"]},

@@ -90,7 +90,7 @@ def test_budget_refusals_say_which_option_to_change():
 
 
 def test_registry_refusal_says_how_to_proceed(tmp_path):
-    from dpsynth import registry
+    from dpsynth.privacy import registry
 
     registry.set_cap(tmp_path, "census", registry.Cap(epsilon=0.5, delta=1e-6))
     with pytest.raises(registry.RegistryRefused) as exc:
@@ -118,7 +118,7 @@ def test_net_too_large_says_which_parameters_to_set():
 
 
 def test_microaggregation_with_too_few_rows_says_lower_group_size():
-    from dpsynth.encoding import EncodedTable
+    from dpsynth.rows.encoding import EncodedTable
 
     schema = _wide_schema(columns=2, card=3)
     method = get_method("microaggregation", {"anonymous_only": "true", "group_size": "50"})
@@ -146,7 +146,7 @@ def test_unknown_parameter_points_to_dpsynth_methods():
 
 
 def test_input_column_refusals_say_what_to_fix(tmp_path):
-    from dpsynth.encoding import DataError, check_file
+    from dpsynth.rows.encoding import DataError, check_file
 
     schema = _wide_schema(columns=2, card=3)
     (tmp_path / "a.csv").write_text("c0\n1\n")
@@ -160,7 +160,7 @@ def test_input_column_refusals_say_what_to_fix(tmp_path):
 
 
 def test_an_existing_release_folder_says_choose_another_name(tmp_path):
-    from dpsynth.bundle import PublishError, publish_release
+    from dpsynth.publish.bundle import PublishError, publish_release
 
     (tmp_path / "r1").mkdir()
     with pytest.raises(PublishError) as exc:

@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
-from dpsynth.encoding import EncodedTable, decode, encode, read_table
+from dpsynth.rows.encoding import EncodedTable, decode, encode, read_table
 from dpsynth.gate import run_gate
 from dpsynth.methods.base import Measurement, NoisyMarginal
 from dpsynth.methods.marginals import MarginalsMethod

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.measurement import Measurement, NoisyMarginal, PrivacyStatement
 from dpsynth.privacy.budget import Charge
 from dpsynth.report import build_report, utility
@@ -132,7 +132,7 @@ def test_utility_reads_gate_tvds_and_skips_marginals_without_1way():
 def _k_way_measurement(schema, codes: EncodedTable, ks=(1, 2, 3)) -> Measurement:
     from itertools import combinations
 
-    from dpsynth.counting import iter_marginals
+    from dpsynth.rows.counting import iter_marginals
 
     cards = codes.cardinalities
     subsets = [s for k in ks for s in combinations(range(len(cards)), k)]
@@ -143,7 +143,7 @@ def _k_way_measurement(schema, codes: EncodedTable, ks=(1, 2, 3)) -> Measurement
 
 
 def test_accuracy_for_every_measured_marginal_size():
-    from dpsynth.encoding import decode
+    from dpsynth.rows.encoding import decode
     from dpsynth.gate import run_gate
 
     schema = schema_from_dict({"name": "k3", "columns": [

@@ -16,13 +16,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-import dpsynth.tuple_counts as tuple_counts
-from dpsynth.encode_parts import encode_to_parts, input_sha256
-from dpsynth.encoding import DataError, EncodedTable, encode, read_table
+import dpsynth.methods.sds.tuple_counts as tuple_counts
+from dpsynth.rows.encode_parts import encode_to_parts, input_sha256
+from dpsynth.rows.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import get_method
 from dpsynth.privacy.budget import Budget, Ledger
-from dpsynth.rowsource import ParquetPart, RowSource, SerialRunner, add_counts, advance, count_marginals, load_rows
-from dpsynth.counting import count_marginals as count_in_memory, column_major
+from dpsynth.rows.rowsource import ParquetPart, RowSource, SerialRunner, add_counts, advance, count_marginals, load_rows
+from dpsynth.rows.counting import count_marginals as count_in_memory, column_major
 from dpsynth.schema import schema_from_dict
 
 # Digests of the whole-table measurement (main at e62b005 for marginals and pgm; the sds rows
@@ -234,7 +234,7 @@ def test_row_methods_refused_on_a_remote_runner():
 def test_dask_local_cluster_gives_the_single_process_measurement(tmp_path):
     """Two worker processes of a LocalCluster started here: encode and measure per partition."""
     pytest.importorskip("distributed")
-    from dpsynth.dask_runner import connect
+    from dpsynth.rows.dask_runner import connect
 
     t = table()
     path = tmp_path / "codes.parquet"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.methods import ParamError, get_method
 from dpsynth.methods.base import Measurement
 from dpsynth.methods.sds import (
@@ -26,8 +26,8 @@ from dpsynth.methods.sds import (
     split_budget,
     tables_from_frame,
 )
-from dpsynth.counting import column_major
-from dpsynth.tuple_counts import capped_counts as _capped_counts
+from dpsynth.rows.counting import column_major
+from dpsynth.methods.sds.tuple_counts import capped_counts as _capped_counts
 from dpsynth.methods.sds.strict import _sample_strict
 from dpsynth.privacy.budget import Budget, BudgetExceeded, Ledger
 from dpsynth.schema import schema_from_dict
@@ -429,7 +429,7 @@ def test_complete_mode_fills_every_cell_of_a_dense_table():
 
 
 def test_complete_mode_reproduces_missingness_and_beats_independence():
-    from dpsynth import metrics
+    from dpsynth.evaluation import metrics
 
     schema = _schema([4, 3, 5, 4, 3], nullable=True)
     rng = np.random.default_rng(12)
@@ -582,8 +582,8 @@ def test_nist_complete_mode_beats_the_independent_baseline(shared_data_dir):
     below columns drawn independently from their true marginals."""
     from pathlib import Path
 
-    from dpsynth import metrics
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.evaluation import metrics
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.schema import load_schema
 
     csv = shared_data_dir / "nist" / "national2019.csv"
@@ -608,7 +608,7 @@ def test_nist_complete_mode_beats_the_independent_baseline(shared_data_dir):
 def test_estimator_pgm_fits_the_measured_marginals():
     import dataclasses
 
-    from dpsynth.counting import count_marginals
+    from dpsynth.rows.counting import count_marginals
     from dpsynth.methods.base import NoisyMarginal
 
     schema = _schema([4, 5, 3])

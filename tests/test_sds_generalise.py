@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from benchmarks.sds_matrix import make_table
-from dpsynth import metrics
-from dpsynth.encoding import EncodedTable, decode
+from dpsynth.evaluation import metrics
+from dpsynth.rows.encoding import EncodedTable, decode
 from dpsynth.gate import run_gate
-from dpsynth.guidance import assess
+from dpsynth.methods.guidance import assess
 from dpsynth.methods import get_method
 from dpsynth.privacy.budget import Budget, Ledger
 from dpsynth.schema import schema_from_dict
@@ -134,7 +134,7 @@ def test_tx2019_all_columns_publishes(shared_data_dir):
     """Defect: every default release on tx2019 (all 24 columns, epsilon 1) failed
     max_tvd_k1 on EDU, DPHY or DREM: the empty-cell share of these columns came from a
     deficit the synthesizer could not reproduce."""
-    from dpsynth.encoding import encode, read_table
+    from dpsynth.rows.encoding import encode, read_table
     from dpsynth.schema import load_schema
 
     csv = shared_data_dir / "nist" / "tx2019.csv"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsynth.counting import column_major, count_marginals
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.counting import column_major, count_marginals
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.gate.checks import _marginal_checks
 from dpsynth.methods import get_method
 from dpsynth.methods.sds import refit

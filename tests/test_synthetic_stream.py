@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.encoding import EncodedTable
+from dpsynth.rows.encoding import EncodedTable
 from dpsynth.pipeline import synthetic
 from dpsynth.pipeline.synthetic import BlockRngs, TableSampler, block_sizes, write_synthetic
 from dpsynth.precheck import PrecheckError, check_rows
@@ -148,7 +148,7 @@ def _reference_csv(df, schema, path) -> None:
 def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths):
     """Labels with commas, quotes and line breaks, floats of every magnitude, integers,
     missing tokens: the same bytes as the pandas writer it replaced."""
-    from dpsynth.encoding import decode, write_csv
+    from dpsynth.rows.encoding import decode, write_csv
     from dpsynth.schema import schema_from_dict
 
     schema = schema_from_dict({"name": "t", "columns": [

@@ -9,7 +9,7 @@ import pytest
 
 from dpsynth import pipeline
 from dpsynth.cli import main
-from dpsynth.verify import verify_release
+from dpsynth.publish.verify import verify_release
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_invalid_table_with_matching_hash_is_caught(release):
     df.to_parquet(release / "synthetic.parquet", index=False)
     mpath = release / "manifest.json"
     m = json.loads(mpath.read_text())
-    from dpsynth.bundle import sha256_file
+    from dpsynth.publish.bundle import sha256_file
 
     m["files"]["synthetic.parquet"] = sha256_file(release / "synthetic.parquet")
     mpath.write_text(json.dumps(m))

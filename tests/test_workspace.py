@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsynth.workspace import LockBusy, exclusive_lock
+from dpsynth.privacy.workspace import LockBusy, exclusive_lock
 
 
 def test_lock_is_exclusive_and_released(tmp_path):

@@ -29,38 +29,42 @@ exact counts summed over chunks. Memory is one chunk whatever the row count.
 
 The package: :mod:`.scan` (the chunked pass), :mod:`.thresholds` (threshold maths, row estimate), :mod:`.checks` (the
 plan of every expectation, computed once), :mod:`.ge` (the GE run and the summary),
-:mod:`.docs` (sanitised, offline Data Docs).
+:mod:`.docs` (sanitised, offline Data Docs), :mod:`.session` (the GE context), :mod:`.worker`
+(the GE process beside the release) and :mod:`.validation` (record validity against the schema).
 """
 
-from .checks import MARGINALS_SUITE, RECORDS_SUITE
-from .ge import run_gate, run_gate_scan, write_data_docs
-from .scan import CodeCounts, file_chunks, scan
-from .thresholds import (
-    DEFAULT_MIN_FACTOR,
-    DEFAULT_SD_FACTOR,
-    THRESHOLD_KEYS,
-    GateError,
-    RowEstimate,
-    dp_row_estimate,
-    predicted_tvd,
-    predicted_tvd_sd,
-)
+# public name -> module of this package that defines it (imported on first use, so that
+# importing :mod:`.worker` or :mod:`.validation` does not load the GE run and its imports)
+_EXPORTS = {
+    "THRESHOLD_KEYS": "thresholds",
+    "DEFAULT_SD_FACTOR": "thresholds",
+    "DEFAULT_MIN_FACTOR": "thresholds",
+    "MARGINALS_SUITE": "checks",
+    "RECORDS_SUITE": "checks",
+    "GateError": "thresholds",
+    "RowEstimate": "thresholds",
+    "run_gate": "ge",
+    "run_gate_scan": "ge",
+    "CodeCounts": "scan",
+    "file_chunks": "scan",
+    "scan_table": "scan",
+    "write_data_docs": "ge",
+    "predicted_tvd": "thresholds",
+    "predicted_tvd_sd": "thresholds",
+    "dp_row_estimate": "thresholds",
+}
+__all__ = list(_EXPORTS)
 
-__all__ = [
-    "THRESHOLD_KEYS",
-    "DEFAULT_SD_FACTOR",
-    "DEFAULT_MIN_FACTOR",
-    "MARGINALS_SUITE",
-    "RECORDS_SUITE",
-    "GateError",
-    "RowEstimate",
-    "run_gate",
-    "run_gate_scan",
-    "CodeCounts",
-    "file_chunks",
-    "scan",
-    "write_data_docs",
-    "predicted_tvd",
-    "predicted_tvd_sd",
-    "dp_row_estimate",
-]
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

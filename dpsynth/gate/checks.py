@@ -2,7 +2,7 @@
 
 :func:`prepare` turns the synthetic table, its codes and the DP measurement into a
 :class:`Plan`: the record checks (columns, row count, each column's type, domain and
-missing values, from :func:`dpsynth.validation.column_domain`) on the decoded table,
+missing values, from :func:`dpsynth.gate.validation.column_domain`) on the decoded table,
 and the marginal-accuracy checks (codes re-encode to the table; every measured
 marginal of every size k within its threshold, from :mod:`dpsynth.gate.thresholds`)
 on a small derived table of statistics. Nothing here imports Great Expectations.
@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..encoding import EncodedTable, encode_column
+from ..rows.encoding import EncodedTable, encode_column
 from ..measurement import Measurement, marginal_key
-from ..metrics import tvd_vs_counts
+from ..evaluation.metrics import tvd_vs_counts
 from ..schema import Column, Schema
-from ..validation import column_domain
-from .scan import CodeCounts, Scan, frame_chunks, scan
+from .validation import column_domain
+from .scan import CodeCounts, Scan, frame_chunks, scan_table
 from .thresholds import (
     DEFAULT_MIN_FACTOR,
     DEFAULT_SD_FACTOR,
@@ -108,7 +108,7 @@ def _roundtrip_codes(col: Column, codes: np.ndarray) -> np.ndarray:
     """Codes that re-encoding the decoded values gives back (identity but for one case).
 
     An integer bin holding no integer decodes to the nearest integer inside the bounds,
-    which re-encodes to a neighbouring bin (see :func:`dpsynth.encoding.decode`).
+    which re-encodes to a neighbouring bin (see :func:`dpsynth.rows.encoding.decode`).
     """
     if col.type != "numeric" or not col.integer:
         return codes
@@ -289,7 +289,7 @@ def prepare(
     """Every check and statistic of the gate on an in-memory table (one chunk of :func:`prepare_scan`)."""
     if not isinstance(synthetic, pd.DataFrame):
         raise GateError(f"synthetic must be a pandas DataFrame, got {type(synthetic).__name__}")
-    found = scan(frame_chunks(synthetic, codes), codes.schema, measured_subsets(codes.schema, measurement))
+    found = scan_table(frame_chunks(synthetic, codes), codes.schema, measured_subsets(codes.schema, measurement))
     return prepare_scan(found, measurement, expected_rows, thresholds)
 
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..measurement import Measurement
 from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare, prepare_scan
 from .scan import CodeCounts, Scan

@@ -20,12 +20,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ..counting import Subset, column_major, count_marginals
-from ..encoding import DataError, EncodedTable, code_dtype, validate_codes
+from ..rows.counting import Subset, column_major, count_marginals
+from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
 from ..schema import Schema
-from ..validation import _outside, column_domain
+from .validation import _outside, column_domain
 
-__all__ = ["CodeCounts", "Scan", "file_chunks", "frame_chunks", "scan"]
+__all__ = ["CodeCounts", "Scan", "file_chunks", "frame_chunks", "scan_table"]
 
 #: A categorical column's witness keeps at most this many distinct values beyond its
 #: domain (a broken table with more fails ``in_domain`` all the same).
@@ -69,7 +69,7 @@ class CodeCounts:
     @classmethod
     def of_file(cls, path: Path, schema: Schema, measurement: Any, chunk_rows: int) -> "CodeCounts":
         """Counts of a synthetic codes file, read ``chunk_rows`` rows at a time."""
-        from ..rowsource import RowSource, count_marginals as count_source
+        from ..rows.rowsource import RowSource, count_marginals as count_source
         from .checks import measured_subsets
 
         source = RowSource.from_parquet(path, schema, chunk_rows=chunk_rows)
@@ -169,7 +169,7 @@ def _add(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a + b
 
 
-def scan(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema,
+def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema,
          subsets: Sequence[Subset]) -> Scan:
     """One pass over ``(values, codes)`` chunks of the same rows: columns and dtypes (of
     the first chunk), row counts, witness values, re-encoding mismatches and the exact

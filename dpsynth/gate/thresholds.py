@@ -73,7 +73,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..measurement import Measurement
-from ..metrics import clipped_distributions
+from ..evaluation.metrics import clipped_distributions
 
 __all__ = [
     "THRESHOLD_KEYS",

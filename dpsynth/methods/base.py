@@ -16,7 +16,7 @@ A method class also declares ``provides_marginals: ClassVar[bool]``: whether its
 measurement holds DP marginals (post-processing such as ``correct_marginals`` needs
 them; it is refused before any charge for a class that does not say True), and
 ``measures_counts: ClassVar[bool]``: whether ``measure`` also accepts a
-:class:`dpsynth.rowsource.RowSource` and reads only counts from it (memory bounded by
+:class:`dpsynth.rows.rowsource.RowSource` and reads only counts from it (memory bounded by
 the source's chunk size; runs on a Dask cluster). Other methods get the whole table.
 
 ``streams_synthesis: ClassVar[bool]``: whether the method also offers
@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..measurement import DP_ADD_REMOVE, Measurement, NoisyCount, NoisyMarginal, PrivacyStatement
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema

@@ -15,10 +15,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..encoding import EncodedTable, code_dtype
+from ..rows.encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import gaussian_counts
-from ..rowsource import RowSource, as_source, count_marginals
+from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
 

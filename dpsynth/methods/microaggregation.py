@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..measurement import NoisyCount, PrivacyStatement
 from ..microaggregation import (
     alpha_net,

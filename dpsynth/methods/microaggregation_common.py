@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..measurement import NoisyMarginal
 from ..microaggregation import Embedding, bootstrap, project_weights, split_numeric_mode
 from ..schema import Schema

@@ -31,7 +31,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..measurement import DP_ADD_REMOVE, NoisyCount
 from ..microaggregation import (
     Embedding,

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from ..encoding import EncodedTable, code_dtype
+from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import Domain, Observation
 from ..onestep.dp import BinnedBurr, dp_beta, dp_normal, grouped_burr_mle, noisy_histogram
 from ..onestep.engine import iterate, one_step

@@ -41,7 +41,7 @@ from typing import Callable, ClassVar, Literal
 
 import numpy as np
 
-from ..encoding import EncodedTable, code_dtype
+from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
 from ..inference.measurement import domain_of, fit_measurement, merge_observations
@@ -49,7 +49,7 @@ from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import exponential_charge, exponential_epsilon_for_rho, exponential_mechanism
 from ..privacy.noise import discrete_gaussian
-from ..rowsource import RowSource, as_source, count_marginals
+from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict

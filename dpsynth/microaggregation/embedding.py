@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-from ..encoding import EncodedTable, code_dtype
+from ..rows.encoding import EncodedTable, code_dtype
 from ..schema import Column, Schema
 
 __all__ = ["Embedding", "project_simplex_rows", "split_numeric_mode"]

@@ -28,7 +28,7 @@ from dpsynth.pipeline import (
     run_stages,
     timed,
 )
-from dpsynth.rowsource import DEFAULT_CHUNK_ROWS
+from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
 from .tasks.measure import measure_task

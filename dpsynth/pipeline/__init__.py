@@ -28,7 +28,7 @@ re-run of the same release reuses it and the ledger is charged once (DESIGN.md,
 decision 5). A release name can carry only one measurement: re-using it with
 different inputs is refused before anything is measured, and a run holds its name
 exclusively from claim to publish (decision 11). Before measuring, the release is
-charged to its dataset in the lifetime registry (decision 10, :mod:`dpsynth.registry`).
+charged to its dataset in the lifetime registry (decision 10, :mod:`dpsynth.privacy.registry`).
 """
 
 from __future__ import annotations

@@ -21,19 +21,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..bundle import read_sign_key
-from ..dask_runner import parse_address
-from ..encode_parts import input_files, input_sha256
-from ..encoding import check_file
-from ..rowsource import DEFAULT_CHUNK_ROWS
+from ..publish.bundle import read_sign_key
+from ..rows.dask_runner import parse_address
+from ..rows.encode_parts import input_files, input_sha256
+from ..rows.encoding import check_file
+from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
 from ..precheck import check_installed, check_options, check_rows, noise_warnings
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
-from ..registry import check_dataset_name, check_period
+from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
-from ..workspace_key import opaque_key, workspace_secret
+from ..privacy.workspace_key import opaque_key, workspace_secret
 
 __all__ = [
     "DEFAULT_DELTA",

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from ..guidance import assess
+from ..methods.guidance import assess
 from ..measurement import Measurement
-from ..registry import DatasetState, charge
-from ..workspace import LockBusy, exclusive_lock
+from ..privacy.registry import DatasetState, charge
+from ..privacy.workspace import LockBusy, exclusive_lock
 from . import stages
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
@@ -108,7 +108,7 @@ def _bind_name(plan: ReleasePlan, record: Path) -> None:
 
 def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
     """The small-sample guard's warning when the measurement predicts a release below the
-    independent-columns baseline (public information only; see :mod:`dpsynth.guidance`)."""
+    independent-columns baseline (public information only; see :mod:`dpsynth.methods.guidance`)."""
     advice = assess(Measurement.load(measurement_dir), plan.schema)
     return advice.message if advice is not None and advice.below_baseline else None
 
@@ -116,7 +116,7 @@ def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
     """Charges the release to its dataset's lifetime registry before it measures.
 
-    Raises :class:`dpsynth.registry.RegistryRefused` past the dataset's cap; a retry of
+    Raises :class:`dpsynth.privacy.registry.RegistryRefused` past the dataset's cap; a retry of
     the same release (same key) is not charged again.
     """
     limit = (plan.config.period, float(plan.config.period_epsilon)) if plan.config.period else None

@@ -20,15 +20,15 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..bundle import fsync_path, publish_release, read_sign_key
-from ..encode_parts import encode_to_parts
-from ..encoding import EncodedTable
+from ..publish.bundle import fsync_path, publish_release, read_sign_key
+from ..rows.encode_parts import encode_to_parts
+from ..rows.encoding import EncodedTable
 from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Ledger
 from ..privacy.rng import seed_commitment
-from ..rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
+from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
-from ..workspace_key import opaque_key
+from ..privacy.workspace_key import opaque_key
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
 
 __all__ = [
@@ -132,11 +132,11 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None
 
 @contextmanager
 def row_runner(dask_address: str | None) -> Iterator[Runner]:
-    """This process (no address), or a Dask cluster (``dpsynth.dask_runner.connect``)."""
+    """This process (no address), or a Dask cluster (``dpsynth.rows.dask_runner.connect``)."""
     if not dask_address:
         yield SerialRunner()
         return
-    from ..dask_runner import connect
+    from ..rows.dask_runner import connect
 
     with connect(dask_address) as runner:
         yield runner
@@ -176,7 +176,7 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
     """Marginal correction (post-processing): reweight the synthetic rows so that their
     marginals come as close as possible to the measurement's DP marginals (QP, since
     noisy marginals are rarely exactly reachable), then resample as many rows."""
-    from ..postprocess import correct_marginals
+    from ..postprocess.correction import correct_marginals
 
     if not m.marginals:
         raise ReleaseError(
@@ -194,13 +194,13 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
 def start_gate_warm_up() -> None:
     """Starts importing Great Expectations (3-7 s of CPU) while the method works, so the
     gate rarely waits for it: in a worker process on another core
-    (:mod:`dpsynth.gate_worker`), or in a background thread of this process when no
+    (:mod:`dpsynth.gate.worker`), or in a background thread of this process when no
     worker can run (``DPSYNTH_GATE_WORKER=off``, or it failed to start).
 
     Called once the public checks passed (the CLI starts the worker earlier: its output
     goes nowhere, so a refused request still exits with one clean line).
     """
-    from .. import gate_worker
+    from ..gate import worker as gate_worker
 
     if not gate_worker.start():
         from ..gate.session import warm_up_in_background
@@ -213,12 +213,12 @@ def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows:
     """The gate on a synthetic folder and its measurement folder (what the validate stage
     sends to the gate worker), reading the synthetic files row group by row group
     (:func:`dpsynth.gate.file_chunks`); returns the gate's summary."""
-    from ..gate import file_chunks, run_gate_scan, scan
+    from ..gate import file_chunks, run_gate_scan, scan_table
     from ..gate.checks import measured_subsets
 
     m = Measurement.load(measurement_dir)
     chunks = file_chunks(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet", schema)
-    found = scan(chunks, schema, measured_subsets(schema, m))
+    found = scan_table(chunks, schema, measured_subsets(schema, m))
     summary, _ = run_gate_scan(found, m, rows, thresholds, docs=docs, run_name=run_name)
     return summary
 
@@ -230,7 +230,7 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     published. Data Docs are rendered for the bundle only when the config asks for them
     (``data_docs``) and the gate passes.
     """
-    from .. import gate_worker
+    from ..gate import worker as gate_worker
 
     folder = plan.release_dir()
     docs = folder / "data-docs"
@@ -262,7 +262,7 @@ INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, no
 
 def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path) -> Path:
     """Utility against the raw data, written only to the private workspace."""
-    from ..metrics import complete_share, tvd_by_k
+    from ..evaluation.metrics import complete_share, tvd_by_k
 
     real = EncodedTable.from_parquet(codes_path, plan.schema)
     synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..encoding import EncodedTable, code_dtype, decode, write_csv
+from ..rows.encoding import EncodedTable, code_dtype, decode, write_csv
 from ..schema import Schema
 
 __all__ = ["BLOCK_ROWS", "BlockRngs", "BlockSampler", "TableSampler", "block_sizes", "write_synthetic"]

@@ -9,7 +9,7 @@ privacy ledger, the validation gate and the plots.
 
 Modules: :mod:`.privacy` (statement, ledger), :mod:`.accuracy` (utility score,
 per-size accuracy, validation), :mod:`.release` (summary, parameters, files),
-:mod:`.plots` (the charts, SVG from :mod:`dpsynth.plots`), :mod:`.html` (CSS, escaping, numbers, tables).
+:mod:`.plots` (the charts, SVG from :mod:`dpsynth.report.svg`), :mod:`.html` (CSS, escaping, numbers, tables).
 
 Everything shown is public: the schema, the DP measurement, the synthetic codes, the
 manifest and the gate summary (counts and fractions). No raw row is read. The page
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..gate.scan import CodeCounts
 from ..measurement import Measurement
 from ..schema import Schema
@@ -36,7 +36,7 @@ __all__ = ["PRIVACY_META", "build_report", "release_label", "utility"]
 
 def _guidance_section(m: Measurement, schema: Schema) -> str:
     """A warning box when the small-sample guard predicts a loss to independent columns."""
-    from ..guidance import assess
+    from ..methods.guidance import assess
 
     advice = assess(m, schema)
     if advice is None or not advice.below_baseline:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..encoding import EncodedTable
+from ..rows.encoding import EncodedTable
 from ..gate.scan import CodeCounts
 from ..measurement import Measurement, marginal_key
 from .html import esc, kv_table, mark, num, over, table
@@ -82,7 +82,7 @@ def _synthetic_tvds(codes: CodeCounts, m: Measurement, gate: Mapping[str, Any],
     out = {k: known[marginal_key(k)] for k in keys if marginal_key(k) in known}
     missing = [k for k in keys if k not in out]
     if missing and codes.n > 0:
-        from ..metrics import tvd_vs_counts
+        from ..evaluation.metrics import tvd_vs_counts
 
         out |= tvd_vs_counts(codes, {k: m.marginals[k] for k in missing})
     return out

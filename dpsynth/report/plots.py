@@ -1,4 +1,4 @@
-"""The release report's plots (SVG from :mod:`dpsynth.plots`, embedded as base64 data URIs).
+"""The release report's plots (SVG from :mod:`dpsynth.report.svg`, embedded as base64 data URIs).
 
 Kept apart from the HTML so that plotting can change (or be skipped) without touching
 the page: :func:`plots_section` draws the marginal error by marginal size and each
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..gate.scan import CodeCounts
 from ..measurement import Measurement
-from ..plots import bar_chart_svg, svg_data_uri, tvd_strip_svg
+from .svg import bar_chart_svg, svg_data_uri, tvd_strip_svg
 from ..schema import Column, Schema
 from .html import esc as _e
 from .html import num as _num
@@ -40,7 +40,7 @@ def _distribution(counts: np.ndarray) -> np.ndarray:
 
 
 def _column_plot(col: Column, synth: np.ndarray, dp: np.ndarray | None) -> str:
-    """One column's synthetic distribution beside its DP marginal, as SVG (:mod:`dpsynth.plots`)."""
+    """One column's synthetic distribution beside its DP marginal, as SVG (:mod:`dpsynth.report.svg`)."""
     labels = [_short(lab) for lab in col.labels()]
     series = [(dp, DP_COLOUR), (synth, SYNTH_COLOUR)] if dp is not None else [(synth, SYNTH_COLOUR)]
     return bar_chart_svg(_short(col.name, 80), labels, series, show_labels=len(labels) <= _MAX_BARS,

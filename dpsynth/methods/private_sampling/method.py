@@ -34,7 +34,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from ...encoding import EncodedTable, code_dtype, onehot
+from ...rows.encoding import EncodedTable, code_dtype, onehot
 from ...privacy.budget import Budget, Charge, Ledger
 from ...schema import Schema
 from ..base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict

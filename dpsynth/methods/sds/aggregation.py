@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri  # the normal quantile; scipy.stats would cost 0.4 s of import
 
-from ...encoding import EncodedTable
+from ...rows.encoding import EncodedTable
 from ...privacy.mechanisms import dp_percentile_hist
-from ...rowsource import RowSource, as_source
-from ...tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
+from ...rows.rowsource import RowSource, as_source
+from .tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
 from ...privacy.noise import discrete_gaussian, discrete_laplace
 from ...schema import Schema
 from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records, one_way_only, pair_noise_ratio

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...fitting import AxisMargin, proportional_fit
+from ...postprocess.fitting import AxisMargin, proportional_fit
 from ...schema import Schema
 from ..base import Measurement
 from .aggregation import Combo, _shape
@@ -84,7 +84,7 @@ def _rake_to_one_way(raw: np.ndarray, targets: dict[int, np.ndarray], rng: np.ra
     synthetic table agree with its own published measurement and lowered the mean 1-, 2-
     and 3-way TVD against the real data in our benchmarks. Post-processing only.
     """
-    from ...postprocess import rake, resample
+    from ...postprocess.correction import rake, resample
 
     # A column whose DP 1-way counts were all suppressed (small inputs), or whose target
     # puts no mass on any code the sample holds, has no usable target: it is left as

@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...encoding import EncodedTable, code_dtype
+from ...rows.encoding import EncodedTable, code_dtype
 from ...inference import fit_measurement
 from ...privacy.budget import Budget, Charge, Ledger
-from ...rowsource import RowSource
+from ...rows.rowsource import RowSource
 from ...privacy.noise import discrete_laplace_sd
 from ...schema import Schema
 from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacyStatement, params_to_dict

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ...fitting import AxisMargin, CodeMargin, proportional_fit
+from ...postprocess.fitting import AxisMargin, CodeMargin, proportional_fit
 from ...measurement import Measurement
 from ...schema import Schema
 
@@ -155,7 +155,7 @@ def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurem
     """``raw``'s records redrawn from a reweighted pool when a measured 2-way table says
     they are off; None when none is (the caller keeps ``raw``). ``draw(k)`` samples k more
     records from the same model; ``one_way`` holds a target table per column."""
-    from ...postprocess import resample
+    from ...postprocess.correction import resample
 
     n = raw.shape[0]
     checks = pair_checks(raw, m, schema)

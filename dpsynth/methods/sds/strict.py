@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...counting import column_major, count_marginals
+from ...rows.counting import column_major, count_marginals
 from .aggregation import _CHUNK, Combo
 from .params import SdsParams
 

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import task
 
 from dpsynth.pipeline import ReleasePlan, encode_release
-from dpsynth.workspace_key import opaque_key
+from dpsynth.privacy.workspace_key import opaque_key
 
 from ._common import stage
 

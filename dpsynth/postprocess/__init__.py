@@ -1,0 +1,6 @@
+"""Post-processing of a synthetic sample (no privacy cost: it reads only DP outputs).
+
+* :mod:`.correction`: marginal correction by importance reweighting and raking
+  (``correct_marginals``);
+* :mod:`.fitting`: proportional fitting (IPF), shared by the correction and ``sds``.
+"""

@@ -1,0 +1,510 @@
+"""Reading tables, encoding them to integer codes, and decoding codes back to values.
+
+Two kinds of problem are told apart (DESIGN.md, decision 2):
+
+* **public problems** (unreadable file, no rows, a column missing or extra) raise
+  :class:`DataError` naming the column, before any privacy budget is spent;
+* **row-level oddities** (empty cell, unknown category, unparseable or out-of-range
+  number) never raise: they map deterministically to the column's missing, other or
+  fill code, or are clamped to the bounds. A crash that depends on one row would
+  itself leak that row, and so would an error message quoting it.
+
+Encoding is vectorised with pyarrow: each column is dictionary-encoded once and only
+its distinct values are looked up in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ..schema import Column, Schema
+from ..schema.timecols import draw_times, seconds_of
+
+__all__ = [
+    "DataError",
+    "EncodedTable",
+    "read_table",
+    "encode",
+    "encode_column",
+    "check_file",
+    "check_type",
+    "decode",
+    "onehot",
+    "file_sha256",
+    "write_csv",
+]
+
+
+class DataError(ValueError):
+    """A public problem with the input table (never quotes a row)."""
+
+
+@dataclass(frozen=True)
+class EncodedTable:
+    """Integer codes of a table: ``codes[i, j]`` is row i's code in column j."""
+
+    schema: Schema
+    codes: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.codes.ndim != 2 or self.codes.shape[1] != len(self.schema.columns):
+            raise ValueError(
+                f"codes must have shape (rows, {len(self.schema.columns)}), got {self.codes.shape}"
+            )
+
+    @property
+    def n(self) -> int:
+        """Number of rows."""
+        return int(self.codes.shape[0])
+
+    @property
+    def cardinalities(self) -> tuple[int, ...]:
+        """Codes per column (the schema's)."""
+        return self.schema.cardinalities
+
+    def column(self, name: str) -> np.ndarray:
+        """The codes of one column, by name."""
+        return self.codes[:, self.schema.index(name)]
+
+    def to_arrow(self) -> pa.Table:
+        """The codes as an Arrow table, one column per schema column."""
+        return pa.table({c.name: pa.array(self.codes[:, j]) for j, c in enumerate(self.schema.columns)})
+
+    def to_parquet(self, path: str | Path) -> None:
+        """Writes the codes as a zstd-compressed Parquet file."""
+        pq.write_table(self.to_arrow(), str(path), compression="zstd")
+
+    @classmethod
+    def from_parquet(cls, path: str | Path, schema: Schema) -> "EncodedTable":
+        """Reads codes written by :meth:`to_parquet`; refuses a file lacking a schema column."""
+        table = pq.read_table(str(path))
+        missing = [c for c in schema.names if c not in table.column_names]
+        if missing:
+            raise DataError(f"{path}: encoded table lacks columns {missing}")
+        dtype = code_dtype(schema.cardinalities)
+        codes = np.empty((table.num_rows, len(schema.columns)), dtype=dtype)
+        for j, name in enumerate(schema.names):
+            codes[:, j] = table.column(name).to_numpy()
+        validate_codes(codes, schema)
+        return cls(schema=schema, codes=codes)
+
+
+def code_dtype(cardinalities: Sequence[int]) -> np.dtype:
+    """Smallest dtype holding codes ``0..card-1`` of every column (uint8, uint16, else int32)."""
+    top = max(cardinalities, default=1)
+    if top <= 2**8:
+        return np.dtype(np.uint8)
+    if top <= 2**16:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32)
+
+
+def validate_codes(codes: np.ndarray, schema: Schema) -> None:
+    """Raises if any code lies outside its column's domain (a bug, never a row oddity)."""
+    card = np.asarray(schema.cardinalities)
+    if codes.size and (codes.min() < 0 or np.any(codes.max(axis=0) >= card)):
+        bad = [schema.names[j] for j in np.flatnonzero(codes.max(axis=0) >= card)]
+        raise ValueError(f"codes outside the schema domain in columns {bad}")
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in chunks (the manifest's file hashes too)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- reading -----------------------------------------------------------------
+
+
+def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
+    """Reads CSV or Parquet. CSV cells are read as text, exactly as written.
+
+    With a schema, the header must hold exactly the schema's columns.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"input {p}: no such file")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            table = pq.read_table(str(p))
+        elif suffix in (".csv", ".txt", ".gz", ".bz2"):
+            names = _csv_header(p)
+            table = pacsv.read_csv(
+                str(p),
+                read_options=pacsv.ReadOptions(block_size=1 << 24),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={n: pa.string() for n in names},
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+        else:
+            raise DataError(f"input {p}: unsupported file type {suffix!r} (use .csv or .parquet)")
+    except DataError:
+        raise
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
+        # Arrow's messages can quote a row: report only the kind of failure.
+        raise DataError(f"input {p}: cannot be read as {suffix.lstrip('.')} ({type(exc).__name__})") from None
+    if table.num_columns == 0:
+        raise DataError(f"input {p}: has no columns")
+    if table.num_rows == 0:
+        raise DataError(f"input {p}: has no rows")
+    if schema is not None:
+        check_columns(table.column_names, schema, str(p))
+    return table
+
+
+def _csv_header(p: Path) -> list[str]:
+    import csv
+
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            return next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"input {p}: cannot be read as csv ({type(exc).__name__})") from None
+
+
+def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
+    """Refuses a CSV file cut in its last row: no line end at the end of the file, and a last
+    line with fewer fields than the header (only the count is read and reported, no value)."""
+    import csv
+    import io
+
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        f.seek(max(0, size - tail))
+        data = f.read()
+    if not data or data.endswith((b"\n", b"\r")):
+        return
+    last = data.rsplit(b"\n", 1)[-1]
+    if last == data and size > tail:
+        return  # one line longer than the tail: cannot tell, the encoder will
+    try:
+        row = next(csv.reader(io.StringIO(last.decode("utf-8", errors="replace"))), [])
+    except csv.Error:
+        row = []
+    if len(row) < fields:
+        raise DataError(f"input {p}: its last line is incomplete ({len(row)} of {fields} fields and no line end): "
+                        "the file looks cut (an interrupted copy or download?); copy it again")
+
+
+def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
+    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
+    dupes = sorted({c for c in found if list(found).count(c) > 1})
+    if dupes:
+        raise DataError(f"input {source}: columns {dupes} appear more than once; rename or drop the copies")
+    missing = [c for c in schema.names if c not in found]
+    if missing:
+        raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing "
+                        "(add them to the input, or remove them from the schema)")
+    extra = [c for c in found if c not in schema.names]
+    if extra:
+        raise DataError(
+            f"input {source}: columns {extra} are not in schema {schema.name!r} "
+            "(add them to the schema or drop them from the input)"
+        )
+
+
+def check_file(path: str | Path, schema: Schema) -> None:
+    """Public checks of an input file without reading a row: its columns (CSV header or
+    Parquet schema) and, for Parquet, each column's type against the schema."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        try:
+            arrow_schema = pq.read_schema(str(p))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"input {p}: cannot be read as parquet ({type(exc).__name__})") from None
+        check_columns(arrow_schema.names, schema, str(p))
+        for col in schema.columns:
+            check_type(col, arrow_schema.field(col.name).type)
+    elif suffix == ".csv":
+        header = _csv_header(p)
+        check_columns(header, schema, str(p))
+        _check_last_line(p, len(header))
+
+
+def _label_kinds(col: Column) -> set[str]:
+    """Which stored types a categorical column's labels can come from (besides text)."""
+    kinds = set()
+    for v in col.values:
+        if v in ("true", "false"):
+            kinds.add("bool")
+        try:
+            x = float(v)
+        except ValueError:
+            continue
+        kinds.add("float")
+        if x.is_integer() and v.lstrip("+-").isdigit():
+            kinds.add("int")
+    return kinds
+
+
+def check_type(col: Column, typ: pa.DataType) -> None:
+    """Refuses a stored column type the schema's column cannot read (names the column).
+
+    Decided from the file's declared type and the schema only (never from a value):
+    a timestamp in a numeric column, or whole numbers in a categorical column whose
+    categories are words, would otherwise silently map every row to the fill code.
+    """
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    t = pa.types
+    if t.is_null(typ) or t.is_string(typ) or t.is_large_string(typ):
+        return
+    if col.type == "numeric":
+        if t.is_integer(typ) or t.is_floating(typ) or t.is_decimal(typ):
+            return
+        want = "numbers or text"
+    elif col.type == "datetime":
+        if t.is_timestamp(typ) or t.is_date(typ):
+            return
+        want = "timestamps, dates or ISO 8601 text"
+    else:
+        kinds = _label_kinds(col)
+        if (t.is_integer(typ) and "int" in kinds) or (t.is_floating(typ) and "float" in kinds) or (
+            t.is_boolean(typ) and "bool" in kinds
+        ):
+            return
+        want = "text" + (f" or {'/'.join(sorted(kinds))}" if kinds else "") + " matching its categories"
+    raise DataError(
+        f"column {col.name!r}: the input stores {typ} values but the schema's {col.type} column expects "
+        f"{want}; convert the column or fix the schema"
+    )
+
+
+# --- encoding ----------------------------------------------------------------
+
+
+def _as_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr
+    if pa.types.is_dictionary(arr.type):
+        return _as_text(arr.cast(arr.type.value_type))
+    if pa.types.is_boolean(arr.type):
+        return pc.if_else(arr, "true", "false")
+    return pc.cast(arr, pa.string())
+
+
+def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
+    text = _as_text(arr).combine_chunks() if isinstance(arr, pa.ChunkedArray) else _as_text(arr)
+    dic = pc.dictionary_encode(text)
+    uniques = dic.dictionary.to_pylist()
+    lookup = {v: i for i, v in enumerate(col.values)}
+    missing = set(col.missing)
+    null_code = col.missing_code if col.nullable else col.fill_code
+    unknown_code = (
+        col.other_code if col.other else (col.missing_code if col.nullable else col.fill_code)
+    )
+    lut = np.empty(len(uniques) + 1, dtype=np.int64)
+    for i, v in enumerate(uniques):
+        if v in lookup:
+            lut[i] = lookup[v]
+        else:
+            s = v.strip()
+            if s in lookup:
+                lut[i] = lookup[s]
+            elif s == "" or v in missing or s in missing:
+                lut[i] = null_code
+            else:
+                lut[i] = unknown_code
+    lut[-1] = null_code
+    idx = dic.indices.fill_null(len(uniques)).to_numpy(zero_copy_only=False)
+    return lut[idx]
+
+
+def _numeric_values(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
+    """Float values with NaN for every cell that is not a number (datetime: seconds)."""
+    if col.type == "datetime":
+        return seconds_of(arr, col.missing)
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type):
+        return pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    text = pc.utf8_trim_whitespace(_as_text(arr))
+    # Missing tokens and empty cells become nulls, then one vectorised cast.
+    tokens = pa.array(sorted(set(col.missing) | {""}), type=text.type)
+    text = pc.if_else(pc.is_in(text, value_set=tokens), pa.scalar(None, text.type), text)
+    try:
+        values = pc.cast(text, pa.float64())
+        return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    # Some cells are not numbers: parse the distinct texts once.
+    dic = pc.dictionary_encode(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
+    uniques = pd.to_numeric(
+        pd.Series(dic.dictionary.to_pylist(), dtype=object).str.strip(), errors="coerce"
+    ).to_numpy(dtype=np.float64)
+    lut = np.append(uniques, np.nan)
+    idx = dic.indices.fill_null(len(uniques)).to_numpy(zero_copy_only=False)
+    return lut[idx]
+
+
+def _numeric_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
+    x = _numeric_values(col, arr)
+    lo, hi = col.bounds
+    codes = np.searchsorted(np.asarray(col.edges[1:-1]), np.clip(x, lo, hi), side="right")
+    nan = np.isnan(x)
+    if nan.any():
+        codes[nan] = col.missing_code if col.nullable else col.fill_code
+    return codes
+
+
+def encode_column(col: Column, arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Codes of one column (int64); every cell maps to a code in the column's domain."""
+    if col.type == "categorical":
+        return _categorical_codes(col, arr)
+    return _numeric_codes(col, arr)
+
+
+def encode(table: pa.Table, schema: Schema) -> EncodedTable:
+    """Raw table to integer codes under the schema (checks columns and types first)."""
+    check_columns(table.column_names, schema, "table")
+    for col in schema.columns:
+        check_type(col, table.schema.field(col.name).type)
+    codes = np.empty((table.num_rows, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
+    for j, col in enumerate(schema.columns):
+        codes[:, j] = encode_column(col, table.column(col.name))
+    return EncodedTable(schema=schema, codes=codes)
+
+
+def onehot(
+    enc: EncodedTable, drop: Sequence[str] = (), binary_as_bit: bool = False
+) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """The Boolean view: one 0/1 feature per (column, code), as a uint8 matrix.
+
+    With ``binary_as_bit`` a two-code column is a single bit (its code) instead of two
+    one-hot bits, as the private sampling papers encode yes/no columns. Returns the
+    matrix and the (column, code) each feature stands for (the code whose bit is 1).
+    """
+    keep = [j for j, c in enumerate(enc.schema.columns) if c.name not in drop]
+    widths = [1 if binary_as_bit and enc.cardinalities[j] == 2 else enc.cardinalities[j] for j in keep]
+    out = np.zeros((enc.n, sum(widths)), dtype=np.uint8)
+    features: list[tuple[str, int]] = []
+    start = 0
+    rows = np.arange(enc.n)
+    for j, width in zip(keep, widths):
+        name = enc.schema.columns[j].name
+        if width == 1 and enc.cardinalities[j] == 2:
+            out[:, start] = enc.codes[:, j]
+            features.append((name, 1))
+        else:
+            out[rows, start + enc.codes[:, j].astype(np.int64)] = 1
+            features += [(name, k) for k in range(width)]
+        start += width
+    return out, features
+
+
+# --- decoding ----------------------------------------------------------------
+
+
+def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+    edges = np.asarray(col.edges, dtype=np.float64)
+    if col.type == "datetime":
+        return draw_times(edges, codes, col.n_regular, col.unit, rng).rename(col.name)
+    regular = codes < col.n_regular
+    c = np.where(regular, codes, 0).astype(np.int64)
+    lo, hi = edges[c], edges[c + 1]
+    last = c == col.n_regular - 1
+    if col.integer:
+        ilo = np.ceil(lo)
+        # integers in [lo, hi), or [lo, hi] for the last bin
+        ihi = np.where(last, np.floor(hi), np.ceil(hi) - 1.0)
+        empty = ihi < ilo
+        span = np.where(empty, 0.0, ihi - ilo + 1.0)
+        draw = ilo + np.floor(rng.random(codes.shape[0]) * span)
+        # A bin that holds no integer: its nearest integer inside the bounds.
+        near = np.clip(np.rint((lo + hi) / 2.0), np.ceil(edges[0]), np.floor(edges[-1]))
+        x = np.where(empty, near, np.minimum(draw, ihi))
+        out = pd.array(x.astype(np.int64), dtype="Int64")
+        out[~regular] = pd.NA
+        return pd.Series(out, name=col.name)
+    x = lo + rng.random(codes.shape[0]) * (hi - lo)
+    x = np.clip(x, edges[0], edges[-1])
+    x[~regular] = np.nan
+    return pd.Series(x, name=col.name)
+
+
+def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
+    """Codes back to values. Numbers are drawn uniformly inside their bin.
+
+    Missing cells are nulls; the ``other`` bucket gets the column's ``other_label``.
+    """
+    data = {}
+    for j, col in enumerate(enc.schema.columns):
+        codes = enc.codes[:, j].astype(np.int64)
+        if col.type == "categorical":
+            labels = np.array(list(col.values) + ([col.other_label] if col.other else []) + [None], dtype=object)
+            idx = np.where(codes == (col.missing_code if col.nullable else -1), len(labels) - 1, codes)
+            data[col.name] = pd.Series(labels[idx], dtype="string", name=col.name)
+        else:
+            data[col.name] = _decode_numeric(col, codes, rng)
+    return pd.DataFrame(data)
+
+
+def _csv_field(text: str) -> str:
+    """One CSV field as the csv module's minimal quoting writes it."""
+    if any(ch in text for ch in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _float_text(x: np.ndarray) -> np.ndarray:
+    """``repr`` of each float (object array of str). Arrow's shortest form (10x faster) is
+    ``repr``'s for non-integers with 1e-4 <= |x| < 1e10; numpy's ``str`` (equal to ``repr``,
+    slower) formats the rest."""
+    text = np.asarray(pc.cast(pa.array(x), pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+    ax = np.abs(x)
+    with np.errstate(invalid="ignore"):
+        slow = ~((ax >= 1e-4) & (ax < 1e10) & (x != np.floor(x)))
+    if slow.any():
+        text[slow] = x[slow].astype(str).astype(object)
+    return text
+
+
+def _csv_text(col: Column, s: pd.Series) -> np.ndarray:
+    """A column's CSV fields (object array of str), vectorised: labels quoted once per distinct value."""
+    null = s.isna().to_numpy()
+    if col.type == "numeric" and not col.integer:
+        text = _float_text(s.to_numpy(dtype=np.float64, na_value=0.0))
+    elif col.type == "numeric":
+        text = s.to_numpy(dtype=np.int64, na_value=0).astype(str).astype(object)
+    elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
+        text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
+    else:
+        codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
+        labels = np.array([_csv_field(str(u)) for u in uniques] + [""], dtype=object)
+        text = labels[np.where(codes < 0, len(uniques), codes)]
+    text[null] = _csv_field(col.missing[0] if col.nullable else "")
+    return text
+
+
+def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
+    """CSV in the input's conventions: a missing cell is written as the column's first token.
+
+    The csv module's minimal quoting, ``\\n`` line ends, floats as ``repr``. ``path`` may be
+    an open text file (a streamed table appends its blocks with ``header=False``)."""
+    cols = [_csv_text(col, df[col.name]) for col in schema.columns]
+    lines = [",".join(_csv_field(c.name) for c in schema.columns)] if header else []
+    if len(cols) == 1:  # the csv module quotes a row that is one empty field
+        lines += ['""' if v == "" else v for v in cols[0]]
+    else:
+        lines += [",".join(row) for row in zip(*cols)]
+    text = "".join(line + "\n" for line in lines)
+    if isinstance(path, (str, Path)):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    else:
+        path.write(text)

@@ -1,0 +1,201 @@
+"""Drafting a schema from data: a convenience that reads private data.
+
+A draft's categories and bounds come from the rows, so a release built on an
+unreviewed draft could publish them (a rare category, an extreme value). The draft
+therefore:
+
+* carries ``draft: true`` until a person removes it (a release refuses it);
+* flags each column derived from the rows (``drafted_from_data`` plus a YAML comment);
+* rounds numeric bounds outward to a 1-2-5 step and cuts equal bins on that step, so
+  no bound equals an observed extreme and the bin labels are round numbers;
+* drafts dates and times as ``datetime`` columns, bounds rounded outward to a whole
+  year, month, day or hour, one bin per such step;
+* keeps integer columns numeric (``integer: true``), never a list of strings; a column
+  of few integers (at most ``max_categories``, often codes) gets one bin per integer;
+* does not list category values seen in fewer than ``min_count`` rows: they fold into
+  ``other`` (the caller learns only that some were folded, not which).
+
+Drafting works on a table already read (``dpsynth schema infer`` reads the file with
+:func:`dpsynth.rows.encoding.read_table`): this module imports nothing that reads files,
+so the schema package never depends on the rows package.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from .timecols import format_seconds, seconds_of, to_seconds
+
+__all__ = ["Draft", "draft_from_table", "draft_from_dataframe", "nice_bounds", "WARNING"]
+
+WARNING = (
+    "WARNING: this schema was drafted by reading the private data: its categories and "
+    "bounds come from the rows. Review it and replace them with public knowledge "
+    "before any release."
+)
+_MISSING_TOKENS = ("", "NA", "N/A", "N", "NaN", "nan", "null", "NULL", "?", "None")
+# Stands in for the categories when every observed value is rare (none can be listed).
+PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A drafted schema (a dict ``schema_from_dict`` accepts) and reviewer notes per column."""
+
+    schema: dict[str, Any]
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_yaml(self) -> str:
+        """The draft as YAML with its notes as comments above each column."""
+        lines = [
+            "# DRAFT made by `dpsynth schema infer` from the PRIVATE data. Every column marked",
+            "# drafted_from_data took its bounds or categories from the rows: replace them with",
+            "# public knowledge (a code book, a standard, a published range), then remove `draft`.",
+            "draft: true  # remove this line after review: a release refuses a schema with draft: true",
+            yaml.safe_dump({"name": self.schema["name"]}, sort_keys=False, allow_unicode=True).rstrip(),
+            "columns:",
+        ]
+        for col in self.schema["columns"]:
+            lines += [f"  # {note}" for note in self.notes.get(col["name"], [])]
+            flow = yaml.safe_dump(col, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10**6)
+            lines.append("  - " + flow.strip())
+        return "\n".join(lines) + "\n"
+
+
+def nice_bounds(lo: float, hi: float, bins: int, integer: bool = False) -> tuple[float, float, int]:
+    """Bounds rounded outward to a multiple of a 1-2-5 step giving at most about ``bins`` bins.
+
+    Returns ``(low, high, number of bins)``; each bin is one step wide. For integers the
+    step is at least 1 and ``high`` lies strictly above ``hi``, so the top integer keeps a
+    half-open bin of its own instead of sharing the closed last bin.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+        raise ValueError("bounds need finite numbers with lo <= hi")  # never quotes a value: they come from rows
+    raw = (hi - lo) / max(bins, 1) or abs(lo) / max(bins, 1) or 1.0
+    exp = math.floor(math.log10(raw))
+    step = next(m * 10.0**exp for m in (1, 2, 5, 10) if m * 10.0**exp >= raw * (1 - 1e-12))
+    if integer:
+        step = max(1.0, float(round(step)))
+    digits = max(0, -exp + 1)
+    low = round(math.floor(lo / step) * step, digits)
+    if integer:
+        high = round((math.floor(hi / step) + 1) * step, digits)
+    else:
+        high = round(math.ceil(hi / step) * step, digits)
+        if high <= low:
+            high = round(low + step, digits)
+    return low, high, int(round((high - low) / step))
+
+
+def draft_from_dataframe(
+    df: pd.DataFrame, name: str = "data", max_categories: int = 50, bins: int = 10, min_count: int = 20
+) -> Draft:
+    """Drafts a schema from a DataFrame (reads the private data); same rules as a file."""
+    return draft_from_table(pa.Table.from_pandas(df, preserve_index=False), name, max_categories, bins, min_count)
+
+
+def draft_from_table(
+    table: pa.Table, name: str, max_categories: int = 50, bins: int = 10, min_count: int = 20
+) -> Draft:
+    """A draft schema from an Arrow table (reads private data: the draft is marked for review)."""
+    for key, value in (("max_categories", max_categories), ("bins", bins), ("min_count", min_count)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
+    columns, notes = [], {}
+    for col_name in table.column_names:
+        arr = table.column(col_name)
+        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
+        null = text.isna() | text.isin(_MISSING_TOKENS)
+        values = text[~null]
+        nums = pd.to_numeric(values, errors="coerce")
+        temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
+        numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
+        if len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values):
+            col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
+        elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
+            col, note = _datetime_column(col_name, times)
+        else:
+            col, note = _categorical_column(col_name, values, max_categories, min_count)
+        if null.any():
+            col["missing"] = sorted(set(text[null].dropna().tolist())) or [""]
+        columns.append(col)
+        notes[col_name] = note
+    return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes)
+
+
+def _has_leading_zeros(values: pd.Series) -> bool:
+    """Codes like ZIP '01234' look numeric but are labels."""
+    s = values.astype(str).str.strip()
+    return bool((s.str.match(r"^-?0\d") & ~s.str.contains(r"[.eE]")).any())
+
+
+def _numeric_column(name: str, x: np.ndarray, bins: int, max_categories: int) -> tuple[dict[str, Any], list[str]]:
+    integer = bool(np.all(np.floor(x) == x))
+    lo, hi = float(x.min()), float(x.max())
+    if integer and hi - lo + 1 <= max_categories:  # few integers (often codes): one bin each
+        low, high, n = lo, hi + 1, int(hi - lo + 1)
+    else:
+        low, high, n = nice_bounds(lo, hi, bins, integer)
+    col: dict[str, Any] = {"name": name, "type": "numeric", "bounds": [_plain(low), _plain(high)], "bins": n}
+    if integer:
+        col["integer"] = True
+    col["drafted_from_data"] = ["bounds"]
+    step = _plain(round((high - low) / n, 12))
+    return col, [
+        f"{name}: bounds are the observed min and max rounded outward to a multiple of {step}; "
+        f"{n} bins of width {step}. Replace them with a public range and public cut points."
+    ]
+
+
+# calendar step of the bins for a span of at least this many seconds, as (bins, period)
+_TIME_STEPS = ((3 * 365 * 86400, "year", "Y"), (60 * 86400, "month", "M"), (2 * 86400, "day", "D"), (0, "hour", "h"))
+
+
+def _datetime_column(name: str, seconds: np.ndarray) -> tuple[dict[str, Any], list[str]]:
+    lo, hi = float(seconds.min()), float(seconds.max())
+    bins, period = next((b, p) for span, b, p in _TIME_STEPS if hi - lo >= span)
+    first = pd.Timestamp(int(lo), unit="s").to_period(period)
+    last = pd.Timestamp(int(hi), unit="s").to_period(period) + 1  # strictly after the latest value
+    unit = "day" if np.all(seconds % 86400 == 0) else "second"
+    bounds = [format_seconds(to_seconds(first.start_time)), format_seconds(to_seconds(last.start_time))]
+    col = {"name": name, "type": "datetime", "bounds": bounds, "bins": bins, "unit": unit,
+           "drafted_from_data": ["bounds"]}
+    return col, [f"{name}: bounds are the earliest and latest values rounded outward to a whole {bins}; "
+                 f"one bin per {bins}. Replace them with a public period (e.g. the collection window)."]
+
+
+def _categorical_column(
+    name: str, values: pd.Series, max_categories: int, min_count: int
+) -> tuple[dict[str, Any], list[str]]:
+    counts = values.value_counts()
+    frequent = counts[counts >= min_count]
+    # the most frequent first (ties by value, for a deterministic draft), then a stable order
+    keep = sorted(frequent.index, key=lambda v: (-frequent[v], v))[:max_categories]
+    listed = sorted(keep, key=lambda v: (len(v), v))
+    folded = len(counts) > len(listed)
+    col: dict[str, Any] = {"name": name, "type": "categorical", "values": listed or [PLACEHOLDER]}
+    note = [f"{name}: values observed in the data (each in at least {min_count} rows); "
+            "replace them with the public list of categories."]
+    if folded:
+        col["other"] = True
+        col["drafted_from_data"] = ["values", "other"]
+        note.append(f"{name}: values seen in fewer than {min_count} rows (or beyond the first {max_categories}) "
+                    "are not listed: they fall into 'other'. Add any public category they stand for.")
+    else:
+        col["drafted_from_data"] = ["values"]
+    if not listed:
+        note.append(f"{name}: no value is frequent enough to list: write the public categories in place of "
+                    f"{PLACEHOLDER}, or drop the column.")
+    return col, note
+
+
+def _plain(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x
