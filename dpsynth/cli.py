@@ -105,13 +105,15 @@ def _cmd_release(args: argparse.Namespace) -> int:
         # other core while this one imports Prefect, prepares and runs the method; its
         # output goes nowhere.
         gate_worker.start()
+        settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
+        settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
+        config = ReleaseConfig.from_arguments(**settings)
         if args.engine != "local":
+            from .pipeline.config import check_public
+
+            check_public(config)  # a public error is refused now, not after Prefect's start-up
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
-
-    settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
-    settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
-    config = ReleaseConfig.from_arguments(**settings)
     t0 = time.perf_counter()
     folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
     total = time.perf_counter() - t0

@@ -157,6 +157,24 @@ def test_failure_after_measuring_exits_1_and_says_the_budget_is_spent(tmp_path, 
     assert len(err) == 1 and "budget of this release was spent" in err[0] and "synthesis broke" in err[0]
 
 
+@pytest.mark.parametrize("extra", [("--method", "pgmm"), ("--method", "pgm", "--param", "select=tree"),
+                                   ("--method", "pgm", "--epsilon", "-1")])
+def test_a_public_error_is_refused_before_prefect_starts(tmp_path, capsys, monkeypatch, extra):
+    """Issue 25: a typo on the Prefect engine took 11 s (Prefect's start-up) to be refused."""
+    import dpsynth.cli as cli
+
+    def started():
+        raise AssertionError("Prefect was started before the public checks")
+
+    monkeypatch.setattr(cli, "_prefect_env", started)
+    args = ["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--epsilon", "1",
+            "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"), "--engine", "prefect"]
+    assert main(args + list(extra)) == 2
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "Prefect was started" not in err[0]
+    assert _nothing_measured(tmp_path)
+
+
 def test_a_csv_cut_in_its_last_row_is_refused_before_any_charge(tmp_path):
     """An interrupted copy: the last row lacks fields and a line end. Refused by prepare,
     naming the file and the field count, quoting no value."""

@@ -270,13 +270,24 @@ def parquet_rows(data: str | Path) -> int | None:
         return None
 
 
-def prepare(config: ReleaseConfig) -> ReleasePlan:
-    """All public checks: schema, method, parameters, post-processing options, budget
-    plan, memory of the synthetic table, seed, the input's columns and types, name.
+@dataclass(frozen=True)
+class PublicChecks:
+    """What :func:`check_public` established (and :func:`prepare` builds the plan from)."""
 
-    Raises before any budget is spent; reads no row (only the file's header or Parquet
-    schema, and its hash).
-    """
+    schema: Schema
+    method: Method
+    options: dict[str, Any]
+    budget: Budget
+    charges: tuple[Charge, ...]
+    seed: bytes | None
+    name: str
+
+
+def check_public(config: ReleaseConfig) -> PublicChecks:
+    """Every public check of :func:`prepare` except hashing the input: schema, method,
+    parameters, post-processing options, budget plan, memory of the synthetic table, seed,
+    the input's columns and types (and a CSV cut in its last row), name. Cheap: the CLI
+    runs it before starting Prefect, so a typo is refused at once on every engine."""
     schema = load_schema(config.schema)
     schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
     method_params, options = split_params(config.method, config.params, config.rows)
@@ -301,6 +312,19 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     target = Path(config.out) / name
     if target.exists():
         raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
+    return PublicChecks(schema=schema, method=method, options=options, budget=budget, charges=tuple(charges),
+                        seed=seed, name=name)
+
+
+def prepare(config: ReleaseConfig) -> ReleasePlan:
+    """All public checks (:func:`check_public`), then the input's hash: the release plan.
+
+    Raises before any budget is spent; reads no row (only the file's header or Parquet
+    schema, and its hash).
+    """
+    c = check_public(config)
+    schema, method, options, budget, charges, seed, name = (c.schema, c.method, c.options, c.budget, c.charges,
+                                                            c.seed, c.name)
     return ReleasePlan(
         config=config,
         schema=schema,
