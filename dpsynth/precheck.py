@@ -99,7 +99,8 @@ def _gib(x: float) -> str:
     return f"{x / (1 << 30):.3g} GiB"
 
 
-def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input_rows: int | None = None) -> None:
+def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input_rows: int | None = None,
+               bytes_per_cell: int | None = None) -> None:
     """Refuses a synthetic table that would not fit the memory limit.
 
     A method that streams its synthesis (``streams``: it holds one block at a time) is
@@ -110,14 +111,15 @@ def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input
     n = rows if rows is not None else input_rows
     if n is None:
         return
-    need = int(n) * len(schema.columns) * BYTES_PER_CELL
+    per_cell = bytes_per_cell or BYTES_PER_CELL
+    need = int(n) * len(schema.columns) * per_cell
     limit = max_table_bytes()
     if need > limit:
-        most = max(1, limit // (len(schema.columns) * BYTES_PER_CELL))
+        most = max(1, limit // (len(schema.columns) * per_cell))
         what = f"--rows {rows}" if rows is not None else f"a synthetic table as large as the input ({n} rows)"
         raise PrecheckError(
             f"{what} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
-            f"~{BYTES_PER_CELL} bytes per cell), over the limit of {_gib(limit)} "
+            f"~{per_cell} bytes per cell), over the limit of {_gib(limit)} "
             f"(DPSYNTH_MAX_TABLE_BYTES); this method holds the whole synthetic table in memory: ask for "
             f"at most --rows {most}, or use a method that streams it (`dpsynth methods`: pgm, marginals)"
         )

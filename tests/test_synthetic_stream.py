@@ -181,3 +181,16 @@ def test_methods_say_which_hold_the_whole_table(capsys):
         assert "synthesize streams the synthetic table block by block" in blocks[name]
     assert "synthesize holds the whole synthetic table" in blocks["sds"]
     assert "measure holds the whole input table" in blocks["private-sampling"]
+
+
+def test_a_method_states_its_own_footprint_per_cell(monkeypatch, demo_paths):
+    """sds holds several int64 copies of its table (5.9 GB at 1M x 20): 320 bytes per cell."""
+    from dpsynth.methods import METHODS
+
+    monkeypatch.delenv("DPSYNTH_MAX_TABLE_BYTES", raising=False)  # the default, 4 GiB
+    schema = load_schema(demo_paths[1])  # 10 columns
+    per_cell = METHODS["sds"].synthesis_bytes_per_cell
+    assert per_cell == 320
+    check_rows(None, schema, input_rows=1_500_000)  # 1.9 GB at the generic 128 bytes per cell
+    with pytest.raises(PrecheckError, match="~320 bytes per cell"):
+        check_rows(None, schema, input_rows=1_500_000, bytes_per_cell=per_cell)  # 4.8 GB

@@ -23,8 +23,9 @@ the source's chunk size; runs on a Dask cluster). Other methods get the whole ta
 ``sampler(measurement, schema, rows, rng)``, a fitted sampler drawing the synthetic
 table block by block (:class:`dpsynth.pipeline.synthetic.BlockSampler`), so that
 synthesize holds one block at a time. Other methods build the whole table in memory
-(``synthesize``), and a release refuses, before any charge, a ``--rows`` whose table
-would not fit (``DPSYNTH_MAX_TABLE_BYTES``).
+(``synthesize``), and a release refuses, before any charge, a table that would not fit
+(``DPSYNTH_MAX_TABLE_BYTES``; ``synthesis_bytes_per_cell``, when a method states it, is
+its measured peak per cell, else :data:`dpsynth.precheck.BYTES_PER_CELL`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class MethodBase:
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
     streams_synthesis: ClassVar[bool] = False
+    synthesis_bytes_per_cell: ClassVar[int | None] = None  # peak bytes per cell when holding the table
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

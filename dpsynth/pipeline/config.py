@@ -299,7 +299,8 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     Ledger(budget, charges)  # refuses a plan over budget
     streams = getattr(method, "streams_synthesis", False) and not options.get("correct_marginals")
     check_rows(config.rows, schema, streams=streams,
-               input_rows=None if streams or config.rows is not None else parquet_rows(config.data))
+               input_rows=None if streams or config.rows is not None else parquet_rows(config.data),
+               bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None))
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing
