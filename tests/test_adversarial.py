@@ -122,11 +122,20 @@ def test_integer_column_whose_bin_holds_no_integer_exits_2(tmp_path, capsys):
     assert _nothing_measured(tmp_path)
 
 
-def test_huge_rows_are_refused_before_measuring(tmp_path):
-    """Defect 3: --rows 1000000000 measured, then failed allocating the synthetic table."""
+def test_huge_rows_are_refused_before_measuring(tmp_path, monkeypatch):
+    """Defect 3: --rows 1000000000 measured, then failed allocating the synthetic table.
+    A method that holds its table is refused for memory; one that streams it (issue 25)
+    for disk space: 10^9 rows would not fit the disk either."""
     with pytest.raises(PrecheckError, match=r"--rows 1000000000.*limit of 4 GiB.*DPSYNTH_MAX_TABLE_BYTES"):
+        pipeline.run_release(_config(tmp_path, method="one-step", rows=1_000_000_000))
+    assert _nothing_measured(tmp_path)
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(200 << 30, 100 << 30, 100 << 30))
+    with pytest.raises(PrecheckError, match=r"--rows 1000000000 needs about 447 GiB of disk.*100 GiB free"):
         pipeline.run_release(_config(tmp_path, rows=1_000_000_000))
     assert _nothing_measured(tmp_path)
+    pipeline.prepare(_config(tmp_path, rows=1_000_000))  # 0.45 GiB: fits
 
 
 def test_sds_plan_refuses_a_domain_it_cannot_hold(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ from ..rows.encoding import check_file
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
-from ..precheck import check_installed, check_options, check_rows, noise_warnings
+from ..precheck import check_disk, check_installed, check_options, check_rows, noise_warnings
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
@@ -301,6 +301,7 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     check_rows(config.rows, schema, streams=streams,
                input_rows=None if streams or config.rows is not None else parquet_rows(config.data),
                bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None))
+    check_disk(config.rows, schema, [config.workspace, Path(config.out)])
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing
