@@ -174,6 +174,15 @@ def _sample(proc, peaks: dict, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
+def _children_cpu() -> float:
+    """User + system seconds of every waited-for descendant (the run, and its gate worker,
+    which the run waits for)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str], Path]:
     """The CLI release of ``mode`` (release-<method>) and its scratch folder."""
     scratch = work / f"release-{rows}-{mode}"
@@ -215,6 +224,7 @@ def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit
     stop = threading.Event()
     t0 = time.perf_counter()
     load_before = os.getloadavg()
+    cpu_before = _children_cpu()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if scratch else None, text=True,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     sampler = threading.Thread(target=_sample, args=(proc, peaks, stop), daemon=True)
@@ -237,6 +247,7 @@ def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit
     mb = 1 << 20
     workers = {k: v for k, v in peaks.items() if k.startswith("child-")}
     res["process_wall_s"] = round(wall, 3)
+    res["cpu_s"] = round(_children_cpu() - cpu_before, 1)  # user + system of the run's process tree
     res["loadavg_before"] = [round(x, 2) for x in load_before]
     res["peak_rss_mb"] = {"driver": round(peaks.get("driver", 0) / mb),
                           "workers": sorted(round(v / mb) for v in workers.values()),
@@ -319,12 +330,12 @@ def main() -> None:
 
 def _release_table(rows: list[dict]) -> None:
     """Whole releases: wall, stages, peak RSS of the process tree, published or not, load."""
-    headers = ["rows", "mode", "wall s", "encode", "measure", "synth", "validate", "publish", "peak MB (tree)",
+    headers = ["rows", "mode", "wall s", "CPU s", "encode", "measure", "synth", "validate", "publish", "peak MB (tree)",
                "CLI MB", "gate MB", "published", "load"]
     table = []
     for r in rows:
         st, pk = r.get("stages_s", {}), r["peak_rss_mb"]
-        table.append([r["rows"], r["mode"], r["process_wall_s"], st.get("encode", ""), st.get("measure", ""),
+        table.append([r["rows"], r["mode"], r["process_wall_s"], r.get("cpu_s", ""), st.get("encode", ""), st.get("measure", ""),
                       st.get("synthesize", ""), st.get("validate", ""), st.get("publish", ""),
                       pk["all_processes_sum"], pk["driver"], max(pk["workers"], default=0),
                       "yes" if r.get("published") else "NO: " + (r.get("error") or r.get("refusal", ""))[:60],
