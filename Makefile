@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
-export DPSYNTH_WORKSPACE ?= $(CURDIR)/.dpsynth/workspace
+# The private workspace (and its privacy registry) is the user's, not the checkout's:
+# $DPSYNTH_WORKSPACE when set, else ~/.local/share/dpsynth/workspace ($XDG_DATA_HOME/dpsynth/workspace).
 
 .PHONY: install demo test test-fast bench clean serve serve-stop
 

@@ -56,7 +56,7 @@ def main() -> None:
                                   workspace=tmp / "ws", name="r")
         plan = timed("prepare", pl.prepare, config)
         codes_path = timed("encode", pl.encode_stage, data, plan.schema, config.workspace, plan.data_sha256)
-        mdir = timed("measure", pl.measure_stage, plan, codes_path)
+        mdir = timed("measure", pl.measure_stage, plan, codes_path, pl.charge_dataset(plan).draw)
         sdir = timed("synthesize", pl.synthesize_stage, plan, mdir)
 
         m = Measurement.load(mdir)

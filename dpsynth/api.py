@@ -13,19 +13,24 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import numpy as np
 import pandas as pd
 
 from .publish.bundle import MANIFEST, sha256_file
 from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
+from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
-from .privacy.budget import Budget, Charge, Ledger
+from .privacy.budget import Charge, Ledger, stated_budget
 from .privacy.rng import MIN_SEED_BYTES
+from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
+from .privacy.workspace import private_workspace
+from .privacy.workspace_key import opaque_key
 
 __all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
 
@@ -43,6 +48,9 @@ class Release:
     synthetic: pd.DataFrame
     ledger: Ledger
     report_path: Path
+    #: The privacy registry this run charged (a private local path, never published);
+    #: None for a release opened with :func:`load_release`.
+    registry: Path | None = None
 
     @property
     def name(self) -> str:
@@ -76,22 +84,31 @@ def release(
 
     ``seed`` is the secret for a reproducible build: bytes (at least 16) or the path of a
     seed file. Every public problem (schema, unreviewed draft, method, parameter, budget,
-    name) raises before any budget is spent; the error names what to change. Any other
+    name) raises before any budget is spent; the error names what to change. Only a
+    :class:`dpsynth.pipeline.BudgetSpent` means this release's budget was spent; no
+    exception names a file of the private workspace. Any other
     release setting (``sign_key``, ``dataset``, ``data_docs=True`` to also publish the
     gate's Great Expectations Data Docs, ...: the fields of
-    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``.
+    :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
+    defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
     schema_obj.require_reviewed()  # before the data is touched
-    with _seed_file(seed, ws) as seed_path:
-        config = ReleaseConfig.from_arguments(
-            data=_as_data_file(data, ws), schema=_schema_file(schema, schema_obj, ws), method=method,
-            epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
-            workspace=ws, internal_report=internal_report, gate=gate, **settings,
-        )
-        folder = run_release(config)
-    return _read_release(folder)
+    # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
+    # No workspace path, key or input name in what is raised.
+    with public_errors(ws), private_workspace(ws):
+        data_file = _as_data_file(data, ws, schema_obj)
+        # A DataFrame's file in the workspace is "data" in every message.
+        names = {} if isinstance(data, (str, os.PathLike)) else {str(data_file): "data"}
+        with public_errors(ws, names), _seed_file(seed, ws) as seed_path:
+            config = ReleaseConfig.from_arguments(
+                data=data_file, schema=_schema_file(schema, schema_obj, ws), method=method,
+                epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
+                workspace=ws, internal_report=internal_report, gate=gate, **settings,
+            )
+            folder = run_release(config)
+    return replace(_read_release(folder), registry=registry_path(ws).absolute())
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:
@@ -115,7 +132,7 @@ def _read_release(folder: Path) -> Release:
     folder = folder.absolute()
     manifest = json.loads((folder / MANIFEST).read_text())
     privacy = manifest["privacy"]
-    ledger = Ledger(Budget(epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"])),
+    ledger = Ledger(stated_budget(privacy),
                     [Charge.from_dict(s) for s in privacy["ledger"]])
     for stage in privacy["ledger"]:
         if stage.get("spent", True):
@@ -149,9 +166,10 @@ def _schema_file(raw: Any, schema: Schema, workspace: Path) -> Path:
     return path
 
 
-def _as_data_file(data: Any, workspace: Path) -> Path:
-    """A path as is; a DataFrame as Parquet in the private workspace, named by its content
-    hash (the same frame gives the same file, so a re-run reuses the cached measurement)."""
+def _as_data_file(data: Any, workspace: Path, schema: Schema) -> Path:
+    """A path as is; a DataFrame as Parquet in the private workspace, named by a keyed hash
+    of its content under the workspace secret (the same frame gives the same file, so a
+    re-run reuses the cached measurement; the name is no hash of the raw input)."""
     if isinstance(data, (str, os.PathLike)):
         return Path(data)
     if not isinstance(data, pd.DataFrame):
@@ -168,8 +186,8 @@ def _as_data_file(data: Any, workspace: Path) -> Path:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".frame-", suffix=".parquet")
     os.close(fd)
     try:
-        _write_frame(data, Path(tmp))
-        path = folder / f"{sha256_file(Path(tmp))[:32]}.parquet"
+        _write_frame(data, Path(tmp), schema)
+        path = folder / f"{opaque_key(workspace, 'input-frame', sha256_file(Path(tmp)))}.parquet"
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -177,22 +195,58 @@ def _as_data_file(data: Any, workspace: Path) -> Path:
     return path
 
 
-def _write_frame(df: pd.DataFrame, path: Path) -> None:
+def _write_frame(df: pd.DataFrame, path: Path, schema: Schema) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    arrow_errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+    except arrow_errors:
         # Arrow's message can quote a cell: name only the column.
+        columns = {c.name: c for c in schema.columns}
+        fixed = {}
         for col in df.columns:
+            series = _whole_numbers_in_range(df[col], columns.get(col))
             try:
-                pa.array(df[col], from_pandas=True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                fixed[col] = pa.array(series, from_pandas=True)
+            except arrow_errors:
                 raise DataError(f"data: column {col!r} mixes value types that cannot form one column; "
                                 f"convert it first, e.g. df[{col!r}] = df[{col!r}].astype('string')") from None
-        raise DataError("data: the DataFrame cannot be stored as Parquet") from None
+        table = pa.table(fixed)
     pq.write_table(table, str(path))
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _whole_numbers_in_range(series: pd.Series, column: Any) -> pd.Series:
+    """An object column of numbers holding a Python int beyond int64 (e.g. ``10**30``), mapped
+    cell by cell so that it is stored as the column would be without that row (a row-level
+    oddity, never an error: DESIGN.md, decision 2). For a numeric column the numbers become
+    floats (out of the float range: +-inf), which encoding clamps to the bounds; otherwise
+    an integer is clamped to int64, which no category lists, so it counts as unknown."""
+    if series.dtype != object:
+        return series
+    values = series.to_numpy()
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+    if not all(number(v) or v is None or v is pd.NA for v in values):
+        return series
+    big = [isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1] for v in values]
+    if not any(big):
+        return series
+    if getattr(column, "type", None) == "numeric" or any(isinstance(v, float) for v in values):
+        def as_float(v: Any) -> Any:
+            if not isinstance(v, int) or isinstance(v, bool):
+                return v
+            return float(v) if abs(v) < 2**1023 else (np.inf if v > 0 else -np.inf)
+
+        return pd.Series([as_float(v) for v in values], dtype="float64", index=series.index)
+    clamped = [min(max(v, _INT64[0]), _INT64[1]) if isinstance(v, int) else v for v in values]
+    return pd.Series(clamped, dtype="Int64", index=series.index)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -40,13 +41,24 @@ def _parse_kv(items: Sequence[str], option: str = "--param") -> dict[str, str]:
     return out
 
 
+def _finite(text: str) -> float:
+    """A command-line number: NaN and infinities are refused (argparse exits 2 naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _parse_gate(items: Sequence[str]) -> dict[str, float]:
     out = {}
     for key, value in _parse_kv(items, "--gate").items():
         try:
-            out[key] = float(value)
-        except ValueError:
-            raise UsageError(f"--gate {key} must be a number, got {value!r}") from None
+            out[key] = _finite(value)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--gate {key} {exc}") from None
     return out
 
 
@@ -115,7 +127,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
     t0 = time.perf_counter()
-    folder = _release_local(config) if args.engine == "local" else _release_prefect(config)
+    folder = _run_engine(config, args.engine)
     total = time.perf_counter() - t0
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
@@ -131,6 +143,17 @@ def _cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_engine(config, engine: str) -> str:
+    """The release on the chosen engine; a refusal by the registry names the registry's file."""
+    from .privacy.registry import RegistryRefused, registry_path
+
+    try:
+        return _release_local(config) if engine == "local" else _release_prefect(config)
+    except RegistryRefused as exc:
+        where = registry_path(config.workspace).absolute()
+        raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
+
+
 def _privacy_line(manifest: dict) -> str:
     privacy = manifest.get("privacy", {})
     headline = privacy.get("headline") or "privacy statement missing"
@@ -139,28 +162,50 @@ def _privacy_line(manifest: dict) -> str:
     return f"privacy: {headline}. The ledger records what was charged; it is NOT a DP guarantee."
 
 
+def _budget_workspace(args: argparse.Namespace) -> Path:
+    """The workspace of a budget command; says on stderr which registry it reads or writes."""
+    from .privacy.registry import registry_path
+    from .privacy.workspace import default_workspace
+
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    print(f"dpsynth: privacy registry {registry_path(workspace).absolute()}", file=sys.stderr)
+    return workspace
+
+
 def _cmd_budget_set(args: argparse.Namespace) -> int:
-    from .pipeline import default_workspace
     from .privacy.registry import Cap, set_cap, state
 
     cap = Cap(epsilon=args.epsilon, delta=args.delta, period=args.period, period_epsilon=args.period_epsilon)
-    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    workspace = _budget_workspace(args)
+    _warn_near_twin(workspace, args.dataset)
     set_cap(workspace, args.dataset, cap)
     _print_budget(state(workspace, args.dataset))
     return 0
 
 
 def _cmd_budget_show(args: argparse.Namespace) -> int:
-    from .pipeline import DEFAULT_DELTA, default_workspace
+    from .pipeline import DEFAULT_DELTA
     from .privacy.registry import state
 
-    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    workspace = _budget_workspace(args)
+    _warn_near_twin(workspace, args.dataset)
     _print_budget(state(workspace, args.dataset, delta=DEFAULT_DELTA))
     return 0
 
 
+def _warn_near_twin(workspace: Path, dataset: str) -> None:
+    """A stderr warning when the registry holds a dataset whose name differs only by case,
+    spaces or Unicode form (refuses a misspelt name first)."""
+    from .privacy.registry import check_dataset_name, near_twin_warning
+
+    check_dataset_name(dataset)
+    if (twin := near_twin_warning(workspace, dataset)) is not None:
+        print(f"dpsynth: warning: {twin}", file=sys.stderr)
+
+
 def _print_budget(st) -> None:
-    """Cap, spend and every release's cost (names and numbers only, never data or keys)."""
+    """Cap, spend, and every release name with its noise draws (count, times, costs);
+    names and numbers only, never data or keys."""
     if st.cap is None:
         print(f"dataset {st.dataset}: no lifetime cap declared")
     else:
@@ -168,12 +213,18 @@ def _print_budget(st) -> None:
         if st.cap.period:
             print(f"period budget: epsilon {st.cap.period_epsilon:g} per {st.cap.period} "
                   f"(spent this {st.cap.period}: {st.period_spent_epsilon:.6g})")
-    print(f"spent: epsilon {st.spent_epsilon:.6g} at delta {st.delta:g} over {len(st.releases)} release(s)")
+    print(f"spent: epsilon {st.spent_epsilon:.6g} at delta {st.delta:g} over {len(st.draws)} noise draw(s) "
+          f"of {st.release_count} release(s)")
     if st.remaining_epsilon is not None:
         print(f"remaining: epsilon {st.remaining_epsilon:.6g}")
-    for r in st.releases:
-        print(f"  {r.charged_at}  {r.name}  epsilon {r.epsilon:.6g} (delta {r.delta:g}; rho {r.rho:.6g}, "
-              f"pure epsilon {r.pure_epsilon:.6g})")
+    by_name: dict[str, list] = {}
+    for d in st.draws:
+        by_name.setdefault(d.name, []).append(d)
+    for name, draws in by_name.items():
+        print(f"  {name}: {len(draws)} draw(s)")
+        for d in draws:
+            print(f"    {d.charged_at}  epsilon {d.epsilon:.6g} (delta {d.delta:g}; rho {d.rho:.6g}, "
+                  f"pure epsilon {d.pure_epsilon:.6g})")
 
 
 def _release_local(config) -> str:
@@ -182,6 +233,8 @@ def _release_local(config) -> str:
     def progress(line: str) -> None:
         if line.startswith("warning: "):
             print(f"dpsynth: {line}", file=sys.stderr, flush=True)
+        elif line.startswith("registry: "):  # a local path: the operator's console only
+            print(f"dpsynth: {line.removeprefix('registry: ')}", file=sys.stderr, flush=True)
         else:
             print(line, flush=True)
 
@@ -197,6 +250,8 @@ def _release_prefect(config) -> str:
         print(f"dpsynth: warning: {warning}", file=sys.stderr)
     if result.get("cached"):
         print(f"reused cached stages: {', '.join(result['cached'])}")
+    if result.get("registry"):  # a local path: the operator's console only
+        print(f"dpsynth: {result['registry']}", file=sys.stderr)
     return result["release"]
 
 
@@ -331,7 +386,7 @@ def _cmd_test_two_proportions(args: argparse.Namespace) -> int:
     r = two_proportions_test(args.x, args.n, args.y, args.m, args.epsilon, rng, replicates=args.replicates)
     print(json.dumps({"hypothesis": "H0: theta_X = theta_Y vs H1: theta_Y > theta_X", "theta_hat": r.theta_hat,
                       "p_value_one_step": r.p_one_step, "p_value_bootstrap": r.p_bootstrap,
-                      "replicates": r.replicates}, indent=2))
+                      "replicates": r.replicates}, indent=2, allow_nan=False))  # valid JSON or an error
     return 0
 
 
@@ -343,14 +398,16 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
     r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
-    r.add_argument("--epsilon", required=True, type=float)
-    r.add_argument("--delta", type=float, default=None, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--epsilon", required=True, type=_finite)
+    r.add_argument("--delta", type=_finite, default=None, help="default 1e-6; keep it well below 1/rows")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
     r.add_argument("--out", required=True, help="folder that receives the release folder")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
-    r.add_argument("--workspace", default=None, help="private workspace (default: $DPSYNTH_WORKSPACE or .dpsynth/workspace)")
+    r.add_argument("--workspace", default=None,
+                   help="private workspace, holding the privacy registry (default: $DPSYNTH_WORKSPACE, else one "
+                        "per user: $XDG_DATA_HOME/dpsynth/workspace or ~/.local/share/dpsynth/workspace)")
     r.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                    help="override a validation threshold, e.g. max_tvd_k1=0.05 (repeatable)")
     r.add_argument("--sign-key", default=None,
@@ -381,15 +438,15 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = bg.add_subparsers(dest="budget_command", required=True)
     bs = bsub.add_parser("set", help="declare or replace a dataset's cap")
     bs.add_argument("dataset")
-    bs.add_argument("--epsilon", type=float, required=True, help="lifetime epsilon over all releases")
-    bs.add_argument("--delta", type=float, required=True, help="lifetime delta")
+    bs.add_argument("--epsilon", type=_finite, required=True, help="lifetime epsilon over all releases")
+    bs.add_argument("--delta", type=_finite, required=True, help="lifetime delta")
     bs.add_argument("--period", choices=("day", "week", "month"), default=None, help="also cap each calendar period (UTC)")
-    bs.add_argument("--period-epsilon", type=float, default=None, help="epsilon allowed per period")
-    bs.add_argument("--workspace", default=None)
+    bs.add_argument("--period-epsilon", type=_finite, default=None, help="epsilon allowed per period")
+    bs.add_argument("--workspace", default=None, help="default: $DPSYNTH_WORKSPACE, else the user's workspace")
     bs.set_defaults(func=_cmd_budget_set)
-    bw = bsub.add_parser("show", help="cap, spend, remaining and every release's cost")
+    bw = bsub.add_parser("show", help="cap, spend, remaining and every release's noise draws (count, times, cost)")
     bw.add_argument("dataset")
-    bw.add_argument("--workspace", default=None)
+    bw.add_argument("--workspace", default=None, help="default: $DPSYNTH_WORKSPACE, else the user's workspace")
     bw.set_defaults(func=_cmd_budget_show)
 
     s = sub.add_parser("schema", help="schema helpers")
@@ -417,21 +474,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--p", type=int, required=True, help="Boolean features (one-hot width)")
     b.add_argument("--d", type=int, required=True, help="Walsh degree (marginal dimension)")
     b.add_argument("--m", type=int, required=True, help="size of the reduced space")
-    b.add_argument("--delta", type=float, required=True, help="lower density bound (accuracy 4*delta)")
-    b.add_argument("--Delta", type=float, required=True, help="density bound: density <= Delta / 2^p")
-    b.add_argument("--gamma", type=float, required=True, help="failure probability of Theorem 12.4")
-    b.add_argument("--epsilon", type=float, required=True)
+    b.add_argument("--delta", type=_finite, required=True, help="lower density bound (accuracy 4*delta)")
+    b.add_argument("--Delta", type=_finite, required=True, help="density bound: density <= Delta / 2^p")
+    b.add_argument("--gamma", type=_finite, required=True, help="failure probability of Theorem 12.4")
+    b.add_argument("--epsilon", type=_finite, required=True)
     b.add_argument("--k", type=int, default=None, help="rows to release: also say whether (epsilon, k) holds")
     b.set_defaults(func=_cmd_bounds)
 
     t = sub.add_parser("test", help="hypothesis tests on released DP statistics (post-processing, no budget)")
     tsub = t.add_subparsers(dest="test_command", required=True)
     tp = tsub.add_parser("two-proportions", help="Tulap-noised counts of two groups: one-step and bootstrap p-values")
-    tp.add_argument("--x", type=float, required=True, help="released noisy count of successes, group X")
+    tp.add_argument("--x", type=_finite, required=True, help="released noisy count of successes, group X")
     tp.add_argument("--n", type=int, required=True, help="size of group X (public)")
-    tp.add_argument("--y", type=float, required=True, help="released noisy count of successes, group Y")
+    tp.add_argument("--y", type=_finite, required=True, help="released noisy count of successes, group Y")
     tp.add_argument("--m", type=int, required=True, help="size of group Y (public)")
-    tp.add_argument("--epsilon", type=float, required=True, help="epsilon of the Tulap release (b = exp(-epsilon))")
+    tp.add_argument("--epsilon", type=_finite, required=True, help="epsilon of the Tulap release (b = exp(-epsilon))")
     tp.add_argument("--replicates", type=int, default=2000)
     tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
     tp.set_defaults(func=_cmd_test_two_proportions)
@@ -450,9 +507,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dpsynth: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one line, never a traceback with locals or a row
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"dpsynth: error: {message}", file=sys.stderr)
+        print(f"dpsynth: error: {_error_line(args, exc)}", file=sys.stderr)
         return _exit_code(exc)
+
+
+def _error_line(args: argparse.Namespace, exc: BaseException) -> str:
+    """The one error line: for a command with a workspace, without its private paths and
+    keys (:mod:`dpsynth.pipeline.messages`); a release's line also says whether budget was
+    spent (a failure from the measure stage on is a BudgetSpent and says so itself)."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not hasattr(args, "workspace"):
+        return message
+    from .pipeline import BudgetSpent, default_workspace
+    from .pipeline.messages import public_message
+
+    workspace = Path(args.workspace) if args.workspace else default_workspace()
+    message = public_message(exc, workspace).splitlines()[0]
+    if args.func is _cmd_release and not isinstance(exc, BudgetSpent) and "nothing was measured" not in message:
+        message += "; nothing was measured, no privacy budget was spent"
+    return message
 
 
 if __name__ == "__main__":

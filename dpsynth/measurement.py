@@ -79,10 +79,12 @@ class PrivacyStatement:
         """True only for a ``dp`` statement."""
         return self.kind == "dp"
 
-    def headline(self) -> str:
-        """One line for a report header or the CLI's final line."""
+    def headline(self, pure: bool = False) -> str:
+        """One line for a report header or the CLI's final line; ``pure``: every charge was a
+        pure-epsilon cost, so the guarantee is pure epsilon-DP with delta 0."""
         if self.kind == "dp":
-            return f"Differentially private (neighbouring tables: {self.neighbours})"
+            kind = "pure epsilon-DP, delta 0; " if pure else ""
+            return f"Differentially private ({kind}neighbouring tables: {self.neighbours})"
         if self.kind == "anonymous":
             return "NOT differentially private: anonymised release" + (f" ({self.detail})" if self.detail else "")
         return "NOT differentially private: heuristic run" + (f" ({self.detail})" if self.detail else "")

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Tests never touch the real home: the default workspace (one per user, in the user's data
+# folder) points into a temporary folder for the whole session, in this process and in
+# every subprocess a test starts. Tests of the default's resolution monkeypatch these.
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="dpsynth-tests-"))
+os.environ["DPSYNTH_WORKSPACE"] = str(_SESSION_HOME / "workspace")
+os.environ["XDG_DATA_HOME"] = str(_SESSION_HOME / "xdg-data")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
 def shared_data() -> Path | None:

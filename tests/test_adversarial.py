@@ -658,7 +658,7 @@ def _measure(tmp_path: Path, data: Path, schema: Path, method: str, params: dict
                                  workspace=tmp_path / "ws", seed_file=seed, name=name, params=params)
     plan = pipeline.prepare(cfg)
     codes = pipeline.encode_stage(Path(data), plan.schema, cfg.workspace, plan.data_sha256)
-    return pipeline.measure_stage(plan, codes)
+    return pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
 
 
 def _one_way(folder: Path) -> dict[str, object]:
@@ -963,9 +963,12 @@ def test_registry_retry_is_not_charged_twice(tmp_path, monkeypatch):
     assert ds["spent_epsilon_including_this"] == pytest.approx(1.0, rel=1e-6)
     # the release key stays in the private workspace
     plan = pipeline.prepare(pipeline.ReleaseConfig(**{**cfg.__dict__, "out": tmp_path / "elsewhere"}))
+    # nor does the registry's (or the workspace's) path, which the CLI prints on stderr only
+    private = [plan.key, str(cfg.workspace.absolute()), str(cfg.workspace.resolve()), "registry.sqlite"]
     for path in folder.rglob("*"):
         if path.is_file():
-            assert plan.key.encode() not in path.read_bytes(), path
+            blob = path.read_bytes()
+            assert not [p for p in private if p.encode() in blob], path
     assert "The dataset's budget." in (folder / "report.html").read_text()
 
 
@@ -1075,3 +1078,656 @@ def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     assert "measure: started" not in loser[0]
     assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
     assert len(registry.state(ws, "demo").releases) == 1
+
+
+# =====================================================================================
+# Issue 23, section 5: smaller defects (a rerun with new --rows, private paths in error
+# lines, the API's input names and huge integers, delta, non-finite test inputs, Unicode
+# forms, CSV formulas, the statement of a pure-epsilon release).
+# =====================================================================================
+
+import errno  # noqa: E402
+
+
+def _release_key(workspace: Path, name: str) -> str:
+    return json.loads((workspace / "names" / f"{name}.json").read_text())["key"]
+
+
+def test_new_rows_on_a_rerun_of_a_name_is_free_post_processing(tmp_path):
+    """--rows on a rerun of a name reused the cached synthetic table of the old row count,
+    then failed the gate after the budget was spent. Now the same measurement gives a table
+    of the new size, and nothing is measured again."""
+    first = pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o1"))
+    measured = [p.stat().st_mtime_ns for p in _complete_measurements(tmp_path / "ws")]
+    second = pipeline.run_release(_demo_config(tmp_path, name="r", rows=500, out=tmp_path / "o2"))
+    assert json.loads((first / "manifest.json").read_text())["rows"] == 300
+    assert json.loads((second / "manifest.json").read_text())["rows"] == 500
+    assert len(pd.read_parquet(second / "synthetic.parquet")) == 500
+    assert [p.stat().st_mtime_ns for p in _complete_measurements(tmp_path / "ws")] == measured
+    assert (first / "measurement.parquet").read_bytes() == (second / "measurement.parquet").read_bytes()
+
+
+def _no_private_names(text: str, workspace: Path, key: str) -> None:
+    assert key not in text and key[:12] not in text, text
+    assert f"releases/{key}" not in text and "releases/" not in text, text
+
+
+def test_full_disk_at_publish_names_no_private_path(tmp_path, monkeypatch, capsys):
+    """A full disk at publish printed `[Errno 28] No space left on device:
+    'ws/releases/<key>/synthetic/synthetic.csv' -> ...`, naming the private release key."""
+    from dpsynth.publish import bundle
+
+    def full(src, dst, *a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
+
+    monkeypatch.setattr(bundle.shutil, "copyfile", full)
+    assert _cli(tmp_path, "--name", "full", "--rows", "200") == 1
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "No space left on device" in line[0] and "budget of this release was spent" in line[0]
+    key = _release_key(tmp_path / "ws", "full")
+    _no_private_names(line[0], tmp_path / "ws", key)
+    with pytest.raises(pipeline.BudgetSpent) as info:  # the Python API: the exception and its cause
+        pipeline.run_release(_demo_config(tmp_path, name="full", rows=200))
+    for e in (info.value, info.value.__cause__):
+        _no_private_names(str(e), tmp_path / "ws", key)
+    monkeypatch.undo()
+    assert (pipeline.run_release(_demo_config(tmp_path, name="full", rows=200)) / "manifest.json").is_file()
+
+
+def test_missing_measurement_file_names_no_private_path(tmp_path, capsys):
+    """After a cache cleanup the engine printed `[Errno 2] ... ws/releases/<key>/measurement/
+    measurement.json`, which named the key and did not say whether budget was spent."""
+    assert _cli(tmp_path, "--name", "gone", "--rows", "200") == 0
+    key = _release_key(tmp_path / "ws", "gone")
+    (tmp_path / "ws" / "releases" / key / "measurement" / "measurement.json").unlink()
+    capsys.readouterr()
+    assert _cli(tmp_path, "--name", "gone", "--rows", "300", "--out", str(tmp_path / "out2")) == 1
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "No such file or directory" in line[0], line
+    assert "budget of this release was spent" in line[0]
+    _no_private_names(line[0], tmp_path / "ws", key)
+
+
+def test_refused_release_line_says_nothing_was_spent(tmp_path, capsys):
+    assert _cli(tmp_path, "--name", "x", "--param", "no_such=1") == 2
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and line[0].endswith("nothing was measured, no privacy budget was spent")
+
+
+@pytest.mark.flow
+def test_prefect_failure_after_cleanup_logs_no_private_path(prefect_harness, tmp_path):
+    """The Prefect engine logs a task's failure to its API: no release key in it either."""
+    import prefect.settings
+    from dpsynth.orchestration.release import flow_parameters, release_flow
+
+    release_flow(**flow_parameters(_demo_config(tmp_path, name="pf", rows=100)))
+    key = _release_key(tmp_path / "ws", "pf")
+    (tmp_path / "ws" / "releases" / key / "measurement" / "measurement.json").unlink()
+    with pytest.raises(pipeline.BudgetSpent) as info:
+        release_flow(**flow_parameters(_demo_config(tmp_path, name="pf", rows=150, out=tmp_path / "o2")))
+    _no_private_names(str(info.value), tmp_path / "ws", key)
+    assert str(info.value).count("errno 2") == 1 and "No such file or directory" in str(info.value)
+    url = prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value()
+    db = Path(str(url).split("///", 1)[1])
+    blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert b"No such file or directory" in blob  # the failure was logged ...
+    assert key[:12].encode() not in blob  # ... without the key
+
+
+def test_api_errors_name_no_workspace_file_nor_input_hash(tmp_path):
+    """The API named `ws/inputs/<sha256 of the raw frame>.parquet` in its errors."""
+    import dpsynth
+    from dpsynth.rows.encoding import file_sha256
+
+    frame = pd.read_csv(DEMO, dtype=str, keep_default_na=False).drop(columns=["region"])
+    with pytest.raises(DataError, match=r"^input data: columns \['region'\]") as info:
+        dpsynth.release(frame, DEMO_SCHEMA, method="marginals", epsilon=1.0, workspace=tmp_path / "ws",
+                        out=tmp_path / "out")
+    assert "inputs" not in str(info.value) and str(tmp_path) not in str(info.value)
+    (written,) = (tmp_path / "ws" / "inputs").glob("*.parquet")
+    assert file_sha256(written)[:32] != written.stem and file_sha256(written)[:12] not in str(info.value)
+
+
+@pytest.mark.parametrize("column", ["age", "income", "children"])
+def test_api_huge_python_int_in_an_object_column_is_a_row_level_oddity(tmp_path, column):
+    """An object column holding 10**30 raised a bare OverflowError. Numbers of a numeric
+    column are clamped to its bounds; an integer category no schema lists is unknown."""
+    import dpsynth
+
+    frame = pd.read_csv(DEMO)
+    frame[column] = frame[column].astype(object)
+    if column == "children":  # whole numbers stored as Python ints in a categorical column
+        frame[column] = pd.Series([int(v.rstrip("+")) for v in frame[column]], dtype=object)
+    frame.loc[0, column] = 10**30
+    frame.loc[1, column] = -(10**400)
+    rel = dpsynth.release(frame, DEMO_SCHEMA, method="marginals", epsilon=1.0, workspace=tmp_path / "ws",
+                          out=tmp_path / "out", name="big")
+    assert rel.manifest["rows"] > 0
+
+
+@pytest.mark.parametrize("delta", ["0.5", "0.99", "1e-3"])
+def test_a_delta_no_standard_accepts_is_refused_before_measuring(tmp_path, capsys, delta):
+    """--delta 0.5 and 0.99 were accepted (rho 1 at epsilon 1: noise sd 2.2 instead of 14)."""
+    assert _cli(tmp_path, "--name", "d", "--delta", delta) == 2
+    line = _error_lines(capsys.readouterr().err)
+    assert len(line) == 1 and "delta must lie in (0, 0.001)" in line[0] and "nothing was measured" in line[0]
+    assert _nothing_measured(tmp_path)
+
+
+def test_budget_set_refuses_a_delta_no_standard_accepts(tmp_path, capsys):
+    from dpsynth.privacy.registry import get_cap
+
+    assert main(["budget", "set", "demo", "--epsilon", "2", "--delta", "0.99", "--workspace", str(tmp_path / "ws")]) == 2
+    assert "cap delta must lie in (0, 0.001)" in _error_lines(capsys.readouterr().err)[0]
+    assert get_cap(tmp_path / "ws", "demo") is None
+
+
+def test_delta_above_one_over_the_dp_record_count_warns_and_notes_the_manifest(tmp_path, capsys):
+    """The demo table has about 5,000 rows: delta 5e-4 is above 1/n."""
+    assert _cli(tmp_path, "--name", "wide-delta", "--rows", "200", "--delta", "5e-4") == 0
+    err = capsys.readouterr().err
+    assert "dpsynth: warning: delta 0.0005 is above 1/" in err and "DP measurement" in err
+    notes = json.loads((tmp_path / "out" / "wide-delta" / "manifest.json").read_text())["privacy"]["notes"]
+    assert any(n.startswith("delta 0.0005 is above 1/") for n in notes)
+    assert _cli(tmp_path, "--name", "fine-delta", "--rows", "200") == 0  # the default 1e-6 says nothing
+    assert "is above 1/" not in capsys.readouterr().err
+    assert "notes" not in json.loads((tmp_path / "out" / "fine-delta" / "manifest.json").read_text())["privacy"]
+
+
+def test_delta_above_one_over_a_public_row_count_warns_before_measuring(tmp_path):
+    from dpsynth.pipeline.config import _public_delta_warning
+
+    gaussian = (Charge(stage="m", rho=0.1),)
+    (note,) = _public_delta_warning({"public_n": "5000"}, gaussian, 5e-4)
+    assert note.startswith("delta 0.0005 is above 1/5000 (the declared public row count)")
+    assert _public_delta_warning({"public_n": "5000"}, gaussian, 1e-6) == ()
+    assert _public_delta_warning({}, gaussian, 5e-4) == ()
+    # private sampling declares n public but is pure epsilon-DP: delta plays no part, no warning
+    params = {**_PARAMS["private-sampling"], "public_n": "5000"}
+    plan = pipeline.prepare(_config(tmp_path, "private-sampling", params=params, delta=5e-4))
+    assert not any("is above 1/" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["test", "two-proportions", "--x", "nan", "--n", "100", "--y", "40", "--m", "100", "--epsilon", "1"], "--x"),
+    (["test", "two-proportions", "--x", "30", "--n", "100", "--y", "inf", "--m", "100", "--epsilon", "1"], "--y"),
+    (["test", "two-proportions", "--x", "30", "--n", "100", "--y", "40", "--m", "100", "--epsilon=-inf"],
+     "--epsilon"),
+    (["bounds", "--n", "100", "--p", "8", "--d", "2", "--m", "64", "--delta", "nan", "--Delta", "4",
+      "--gamma", "0.1", "--epsilon", "1"], "--delta"),
+    (["budget", "set", "demo", "--epsilon", "nan", "--delta", "1e-6"], "--epsilon"),
+])
+def test_non_finite_numbers_on_the_command_line_exit_2_naming_the_option(capsys, args, option):
+    """`dpsynth test two-proportions --x nan` printed `theta_hat: NaN` with a 'significant'
+    p-value, as invalid JSON."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and captured.out == ""
+    assert f"argument {option}: must be a finite number" in captured.err.strip().splitlines()[-1]
+
+
+def test_two_proportions_library_refuses_non_finite_counts():
+    from dpsynth.onestep.tulap import two_proportions_test
+
+    with pytest.raises(ValueError, match="x_noisy must be a finite number"):
+        two_proportions_test(float("nan"), 100, 40.0, 100, 1.0, np.random.default_rng(0))
+    assert main(["test", "two-proportions", "--x", "30", "--n", "100", "--y", "40", "--m", "100", "--epsilon", "1",
+                 "--replicates", "50", "--seed", "1"]) == 0
+
+
+def test_gate_threshold_must_be_finite(tmp_path, capsys):
+    assert _cli(tmp_path, "--name", "g", "--gate", "max_tvd_k1=nan") == 2
+    assert "--gate max_tvd_k1 must be a finite number" in _error_lines(capsys.readouterr().err)[0]
+    assert _nothing_measured(tmp_path)
+
+
+_NFC_CITIES = ["Bogot\u00e1", "Z\u00fcrich", "\u5317\u4eac"]  # composed: NFC
+_NFC_SCHEMA = {"name": "villes", "columns": [{"name": "city", "type": "categorical", "values": _NFC_CITIES,
+                                              "missing": ["\u00e0 d\u00e9finir"]}]}
+
+
+def _nfd(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFD", text)
+
+
+@pytest.mark.parametrize("data_form, schema_form", [("NFD", "NFC"), ("NFC", "NFD"), ("NFD", "NFD")])
+def test_category_values_in_another_unicode_form_are_the_same_category(tmp_path, data_form, schema_form):
+    """NFD `é` in the data against a composed schema silently became missing."""
+    form = {"NFC": lambda t: t, "NFD": _nfd}
+    raw = {**_NFC_SCHEMA, "columns": [{**_NFC_SCHEMA["columns"][0],
+                                       "values": [form[schema_form](v) for v in _NFC_CITIES],
+                                       "missing": [form[schema_form]("\u00e0 d\u00e9finir")]}]}
+    schema = schema_from_dict(raw)
+    assert assert_nfc(schema.columns[0].values) == _NFC_CITIES
+    cells = [form[data_form](v) for v in _NFC_CITIES] + [form[data_form]("\u00e0 d\u00e9finir"), " " + form[data_form](_NFC_CITIES[0])]
+    path = tmp_path / "villes.csv"
+    path.write_text("city\n" + "\n".join(cells) + "\n", encoding="utf-8")
+    codes = encode(read_table(path, schema), schema).codes[:, 0].tolist()
+    assert codes == [0, 1, 2, schema.columns[0].missing_code, 0]
+
+
+def assert_nfc(values):
+    import unicodedata
+
+    assert all(unicodedata.is_normalized("NFC", v) for v in values)
+    return list(values)
+
+
+def test_nfc_schemas_keep_their_fingerprint():
+    """Normalising labels must not change the fingerprint (and so the release and cache keys)
+    of a schema already in NFC: the values below were computed before the change."""
+    assert load_schema(DEMO_SCHEMA).fingerprint() == "93c4df51fe0fdc78bbf880985b4b289025c30d6fe38d072cc1c2f05716194725"
+    assert schema_from_dict(_NFC_SCHEMA).fingerprint() == "69c491d2ff0b280e4d8465e77f4af86cebd09a5e71dadd3e891c6cffd4ed5130"
+    nfd = {**_NFC_SCHEMA, "columns": [{**_NFC_SCHEMA["columns"][0], "values": [_nfd(v) for v in _NFC_CITIES],
+                                       "missing": [_nfd("\u00e0 d\u00e9finir")]}]}
+    assert schema_from_dict(nfd).fingerprint() == schema_from_dict(_NFC_SCHEMA).fingerprint()
+
+
+def test_a_label_listed_in_two_unicode_forms_is_refused():
+    raw = {"name": "t", "columns": [{"name": "c", "type": "categorical", "values": ["caf\u00e9", _nfd("caf\u00e9")]}]}
+    with pytest.raises(SchemaError, match=r"column 'c': values lists .* more than once"):
+        schema_from_dict(raw)
+
+
+@pytest.mark.parametrize("name", [" demo", "demo ", _nfd("d\u00e9mo")])
+def test_a_dataset_name_spelt_with_spaces_or_decomposed_is_refused(tmp_path, capsys, name):
+    """Names with surrounding spaces or in another Unicode form opened a new, uncapped dataset."""
+    assert _cli(tmp_path, "--name", "x", "--dataset", name) == 2
+    assert "write it as" in _error_lines(capsys.readouterr().err)[0]
+    assert _nothing_measured(tmp_path)
+    assert main(["budget", "set", name, "--epsilon", "1", "--delta", "1e-6", "--workspace", str(tmp_path / "ws")]) == 2
+
+
+def test_a_dataset_name_differing_only_by_case_warns(tmp_path, capsys):
+    ws = str(tmp_path / "ws")
+    assert main(["budget", "set", "demo", "--epsilon", "3", "--delta", "1e-6", "--workspace", ws]) == 0
+    capsys.readouterr()
+    assert main(["budget", "show", "Demo", "--workspace", ws]) == 0
+    assert "dpsynth: warning: dataset 'Demo' differs from 'demo'" in capsys.readouterr().err
+    assert _cli(tmp_path, "--name", "x", "--rows", "100", "--dataset", "DEMO") == 0
+    err = capsys.readouterr().err
+    assert "dpsynth: warning: dataset 'DEMO' differs from 'demo'" in err and "--dataset 'demo'" in err
+    manifest = (tmp_path / "out" / "x" / "manifest.json").read_text()
+    assert "differs from" not in manifest  # another dataset's name stays on the console
+    assert _cli(tmp_path, "--name", "y", "--rows", "100", "--dataset", "demo") == 0
+    assert "differs from 'DEMO'" in capsys.readouterr().err  # both ways
+
+
+_FORMULAS = ["=1+2", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\tx", "\rx", "'quoted", "-3", "plain"]
+
+
+def test_csv_escapes_formula_cells_but_not_numbers(tmp_path):
+    """synthetic.csv wrote labels beginning with =, +, -, @ verbatim: spreadsheets evaluate them."""
+    from dpsynth.rows.encoding import csv_text, write_csv
+
+    assert [csv_text(v) for v in _FORMULAS] == ["'" + v for v in _FORMULAS[:7]] + ["-3", "plain"]
+    schema = schema_from_dict({"name": "f", "columns": [
+        {"name": "label", "type": "categorical", "values": _FORMULAS, "missing": ["=NA()"]},
+        {"name": "x", "type": "numeric", "bounds": [-100, 100], "bins": 4},
+        {"name": "k", "type": "numeric", "bounds": [-100, 100], "bins": 4, "integer": True}]})
+    df = pd.DataFrame({"label": pd.array(_FORMULAS + [None], dtype="string"),
+                       "x": [-1.5] * 10, "k": pd.array([-7] * 10, dtype="Int64")})
+    write_csv(df, schema, tmp_path / "s.csv")
+    back = pd.read_csv(tmp_path / "s.csv", dtype=str, keep_default_na=False)
+    assert back["label"].tolist() == [csv_text(v) for v in _FORMULAS] + ["'=NA()"]
+    assert set(back["x"]) == {"-1.5"} and set(back["k"]) == {"-7"}  # numbers stay numbers
+
+
+def test_release_with_formula_labels_escapes_the_csv_keeps_parquet_and_verifies(tmp_path):
+    rng = np.random.default_rng(3)
+    labels = [v for v in _FORMULAS if v[0] not in "\t\r"]
+    data = tmp_path / "f.csv"
+    pd.DataFrame({"label": rng.choice(labels, 3000), "x": rng.integers(-90, 90, 3000)}).to_csv(data, index=False)
+    schema = tmp_path / "f.yaml"
+    schema.write_text(json.dumps({"name": "formulas", "columns": [
+        {"name": "label", "type": "categorical", "values": labels},
+        {"name": "x", "type": "numeric", "bounds": [-100, 100], "bins": 8, "integer": True}]}))
+    folder = pipeline.run_release(_demo_config(tmp_path, data=data, schema=schema, epsilon=4.0, name="f"))
+    exact = pd.read_parquet(folder / "synthetic.parquet")
+    text = pd.read_csv(folder / "synthetic.csv", dtype=str, keep_default_na=False)
+    assert set(exact["label"]) <= set(labels) and "=1+2" in set(exact["label"])
+    assert not any(v[0] in "=+@" for v in text["label"]) and "'=1+2" in set(text["label"])
+    assert (text["x"].astype(int) < 0).any()  # negative numbers are not escaped
+    assert verify_release(folder) == []
+    assert "leading &#x27;" in (folder / "report.html").read_text() or "leading '" in (folder / "report.html").read_text()
+
+
+def test_pure_epsilon_release_states_pure_dp_and_delta_0_everywhere(tmp_path, capsys):
+    """microaggregation-dp (every charge pure epsilon) stated "zCDP, converted with CKS",
+    delta 1e-6 and a rho: its manifest, report, verify and the CLI's last line now state
+    pure epsilon-DP with delta 0."""
+    import dpsynth
+
+    assert _cli(tmp_path, "--name", "pure", "--delta", "5e-4", method="microaggregation-dp") == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == ("privacy: Differentially private (pure epsilon-DP, delta 0; "
+                                            "neighbouring tables: add or remove one record)")
+    assert "is above 1/" not in err  # delta plays no part in a pure epsilon-DP guarantee
+    folder = tmp_path / "out" / "pure"
+    privacy = json.loads((folder / "manifest.json").read_text())["privacy"]
+    assert privacy["delta"] == 0 and privacy["rho"] is None and privacy["pure_epsilon"] is True
+    assert privacy["accounting"].startswith("pure epsilon-DP") and "Canonne" not in privacy["accounting"]
+    assert privacy["delta_requested"] == 5e-4 and privacy["epsilon_spent"] == pytest.approx(1.0)
+    assert "notes" not in privacy
+    report = (folder / "report.html").read_text()
+    assert "pure &epsilon;-differentially private" in report and "at &delta; = 0" in report
+    assert "Canonne" not in report
+    assert verify_release(folder) == []
+    assert main(["verify", str(folder)]) == 0
+    assert "pure epsilon-DP, delta 0" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert dpsynth.load_release(folder).ledger.epsilon_spent() == pytest.approx(1.0)
+
+
+def test_zcdp_release_stays_zcdp(release):
+    privacy = json.loads((release / "manifest.json").read_text())["privacy"]
+    assert privacy["delta"] == 1e-6 and privacy["rho"] > 0 and "Canonne" in privacy["accounting"]
+    assert "pure" not in privacy["headline"] and "pure_epsilon" not in privacy
+
+
+def test_forgery_zcdp_release_claims_pure_epsilon_dp(release):
+    def pure(m):
+        p = m["privacy"]
+        p["delta"], p["rho"], p["delta_requested"] = 0.0, None, 1e-6
+
+    _edit_manifest(release, pure)
+    problems = verify_release(release)
+    assert any("states pure epsilon-DP (delta 0) but the charges" in p for p in problems)
+
+
+def test_microaggregation_docstring_names_the_files_that_say_not_dp():
+    import dpsynth.methods.microaggregation as micro
+
+    doc = micro.__doc__
+    assert "every file a reader sees" not in doc
+    for name in ("manifest.json", "measurement.json", "report.html", "synthetic.csv"):
+        assert name in doc
+
+
+def test_public_message_hides_every_spelling_of_a_workspace_path(tmp_path, monkeypatch):
+    from dpsynth.pipeline.messages import public_error, public_message
+
+    monkeypatch.chdir(tmp_path)
+    key = "0123456789abcdef" * 2
+    ws = Path("ws")
+    inside = f"releases/{key}/synthetic/synthetic.csv"
+    for spelt in (f"ws/{inside}", f"{tmp_path}/ws/{inside}", f"./elsewhere/releases/{key}/x"):
+        err = OSError(28, "No space left on device", spelt, None, "out/.r1-tmp/synthetic.csv")
+        line = public_message(err, ws)
+        assert key not in line and "releases/" not in line and "No space left on device" in line
+        assert "out/.r1-tmp/synthetic.csv" in line  # the operator's own output folder stays named
+        clean = public_error(err, ws)
+        assert isinstance(clean, OSError) and clean.errno == 28 and key not in str(clean)
+    kept = "see ws/names/r1.json, news/x.csv and the registry ws/registry.sqlite"
+    assert public_message(RuntimeError(kept), ws) == kept
+    plain = ValueError("column 'age': bounds must be numbers")
+    assert public_error(plain, ws) is plain  # a public message is raised unchanged
+
+
+# =============================================================================================
+# Issue 23, section 1: every noise draw is charged; a cleared cache re-measures at a price.
+# =============================================================================================
+
+
+def _demo_release(tmp_path: Path, ws: Path, name: str, out: str = "out", engine: str = "local") -> int:
+    return main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", "marginals",
+                 "--epsilon", "1", "--workspace", str(ws), "--engine", engine, "--out", str(tmp_path / out),
+                 "--name", name])
+
+
+def test_cleared_cache_remeasure_is_charged_and_refused_over_the_cap(tmp_path, capsys):
+    """Issue 23's scenario: after `rm -rf ws/releases ws/encoded`, a rerun of r1 used to
+    draw new noise and publish it with the registry unchanged (8 measurements of one
+    table for the price of 2). Now the redraw is charged: here it is over the cap, so it
+    is refused with one line saying why, and nothing is measured or published."""
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    assert main(["budget", "set", "demo", "--epsilon", "1.5", "--delta", "1e-6", "--workspace", str(ws)]) == 0
+    assert _demo_release(tmp_path, ws, "r1") == 0 and _demo_release(tmp_path, ws, "r2") == 0
+    assert _demo_release(tmp_path, ws, "r3") == 2  # 1.81 > 1.5: refused
+    spent = registry.state(ws, "demo").spent_epsilon
+    assert spent == pytest.approx(1.451, abs=1e-3)
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    capsys.readouterr()
+    for _ in range(3):  # the issue repeated it 7 times
+        assert _demo_release(tmp_path, ws, "r1", out="out2") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "over the cap" in err[0] and "again" in err[0], err
+        assert "nothing was measured" in err[0] and "privacy registry" in err[0]
+    assert not (tmp_path / "out2" / "r1").exists() and not _complete_measurements(ws)
+    st = registry.state(ws, "demo")
+    assert len(st.releases) == 2 and st.spent_epsilon == pytest.approx(spent, rel=1e-9)
+
+
+def test_cleared_cache_remeasure_is_charged_again_and_listed(tmp_path, capsys):
+    """Under a roomy cap the redraw publishes, charged as a second draw of r1: the registry,
+    `budget show` and the new manifest all count it. A rerun that reuses the stored
+    complete measurement stays free."""
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=10.0, delta=1e-6))
+    assert _demo_release(tmp_path, ws, "r1") == 0
+    one = registry.state(ws, "demo")
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    capsys.readouterr()
+    assert _demo_release(tmp_path, ws, "r1", out="out2") == 0
+    err = capsys.readouterr().err
+    assert "charged a noise draw of release 'r1'" in err and str((ws / "registry.sqlite").absolute()) in err
+    st = registry.state(ws, "demo")
+    assert [d.name for d in st.draws] == ["r1", "r1"] and st.release_count == 1
+    assert st.spent_epsilon == pytest.approx(total_epsilon([Charge(stage="x", rho=2 * one.draws[0].rho)], 1e-6))
+    ds = json.loads((tmp_path / "out2" / "r1" / "manifest.json").read_text())["privacy"]["dataset"]
+    assert ds["draws_including_this"] == 2 and ds["releases_including_this"] == 1
+    assert ds["spent_epsilon_including_this"] == pytest.approx(st.spent_epsilon)
+    assert "measured 2 times in all" in (tmp_path / "out2" / "r1" / "report.html").read_text()
+    # a rerun whose complete measurement is still stored is free (the cached synthetic table too)
+    shutil.rmtree(ws / "encoded")
+    assert _demo_release(tmp_path, ws, "r1", out="out3") == 0
+    assert "no new charge" in capsys.readouterr().err
+    assert len(registry.state(ws, "demo").draws) == 2
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    shown = capsys.readouterr()
+    assert "r1: 2 draw(s)" in shown.out and "2 noise draw(s) of 1 release(s)" in shown.out
+    assert str((ws / "registry.sqlite").absolute()) in shown.err  # which registry: stderr only
+    assert "registry.sqlite" not in shown.out
+
+
+def test_crash_before_the_measurement_is_complete_is_charged_again(tmp_path, monkeypatch):
+    """Documented retry semantics (docs/privacy.md): a crash inside the method (noise may
+    have been drawn, nothing complete) is charged again by the rerun; a crash after
+    COMPLETE is free (test_registry_retry_is_not_charged_twice)."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    cfg = _demo_config(tmp_path, name="nightly")
+    original = MarginalsMethod.measure
+
+    def crash(self, codes, ledger, rng):
+        original(self, codes, ledger, rng)  # the noise was drawn...
+        raise RuntimeError("injected crash before COMPLETE")  # ...and lost
+
+    monkeypatch.setattr(MarginalsMethod, "measure", crash)
+    with pytest.raises(pipeline.BudgetSpent, match="injected"):
+        pipeline.run_release(cfg)
+    assert len(registry.state(cfg.workspace, "demo").draws) == 1 and not _complete_measurements(cfg.workspace)
+    monkeypatch.undo()
+    pipeline.run_release(cfg)
+    assert [d.name for d in registry.state(cfg.workspace, "demo").draws] == ["nightly", "nightly"]
+
+
+def test_measure_stage_cannot_draw_without_a_charge(tmp_path, monkeypatch):
+    """The measure stage draws noise only with a fresh charge of its own release, used once."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    plan = pipeline.prepare(_demo_config(tmp_path, name="bound"))
+    other = pipeline.prepare(_demo_config(tmp_path, name="other"))
+    codes = pipeline.encode_stage(DEMO, plan.schema, plan.config.workspace, plan.data_sha256)
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1) or original(*a, **k))
+    with pytest.raises(registry.DrawRefused, match="no registry charge"):
+        pipeline.measure_stage(plan, codes)
+    with pytest.raises(registry.DrawRefused, match="another release"):
+        pipeline.measure_stage(plan, codes, pipeline.charge_dataset(other).draw)
+    draw = pipeline.charge_dataset(plan).draw
+    assert draw is not None and draw.fresh
+    pipeline.measure_stage(plan, codes, draw)
+    assert calls == [1]
+    shutil.rmtree(plan.release_dir() / "measurement")
+    with pytest.raises(registry.DrawRefused, match="already used"):
+        pipeline.measure_stage(plan, codes, draw)  # one charge, one draw
+    assert calls == [1] and not (plan.release_dir() / "measurement").exists()
+
+
+def test_registry_of_releases_becomes_draws(tmp_path):
+    """A registry written before draws were recorded keeps its spend: one draw per release key."""
+    import sqlite3
+
+    from dpsynth.privacy import registry
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    conn = sqlite3.connect(ws / "registry.sqlite")
+    conn.executescript(
+        "CREATE TABLE releases (dataset TEXT NOT NULL, release_key TEXT NOT NULL, name TEXT NOT NULL, "
+        "rho REAL NOT NULL, pure_epsilon REAL NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL, "
+        "charged_at TEXT NOT NULL, PRIMARY KEY (dataset, release_key));"
+        "INSERT INTO releases VALUES ('d', 'k1', 'old', 0.02, 0.0, 1.0, 1e-6, '2026-01-01T00:00:00.000000Z');")
+    conn.commit()
+    conn.close()
+    st = registry.state(ws, "d")
+    assert [d.name for d in st.draws] == ["old"] and st.release_count == 1
+    again = registry.charge(ws, "d", "k1", "old", _release_charges(1.0), 1e-6, reuse=True)
+    assert not again.charged_now and again.draw is not None and not again.draw.fresh
+    assert registry.charge(ws, "d", "k1", "old", _release_charges(1.0), 1e-6).charged_now  # measured again
+
+
+@pytest.mark.flow
+def test_prefect_cache_never_outlives_the_measurement(prefect_harness, tmp_path, monkeypatch, umask_022):
+    """The Prefect engine after `rm -rf ws/releases ws/encoded` with ws/prefect-results kept:
+    it used to fail with a raw errno line naming releases/<key>/ (cache hit on a deleted
+    measurement), and with prefect-results cleared too it redrew for free. Now the redraw
+    is charged (refused over the cap, before measuring) and a cache hit on a deleted
+    folder is rebuilt."""
+    from dpsynth.privacy import registry
+    from dpsynth.methods.marginals import MarginalsMethod
+    from dpsynth.orchestration.release import flow_parameters, release_flow
+
+    ws = tmp_path / "ws"
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.5, delta=1e-6))
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+    monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1) or original(*a, **k))
+
+    def run(name: str, out: str) -> dict:
+        return release_flow(**flow_parameters(_config(tmp_path, name=name, out=tmp_path / out)))
+
+    run("r1", "out")
+    assert calls == [1] and list((ws / "prefect-results").iterdir())
+    shutil.rmtree(ws / "releases")
+    shutil.rmtree(ws / "encoded")
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.2, delta=1e-6))  # room for one draw only
+    with pytest.raises(registry.RegistryRefused, match="again") as refused:
+        run("r1", "out2")
+    assert "releases/" not in str(refused.value) and calls == [1]
+    registry.set_cap(ws, "demo", registry.Cap(epsilon=1.5, delta=1e-6))
+    result = run("r1", "out2")  # charged as a second draw; measurement and synthetic table rebuilt
+    assert calls == [1, 1] and not {"measure", "synthesize"} & set(result["cached"])
+    assert [d.name for d in registry.state(ws, "demo").draws] == ["r1", "r1"]
+    # the stored measurement is back: a third run is a free cache hit
+    result = run("r1", "out3")
+    assert calls == [1, 1] and "measure" in result["cached"] and len(registry.state(ws, "demo").draws) == 2
+    assert _loose_modes(ws) == []  # the task results in ws/prefect-results too (issue 23, section 3)
+
+
+# =============================================================================================
+# Issue 23, section 3: the workspace is private (0700 folders, 0600 files) whatever the umask.
+# =============================================================================================
+
+
+def _loose_modes(root: Path) -> list[str]:
+    """Every path under root (itself included) that is not 0700 (folder) / 0600 (file)."""
+    import stat
+
+    bad = []
+    for p in [root, *root.rglob("*")]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        if stat.S_IMODE(st.st_mode) != want:
+            bad.append(f"{oct(stat.S_IMODE(st.st_mode))} {p.relative_to(root)}")
+    return bad
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_workspace_is_owner_only_under_umask_022(tmp_path, umask_022, entry):
+    """Under umask 022, codes, measurements, the registry, locks, names, inputs, the gate's
+    Data Docs and the internal report used to be 0644 in 0755 folders. Now every path under
+    the workspace is 0700/0600; the published release stays readable (0755/0644), and the
+    caller's umask is back afterwards."""
+    import stat
+
+    from dpsynth.api import release
+
+    ws = tmp_path / "deep" / "ws"
+    if entry == "cli":
+        assert main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", "marginals",
+                     "--epsilon", "1", "--workspace", str(ws), "--engine", "local", "--out", str(tmp_path / "out"),
+                     "--name", "r", "--data-docs", "--internal-report"]) == 0
+    else:
+        done = release(pd.read_csv(DEMO), DEMO_SCHEMA, method="marginals", epsilon=1.0, name="r",
+                       out=tmp_path / "out", workspace=ws, seed=b"0123456789abcdef-not-secret")
+        assert done.registry == (ws / "registry.sqlite").absolute()  # which registry: in memory only
+    names = {p.name for p in ws.rglob("*")}
+    assert {"registry.sqlite", "secret.key", "r.lock", "r.json", "measurement.parquet", "COMPLETE"} <= names
+    assert entry == "cli" or list((ws / "inputs").iterdir())
+    assert _loose_modes(ws) == []
+    published = tmp_path / "out" / "r"
+    assert stat.S_IMODE(published.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE(p.stat().st_mode) == (0o755 if p.is_dir() else 0o644) for p in published.rglob("*"))
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+    assert os.umask(0o022) == 0o022  # restored
+
+
+def test_old_workspace_is_tightened_once_on_first_use(tmp_path, umask_022, monkeypatch, capsys):
+    """A workspace made by an earlier version (0755 folders, 0644 files) is tightened the
+    first time any command opens it; later opens skip the walk, unless its root was opened
+    up again."""
+    from dpsynth.privacy import workspace
+
+    ws = tmp_path / "ws"
+    (ws / "encoded" / "k" / "codes").mkdir(parents=True)
+    (ws / "encoded" / "k" / "codes" / "part-0.parquet").write_bytes(b"codes of raw rows")
+    (ws / "releases" / "k" / "measurement").mkdir(parents=True)
+    (ws / "releases" / "k" / "measurement" / "measurement.json").write_text("{}")
+    (ws / "prefect-results").mkdir()
+    (ws / "prefect-results" / "abc").write_text("{}")
+    os.symlink("/etc/hostname", ws / "link")  # never followed
+    assert _loose_modes(ws) != []
+    walks: list[int] = []
+    real = workspace.tighten
+    monkeypatch.setattr(workspace, "tighten", lambda root: walks.append(1) or real(root))
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert _loose_modes(ws) == [] and walks == [1]
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert walks == [1]  # cheap later: the marker and the root's mode
+    os.chmod(ws, 0o755)
+    assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
+    assert walks == [1, 1] and _loose_modes(ws) == []

@@ -91,7 +91,7 @@ def test_load_release_refuses_a_tampered_release(tmp_path, demo_paths):
         (dict(method="sds", params={"no_such_knob": 1}), ParamError, "no_such_knob"),
         (dict(method="nope"), ParamError, "unknown method 'nope'"),
         (dict(method="sds", epsilon=-1.0), ValueError, "epsilon"),
-        (dict(method="sds", delta=2.0), ValueError, "delta must lie in (0, 1)"),
+        (dict(method="sds", delta=2.0), ValueError, "delta must lie in (0, 0.001)"),
         (dict(method="sds", rows=0), ValueError, "rows"),
         (dict(method="sds", seed=b"short"), ValueError, "seed"),
     ],

@@ -267,7 +267,7 @@ def test_stages_in_small_chunks_write_todays_measurement(tmp_path, demo_paths, s
     plan = pipeline.prepare(config)
     codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256, chunk_rows=333)
     assert len(list(codes.glob("part-*.parquet"))) == 1 and RowSource.from_parquet(codes, plan.schema).rows > 333
-    folder = pipeline.measure_stage(plan, codes, chunk_rows=97)
+    folder = pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw, chunk_rows=97)
     whole = encode(read_table(data, plan.schema), plan.schema)
     assert np.array_equal(EncodedTable.from_parquet(codes, plan.schema).codes, whole.codes)
     ledger = Ledger(plan.budget, plan.charges)

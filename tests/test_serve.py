@@ -44,6 +44,8 @@ def test_serve_deploys_runs_and_stops(tmp_path):
         "DPSYNTH_HOME": str(home),
         "DPSYNTH_PREFECT_PORT": str(_free_port()),
         "DPSYNTH_BIN": str(Path(sys.executable).parent),
+        # the worker's user workspace (its registry): never the deployments' home folder
+        "DPSYNTH_WORKSPACE": str(tmp_path / "worker-ws"),
     }
     env.pop("PREFECT_API_URL", None)
     state = tmp_path / "prefect" / f"serve-{env['DPSYNTH_PREFECT_PORT']}"
@@ -85,6 +87,10 @@ def test_serve_deploys_runs_and_stops(tmp_path):
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "artifact", "inspect", "dpsynth-release",
              "-o", "json"], env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True, timeout=120)
         assert art.returncode == 0 and "served-1" in art.stdout and "epsilon spent" in art.stdout
+        from dpsynth.privacy import registry
+
+        assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo").draws] == ["served-1"]
+        assert not (home / ".dpsynth").exists()
         # the parameterised deployment has working defaults: no parameter needed
         run2 = subprocess.run(
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "deployment", "run",

@@ -129,7 +129,12 @@ def test_release_refuses_a_large_parquet_input_for_sds_before_any_charge(tmp_pat
 
 
 def _reference_csv(df, schema, path) -> None:
-    """The CSV writer before streaming (pandas' to_csv over Python strings), for comparison."""
+    """The CSV writer before streaming (pandas' to_csv over Python strings, with main's
+    formula escaping and its quote-everything rule for a carriage return), for comparison."""
+    import csv
+
+    from dpsynth.rows.encoding import csv_text
+
     out = {}
     for col in schema.columns:
         s = df[col.name]
@@ -140,9 +145,14 @@ def _reference_csv(df, schema, path) -> None:
             text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
         else:
             text = s.astype(object).to_numpy().copy()
-        text[null] = col.missing[0] if col.nullable else ""
+        if col.type == "categorical":
+            labels = {v: csv_text(v) for v in (*col.values, col.other_label)}
+            text = np.array(pd.Series(text, dtype=object).map(lambda v: labels.get(v, v)), dtype=object)
+        text[null] = csv_text(col.missing[0]) if col.nullable else ""
         out[col.name] = text
-    pd.DataFrame(out).to_csv(path, index=False, lineterminator="\n")
+    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
+    pd.DataFrame(out).to_csv(path, index=False, lineterminator="\n",
+                             quoting=csv.QUOTE_ALL if has_cr else csv.QUOTE_MINIMAL)
 
 
 def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths):
@@ -152,8 +162,8 @@ def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths
     from dpsynth.schema import schema_from_dict
 
     schema = schema_from_dict({"name": "t", "columns": [
-        {"name": "a,b", "type": "categorical", "values": ["x", 'say "hi"', "one, two", "line\nbreak", " pad "],
-         "missing": ["NA"]},
+        {"name": "a,b", "type": "categorical", "values": ["x", 'say "hi"', "one, two", "line\nbreak", " pad ",
+                                                         "=SUM(A1)", "-3", "@x"], "missing": ["NA"]},
         {"name": "f", "type": "numeric", "bounds": [1e-7, 1e18], "bins": 40, "missing": [""]},
         {"name": "g", "type": "numeric", "bounds": [-5, 5000], "bins": 9},  # Arrow's fast path
         {"name": "i", "type": "numeric", "bounds": [-50, 50], "bins": 7, "integer": True, "missing": ["?"]},
@@ -170,6 +180,14 @@ def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths
     write_csv(ddf, demo, tmp_path / "d-new.csv")
     _reference_csv(ddf, demo, tmp_path / "d-old.csv")
     assert (tmp_path / "d-new.csv").read_bytes() == (tmp_path / "d-old.csv").read_bytes()
+    cr = schema_from_dict({"name": "cr", "columns": [
+        {"name": "a", "type": "categorical", "values": ["x\ry", "z"], "missing": ["+NA"]},
+        {"name": "f", "type": "numeric", "bounds": [0, 10], "bins": 3, "missing": [""]}]})
+    ccodes = np.stack([rng.integers(0, c.cardinality, 500) for c in cr.columns], axis=1).astype(np.uint8)
+    cdf = decode(EncodedTable(schema=cr, codes=ccodes), rng)
+    write_csv(cdf, cr, tmp_path / "c-new.csv")
+    _reference_csv(cdf, cr, tmp_path / "c-old.csv")
+    assert (tmp_path / "c-new.csv").read_bytes() == (tmp_path / "c-old.csv").read_bytes()
 
 
 def test_methods_say_which_hold_the_whole_table(capsys):

@@ -274,6 +274,9 @@ def _serve_on(recv_fd: int, send_fd: int, parent: int) -> None:
     import gc
     from multiprocessing.connection import Connection
 
+    # It writes only into the private workspace (Data Docs), and may have started before
+    # the release opened it (the CLI starts it first): owner-only files, whatever the umask.
+    os.umask(0o077)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     recv, send = Connection(recv_fd, writable=False), Connection(send_fd, readable=False)
     # The import creates ~1M long-lived objects; collecting them over and over while they

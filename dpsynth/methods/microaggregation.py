@@ -12,8 +12,12 @@ Every published block mean averages at least ``group_size`` records: the release
 ``group_size``-anonymous in the microaggregation sense, which protects far less than
 differential privacy (block means of small groups can still reveal attributes, and
 nothing bounds what two releases reveal together). It therefore needs the explicit
-opt-in ``anonymous_only=true``; its measurement carries the statement
-``PrivacyStatement(kind="anonymous")`` so every file a reader sees says "not DP".
+opt-in ``anonymous_only=true``. Its measurement carries the statement
+``PrivacyStatement(kind="anonymous")``, so the files that state a guarantee say "NOT
+differentially private": ``manifest.json``, ``measurement.json``, ``report.html`` (a red
+box first), ``dpsynth verify`` and the CLI's last line. The data files
+(``synthetic.csv``, ``synthetic.parquet``, the measurement tables) carry no statement of
+their own: pass them on with the manifest or the report.
 """
 
 from __future__ import annotations

@@ -64,6 +64,9 @@ def tulap_cdf(x: np.ndarray, b: float, m: float = 0.0) -> np.ndarray:
 
 def release_counts(x: int, n: int, y: int, m: int, epsilon: float, rng: np.random.Generator) -> tuple[float, float]:
     """The curator's epsilon-DP release (X + N1, Y + N2)."""
+    for what, value in (("x_noisy", x_noisy), ("y_noisy", y_noisy), ("epsilon", epsilon)):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number, got {value!r}")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     if not (0 <= x <= n and 0 <= y <= m):
@@ -95,6 +98,9 @@ def two_proportions_test(
         raise ValueError(f"group sizes must be >= 1, got n={n}, m={m}")
     if replicates < 1:
         raise ValueError(f"replicates must be >= 1, got {replicates}")
+    for what, value in (("x_noisy", x_noisy), ("y_noisy", y_noisy), ("epsilon", epsilon)):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number, got {value!r}")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     b = math.exp(-epsilon)

@@ -12,6 +12,7 @@ the results of the cached ones are persisted there too.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +29,8 @@ from dpsynth.pipeline import (
     run_stages,
     timed,
 )
+from dpsynth.pipeline.stages import COMPLETE
+from dpsynth.privacy.workspace import private_workspace
 from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
@@ -92,7 +95,13 @@ def flow_parameters(config: ReleaseConfig) -> dict[str, Any]:
 
 def prefect_runner(workspace: Path) -> StageRunner:
     """Runs each stage as its Prefect task; the cached ones persist their results (paths
-    and seconds) in the private workspace and report a cache hit as 0 seconds."""
+    and seconds) in the private workspace and report a cache hit as 0 seconds.
+
+    A cache entry must not outlive what it points to: a hit whose folder is gone from the
+    workspace (an operator cleared ``encoded/`` or ``releases/`` but not
+    ``prefect-results/``) runs the task again with its cache refreshed, which rebuilds
+    the folder (the measure stage only with a fresh registry charge).
+    """
     storage = _workspace_storage(workspace)
 
     def run(stage: str, *args: Any) -> tuple[Any, float, bool]:
@@ -102,11 +111,21 @@ def prefect_runner(workspace: Path) -> StageRunner:
         if not cacheable:
             result = task(*args)
             return result[key], result["seconds"], False
-        state = task.with_options(result_storage=storage)(*args, return_state=True)
+        cached = task.with_options(result_storage=storage)
+        state = cached(*args, return_state=True)
         result, hit = state.result(), state.name == "Cached"
+        if hit and not _present(stage, Path(result[key])):
+            state = cached.with_options(refresh_cache=True)(*args, return_state=True)
+            result, hit = state.result(), False
         return Path(result[key]), 0.0 if hit else result["seconds"], hit
 
     return run
+
+
+def _present(stage: str, path: Path) -> bool:
+    """Whether a cached stage's output is still in the workspace (a complete folder for
+    measure and synthesize, the codes folder for encode)."""
+    return (path / COMPLETE).exists() if stage in ("measure", "synthesize") else path.exists()
 
 
 @flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
@@ -149,11 +168,15 @@ def release_flow(
     arguments["name"] = _resolve_name(name)
     config = ReleaseConfig.from_arguments(**arguments)
     timings: dict[str, float] = {}
-    with timed("prepare", timings):
-        plan = prepare(config)
-    done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    with private_workspace(config.workspace):  # owner-only: codes, measurements, registry, task results
+        with timed("prepare", timings):
+            plan = prepare(config)
+        done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+    if deployment.id:  # a deployed run: the worker's console is the operator's (the CLI prints its own)
+        print(f"dpsynth: {done.registry}", file=sys.stderr, flush=True)
     _release_artifact(done.folder)
-    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings}
+    return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings,
+            "registry": done.registry}
 
 
 def _release_artifact(folder: str) -> None:
@@ -175,6 +198,7 @@ def _release_artifact(folder: str) -> None:
     if ds:
         cap = ds.get("cap_epsilon")
         lines.append(f"- dataset `{ds['name']}`: epsilon {ds['spent_epsilon_including_this']:.6g} spent over "
-                     f"{ds['releases_including_this']} release(s), cap {'none declared' if cap is None else cap}")
+                     f"{ds['releases_including_this']} release(s) ({ds.get('draws_including_this', '?')} noise "
+                     f"draw(s)), cap {'none declared' if cap is None else cap}")
     create_markdown_artifact(key="dpsynth-release", markdown="\n".join(lines),
                              description=f"dpsynth release {manifest['name']}")

@@ -9,26 +9,33 @@
   timer, and :func:`run_release`, the local engine. ``tasks/`` wraps each stage in a
   Prefect task and ``flows/release.py`` runs the same sequence over them.
 
-Workspace layout (private: it holds codes of raw rows; never publish it)::
+Workspace layout (private: it holds codes of raw rows; never publish it). One per user by
+default (:func:`dpsynth.privacy.workspace.default_workspace`), owner-only (folders 0700, files 0600:
+:func:`dpsynth.privacy.workspace.private_workspace`)::
 
     WORKSPACE/
-      encoded/<HMAC of data sha256 and schema>/codes.parquet   encode cache
+      encoded/<HMAC of data sha256 and schema>/codes/   encode cache (Parquet parts)
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
         synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        synthetic-rows<N>/  the same for --rows N (one cache per row count)
         validation.json
       names/<release name>.json                           name -> release key
       names/<release name>.lock                           held (flock) for a whole run
-      registry.sqlite                                     lifetime budget per dataset
+      inputs/, schemas/                                   the Python API's frames and schemas
+      prefect-results/                                    the Prefect engine's cached task results
+      registry.sqlite                                     lifetime budget per dataset: every noise draw
       secret.key                                          keys the release key and names derived from the input
+      .private-v1                                         the workspace was tightened once
 
 A measurement folder is written to a temporary name and renamed once complete, so a
 crash never leaves a half measurement, and a completed one is never redrawn: a
-re-run of the same release reuses it and the ledger is charged once (DESIGN.md,
-decision 5). A release name can carry only one measurement: re-using it with
-different inputs is refused before anything is measured, and a run holds its name
-exclusively from claim to publish (decision 11). Before measuring, the release is
-charged to its dataset in the lifetime registry (decision 10, :mod:`dpsynth.privacy.registry`).
+re-run of the same release reuses it and is not charged again (DESIGN.md, decision 5).
+A release name can carry only one measurement: re-using it with different inputs is
+refused before anything is measured, and a run holds its name exclusively from claim to
+publish (decision 11). Right before measuring, the draw is charged to its dataset in the
+lifetime registry (decisions 10 and 14, :mod:`dpsynth.privacy.registry`); a run whose complete
+measurement is gone is charged again, and the measure stage draws only with that charge.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,10 +28,11 @@ from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.base import Method, convert_param
 from ..precheck import check_disk, check_installed, check_options, check_rows, noise_warnings
-from ..privacy.budget import Budget, Charge, Ledger
+from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
+from ..privacy.workspace import default_workspace
 from ..privacy.workspace_key import opaque_key, workspace_secret
 
 __all__ = [
@@ -66,11 +66,6 @@ class BudgetSpent(ReleaseError):
 
 class ValidationFailed(BudgetSpent):
     """The gate failed: the release is not publishable (its budget was spent measuring)."""
-
-
-def default_workspace() -> Path:
-    """The private workspace: ``$DPSYNTH_WORKSPACE``, else ``.dpsynth/workspace``."""
-    return Path(os.environ.get("DPSYNTH_WORKSPACE", ".dpsynth/workspace"))
 
 
 # Fields holding a path; from_arguments accepts text for them, to_arguments gives text.
@@ -129,7 +124,7 @@ class ReleaseConfig:
         """The one mapping from loose arguments to a config (CLI, flow and API use it).
 
         Paths may be text; ``None`` (or empty text for an optional path) stands for a
-        setting's default (the workspace's is ``$DPSYNTH_WORKSPACE``), and ``params``/``gate`` may be any mapping or ``None``.
+        setting's default (the workspace's is :func:`dpsynth.privacy.workspace.default_workspace`: ``$DPSYNTH_WORKSPACE``, else one per user), and ``params``/``gate`` may be any mapping or ``None``.
         An unknown argument is refused by name.
         """
         unknown = sorted(set(arguments) - set(cls.field_names()))
@@ -256,6 +251,20 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     return method_params, options
 
 
+def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charge, ...],
+                          delta: float) -> tuple[str, ...]:
+    """Before measuring, from a row count the data owner declared public (``public_n``);
+    nothing for a pure epsilon-DP plan, whose guarantee has delta 0."""
+    if is_pure(charges):
+        return ()
+    try:
+        n = int(method_params["public_n"])
+    except (KeyError, TypeError, ValueError):
+        return ()
+    note = delta_warning(delta, n, "the declared public row count")
+    return (note,) if note else ()
+
+
 def parquet_rows(data: str | Path) -> int | None:
     """The input's row count from Parquet metadata (no row read), or None (CSV, or unreadable:
     the input checks that follow name the problem)."""
@@ -281,6 +290,7 @@ class PublicChecks:
     charges: tuple[Charge, ...]
     seed: bytes | None
     name: str
+    method_params: Mapping[str, Any]
 
 
 def check_public(config: ReleaseConfig) -> PublicChecks:
@@ -294,6 +304,7 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     method = get_method(config.method, method_params)
     check_options(type(method), options)
     check_installed(type(method), options, config.dask_address)
+    check_delta(config.delta)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
@@ -309,13 +320,14 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
         raise ReleaseError(f"input {config.data}: no such file")
     for f in input_files(config.data):
         check_file(f, schema)
+    check_dataset_name(config.dataset or schema.name)  # the registry's identity, refused now if misspelt
     name = config.name or f"{schema.name}-{method.name}-eps{config.epsilon:g}"
     check_name(name)
     target = Path(config.out) / name
     if target.exists():
         raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
     return PublicChecks(schema=schema, method=method, options=options, budget=budget, charges=tuple(charges),
-                        seed=seed, name=name)
+                        seed=seed, name=name, method_params=method_params)
 
 
 def prepare(config: ReleaseConfig) -> ReleasePlan:
@@ -333,7 +345,8 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
-        warnings=noise_warnings(charges, budget.epsilon),
+        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(c.method_params, charges,
+                                                                                     budget.delta),
         budget=budget,
         charges=charges,
         name=name,

@@ -19,9 +19,10 @@ from typing import Any, Callable, Iterator, Protocol
 
 from ..methods.guidance import assess
 from ..measurement import Measurement
-from ..privacy.registry import DatasetState, charge
-from ..privacy.workspace import LockBusy, exclusive_lock
+from ..privacy.registry import DatasetState, DrawRefused, charge, near_twin_warning, registry_path
+from ..privacy.workspace import LockBusy, exclusive_lock, private_workspace
 from . import stages
+from .messages import public_error, public_message
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
 
@@ -31,6 +32,7 @@ __all__ = [
     "charge_dataset",
     "claim_name",
     "local_runner",
+    "registry_line",
     "run_release",
     "run_stages",
     "spent_on_failure",
@@ -56,18 +58,21 @@ def timed(stage: str, timings: dict[str, float], say: Say = _quiet) -> Iterator[
 
 
 @contextmanager
-def spent_on_failure(stage: str) -> Iterator[None]:
+def spent_on_failure(stage: str, workspace: Path | None = None) -> Iterator[None]:
     """Turns any failure inside ``stage`` (the measure stage or later) into :class:`BudgetSpent`.
 
-    The first line of the original message is kept (our messages never quote a row).
+    The first line of the original message is kept (our messages never quote a row),
+    without the workspace's private paths and keys (:mod:`.messages`); the cause chained
+    to it is the same public form, never the original with its paths.
     """
     try:
         yield
-    except BudgetSpent:
+    except (BudgetSpent, DrawRefused):
         raise
     except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BudgetSpent(f"{stage} failed after measuring, {BudgetSpent.NOTE}: {reason}") from exc
+        cause = public_error(exc, workspace)
+        reason = public_message(cause, workspace).splitlines()[0]
+        raise BudgetSpent(f"{stage} failed after measuring, {BudgetSpent.NOTE}: {reason}") from cause
 
 
 @contextmanager
@@ -114,22 +119,42 @@ def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
 
 
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
-    """Charges the release to its dataset's lifetime registry before it measures.
+    """Charges the release's noise draw to its dataset's lifetime registry before it measures.
 
-    Raises :class:`dpsynth.privacy.registry.RegistryRefused` past the dataset's cap; a retry of
-    the same release (same key) is not charged again.
+    Called under the name's lock, right before the measure stage. Free only when the
+    stored complete measurement of this release key exists (the measure stage will reuse
+    it and draw nothing); otherwise a new draw is charged, even for a known key (its
+    measurement was deleted, or a crash came before it was complete), and refused past
+    the cap with :class:`dpsynth.privacy.registry.RegistryRefused`. The state's ``draw`` is what
+    the measure stage needs to draw noise (DESIGN.md, decision 14).
     """
     limit = (plan.config.period, float(plan.config.period_epsilon)) if plan.config.period else None
+    reuse = (plan.release_dir() / "measurement" / COMPLETE).exists()
     return charge(plan.config.workspace, plan.dataset, plan.key, plan.name, plan.charges,
-                  float(plan.budget.delta), limit=limit)  # type: ignore[arg-type]
+                  float(plan.budget.delta), reuse=reuse, limit=limit)  # type: ignore[arg-type]
+
+
+def registry_line(plan: ReleasePlan, dataset: DatasetState) -> str:
+    """One line for the operator's console (never a published file): which registry the
+    run charged, and whether it drew noise or reused its stored measurement."""
+    where = registry_path(plan.config.workspace).absolute()
+    if dataset.charged_now and dataset.draw is not None and dataset.draw.fresh:
+        n = len(dataset.draws_by_name().get(plan.name, []))
+        what = (f"charged a noise draw of release {plan.name!r} to dataset {plan.dataset!r} "
+                f"({'its first draw' if n == 1 else f'draw {n} of that release name'})")
+    elif dataset.charged_now:
+        what = f"charged release {plan.name!r} to dataset {plan.dataset!r} (its measurement was not on record)"
+    else:
+        what = f"no new charge: release {plan.name!r} reused its stored measurement (dataset {plan.dataset!r})"
+    return f"privacy registry {where}: {what}"
 
 
 class StageRunner(Protocol):
     """Runs one named stage for an engine: returns its output, its seconds (0.0 when
     served from a cache) and whether it was served from a cache.
 
-    Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes)
-    -> measurement folder``, ``synthesize(plan, measurement) -> synthetic folder``,
+    Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes,
+    draw) -> measurement folder`` (``draw``: the registry's grant), ``synthesize(plan, measurement) -> synthetic folder``,
     ``validate(plan, synthetic, measurement) -> gate summary``,
     ``internal_report(plan, codes, synthetic)``, ``publish(plan, measurement,
     synthetic, summary, timings, dataset) -> release folder``.
@@ -141,12 +166,14 @@ class StageRunner(Protocol):
 @dataclass(frozen=True)
 class StagesDone:
     """What a finished run reports: the release folder, stage seconds, the stages served
-    from a cache, and every warning (the plan's, then the small-sample guard's)."""
+    from a cache, every warning (the plan's, then the small-sample guard's), and which
+    registry was charged (:func:`registry_line`)."""
 
     folder: Any
     timings: dict[str, float]
     cached: list[str]
     warnings: list[str]
+    registry: str = ""  # registry_line(): for the operator's console only
 
 
 def run_stages(
@@ -166,6 +193,7 @@ def run_stages(
     """
     cached: list[str] = []
     warnings = list(plan.warnings)
+    ws = plan.config.workspace
 
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)
@@ -175,30 +203,35 @@ def run_stages(
 
     with claim_name(plan):
         codes = step("encode", plan)
-        dataset = charge_dataset(plan)  # in the orchestrating process, before measuring
+        if (twin := near_twin_warning(plan.config.workspace, plan.dataset)) is not None:
+            warnings.append(twin)  # on the console only: it names another dataset
+            warn(twin)
+        dataset = charge_dataset(plan)  # in the orchestrating process, right before measuring
         # GE's import runs in the background while the method works; only a request that
         # got its name and its budget pays for it (a refused one exits with one clean line).
         stages.start_gate_warm_up()
         # From the measure stage on, a failure means the budget was spent (exit 1, said so).
-        with spent_on_failure("measure"):
-            measurement = step("measure", plan, codes)
-        if (advice := utility_warning(plan, Path(measurement))) is not None:
+        with spent_on_failure("measure", ws):
+            measurement = step("measure", plan, codes, dataset.draw)
+            said = [utility_warning(plan, Path(measurement)), stages.measured_delta_warning(plan, Path(measurement))]
+        for advice in filter(None, said):
             warnings.append(advice)
             warn(advice)
-        with spent_on_failure("synthesize"):
+        with spent_on_failure("synthesize", ws):
             synthetic = step("synthesize", plan, measurement)
-        with spent_on_failure("validate"):
+        with spent_on_failure("validate", ws):
             summary = step("validate", plan, synthetic, measurement)
         if plan.config.internal_report:
-            with spent_on_failure("internal report"):
+            with spent_on_failure("internal report", ws):
                 step("internal_report", plan, codes, synthetic)
         if started is not None:
             work = sum(timings.values())
             timings["orchestration"] = round(max(0.0, time.perf_counter() - started - work), 6)
-        with spent_on_failure("publish"):
+        with spent_on_failure("publish", ws):
             folder, _, _ = runner("publish", plan, measurement, synthetic, summary, timings,
                                   dataset.to_manifest())
-    return StagesDone(folder=folder, timings=timings, cached=cached, warnings=warnings)
+    return StagesDone(folder=folder, timings=timings, cached=cached, warnings=warnings,
+                      registry=registry_line(plan, dataset))
 
 
 def local_runner(say: Say = _quiet) -> StageRunner:
@@ -231,16 +264,20 @@ _STAGE_FUNCTIONS = {
 
 
 def run_release(config: ReleaseConfig, progress: Say | None = None) -> Path:
-    """All stages in order, without Prefect. Returns the published folder.
+    """All stages in order, without Prefect, in the privately opened workspace
+    (:func:`dpsynth.privacy.workspace.private_workspace`). Returns the published folder.
 
     ``progress`` receives one line per stage start and end (names and seconds only),
-    and each warning as ``warning: ...``.
+    each warning as ``warning: ...``, and at the end which registry was charged as
+    ``registry: ...`` (a local path: for the operator's console, never a published file).
     """
     say = progress or _quiet
     timings: dict[str, float] = {}
-    with timed("prepare", timings, say):
-        plan = prepare(config)
-    for warning in plan.warnings:
-        say(f"warning: {warning}")
-    done = run_stages(plan, local_runner(say), timings, warn=lambda advice: say(f"warning: {advice}"))
+    with private_workspace(config.workspace):
+        with timed("prepare", timings, say):
+            plan = prepare(config)
+        for warning in plan.warnings:
+            say(f"warning: {warning}")
+        done = run_stages(plan, local_runner(say), timings, warn=lambda advice: say(f"warning: {advice}"))
+    say(f"registry: {done.registry}")
     return done.folder

@@ -24,8 +24,9 @@ from ..publish.bundle import fsync_path, publish_release, read_sign_key
 from ..rows.encode_parts import encode_to_parts
 from ..rows.encoding import EncodedTable
 from ..measurement import Measurement, PrivacyStatement
-from ..privacy.budget import Ledger
+from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
+from ..privacy.registry import Draw, consume_draw
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
 from ..privacy.workspace_key import opaque_key
@@ -41,8 +42,10 @@ __all__ = [
     "gate_files",
     "internal_report_stage",
     "measure_stage",
+    "measured_delta_warning",
     "publish_stage",
     "synthesize_stage",
+    "synthetic_folder",
     "start_gate_warm_up",
     "validate_stage",
     "write_atomic",
@@ -77,6 +80,7 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
     try:
         encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner)
         for f in tmp.iterdir():
+            os.chmod(f, 0o600)  # written by Dask workers too, whose umask is not ours
             fsync_path(f)
         try:
             os.replace(tmp, path)
@@ -101,9 +105,16 @@ def encode_release(plan: ReleasePlan) -> Path:
                             runner=runner)
 
 
-def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None = None,
-                  runner: Runner | None = None) -> Path:
+def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None, *,
+                  chunk_rows: int | None = None, runner: Runner | None = None) -> Path:
     """The DP boundary. Returns the measurement folder; never measures twice.
+
+    A complete measurement of this release is returned as it is (no noise drawn).
+    Otherwise noise is drawn only with ``draw``, a fresh charge of this release granted
+    by the registry (:func:`dpsynth.pipeline.charge_dataset`), marked used right before
+    the method runs: without one, :class:`dpsynth.privacy.registry.DrawRefused` and nothing is
+    measured (DESIGN.md, decision 14). A new measurement replaces any synthetic folder
+    made from an earlier one of the same key.
 
     A method that measures counts reads the codes partition by partition (memory bounded
     by ``chunk_rows``, default the config's; on a Dask ``runner``, default the config's
@@ -114,16 +125,20 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, *, chunk_rows: int | None
         return folder
     if runner is None:
         with row_runner(plan.config.dask_address) as opened:
-            return measure_stage(plan, codes_path, chunk_rows=chunk_rows, runner=opened)
+            return measure_stage(plan, codes_path, draw, chunk_rows=chunk_rows, runner=opened)
     method = plan.method()
     source = RowSource.from_parquet(codes_path, plan.schema, chunk_rows=chunk_rows or plan.config.chunk_rows,
                                     runner=runner)
     codes = source if getattr(method, "measures_counts", False) else load_rows(source, plan.method_name)
     ledger = Ledger(plan.budget, plan.charges)
+    consume_draw(plan.config.workspace, draw, plan.dataset, plan.key)  # the charge, used once, then the noise
     m = method.measure(codes, ledger, plan.rng("measure"))
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    stale = plan.release_dir() / "synthetic"
+    if stale.exists():  # made from a measurement that is gone: never publish it beside this one
+        shutil.rmtree(stale)
     with complete_folder(folder) as tmp:
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -142,18 +157,30 @@ def row_runner(dask_address: str | None) -> Iterator[Runner]:
         yield runner
 
 
+def synthetic_folder(plan: ReleasePlan) -> Path:
+    """The synthetic cache of a plan: one per requested row count, since a new ``--rows``
+    on the same measurement is free post-processing, not a reason to reuse the old table.
+
+    Everything else synthesize reads (measurement, method, parameters, post-processing
+    options, seed) is in the release key already.
+    """
+    rows = plan.config.rows
+    return plan.release_dir() / ("synthetic" if rows is None else f"synthetic-rows{int(rows)}")
+
+
 def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: int | None = None) -> Path:
     """Post-processing of the measurement only: synthetic codes, then values, streamed to
     ``synthetic-codes.parquet``, ``synthetic.parquet`` and ``synthetic.csv`` in blocks
-    (:mod:`dpsynth.pipeline.synthetic`); ``chunk_rows`` (default the config's) bounds the
-    codes held at once and never changes the bytes.
+    (:mod:`dpsynth.pipeline.synthetic`; cached per row count, :func:`synthetic_folder`);
+    ``chunk_rows`` (default the config's) bounds the codes held at once and never changes
+    the bytes.
 
     A method that streams (``streams_synthesis``) draws block by block; the others, and
     ``correct_marginals`` (a reweighting of the whole table), build the table in memory first.
     """
     from .synthetic import TableSampler, write_synthetic
 
-    folder = plan.release_dir() / "synthetic"
+    folder = synthetic_folder(plan)
     if (folder / COMPLETE).exists():
         return folder
     m = Measurement.load(measurement_dir)
@@ -307,6 +334,8 @@ def publish_stage(
     if data_docs:
         files["data-docs"] = folder / "data-docs"
     rows = pq.ParquetFile(str(files["synthetic.parquet"])).metadata.num_rows
+    notes = [*plan.warnings, *filter(None, [measured_delta_warning(plan, measurement_dir)])]
+    pure = _pure(m_meta)
     manifest = {
         "name": plan.name,
         "method": plan.method_name,
@@ -315,14 +344,12 @@ def publish_stage(
         "schema_sha256": plan.schema.fingerprint(),
         "privacy": {
             "epsilon": plan.budget.epsilon,
-            "delta": plan.budget.delta,
-            "rho": plan.budget.rho,
+            **_accounting(plan, ledger, m_meta),
             "rho_spent": ledger["rho_spent"],
             "epsilon_spent": ledger["epsilon_spent"],
-            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)",
             "ledger": ledger["stages"],
-            **_privacy_statement(m_meta),
-            **({"notes": list(plan.warnings)} if plan.warnings else {}),
+            **_privacy_statement(m_meta, pure),
+            **({"notes": notes} if notes else {}),
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
         "postprocessing": dict(plan.options),
@@ -349,6 +376,17 @@ def publish_stage(
                            sign_key=key)
 
 
+def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
+    """A warning when the release's delta is above 1/(the DP record count): known once
+    measured (post-processing of the measurement). The engine says it on stderr, publish
+    repeats it as a manifest note; not said twice when a public row count said it already."""
+    if is_pure(plan.charges) or any(note.startswith(f"delta {plan.budget.delta:g} is above")
+                                    for note in plan.warnings):
+        return None  # pure epsilon-DP has delta 0; or a public row count said it already
+    records = Measurement.load(measurement_dir).estimated_records()
+    return delta_warning(plan.budget.delta, records, "the record count as the DP measurement estimates it")
+
+
 def _size(path: Path) -> int:
     """Bytes of a file, or of every file under a folder."""
     if path.is_dir():
@@ -356,11 +394,27 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def _privacy_statement(m_meta: Mapping[str, Any]) -> dict[str, Any]:
+def _pure(m_meta: Mapping[str, Any]) -> bool:
+    """A DP measurement whose every charge is pure epsilon: pure epsilon-DP, delta 0."""
+    st = PrivacyStatement.from_dict(m_meta["statement"])
+    return st.differentially_private and is_pure(Charge.from_dict(c) for c in m_meta.get("charges", []))
+
+
+def _accounting(plan: ReleasePlan, ledger: Mapping[str, Any], m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """delta, rho and how the stages compose: zCDP converted with CKS, or, when every charge
+    is pure epsilon, pure epsilon-DP with delta 0 (the configured delta changed nothing)."""
+    if _pure(m_meta):
+        return {"delta": 0.0, "rho": None, "pure_epsilon": True, "delta_requested": plan.budget.delta,
+                "accounting": "pure epsilon-DP: the stages' epsilons add up (basic composition); delta 0"}
+    return {"delta": plan.budget.delta, "rho": plan.budget.rho,
+            "accounting": "zCDP, converted with Canonne-Kamath-Steinke (2020)"}
+
+
+def _privacy_statement(m_meta: Mapping[str, Any], pure: bool = False) -> dict[str, Any]:
     """The manifest's statement fields, from the measurement's typed statement."""
     st = PrivacyStatement.from_dict(m_meta["statement"])
     out: dict[str, Any] = {"differentially_private": st.differentially_private, "guarantee": st.kind,
-                           "headline": st.headline()}
+                           "headline": st.headline(pure)}
     if st.neighbours:
         out["neighbours"] = st.neighbours
     if st.detail:

@@ -16,10 +16,38 @@ from typing import Any, Iterable
 
 from .accounting import epsilon_from_rho, rho_from_epsilon
 
-__all__ = ["Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "total_epsilon"]
+__all__ = ["MAX_DELTA", "Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "check_delta",
+           "delta_warning", "is_pure", "stated_budget", "total_epsilon"]
 
 # Relative slack allowed when comparing sums of floating-point shares with the budget.
 _RHO_TOLERANCE = 1e-9
+
+
+#: A release's or a dataset cap's delta must lie below this (docs/privacy.md, "Choosing delta"):
+#: a delta of 1e-3 or more is above 1/n for every table of 1,000 rows or more, which no
+#: standard accepts (a mechanism publishing each record with probability delta meets it).
+MAX_DELTA = 1e-3
+
+
+def check_delta(delta: Any, what: str = "delta") -> float:
+    """Refuses a delta outside (0, :data:`MAX_DELTA`), naming ``what``; returns it as a float."""
+    ok = isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta)
+    if not (ok and 0 < delta < MAX_DELTA):
+        raise ValueError(
+            f"{what} must lie in (0, {MAX_DELTA:g}), got {delta!r}: a delta this large lets a release publish "
+            "about delta x rows records outright, which no DP standard accepts; pass e.g. --delta 1e-6, well "
+            "below 1/rows (docs/privacy.md, 'Choosing delta')"
+        )
+    return float(delta)
+
+
+def delta_warning(delta: float, records: int | None, source: str) -> str | None:
+    """A warning when ``delta`` is above 1/``records`` (the usual standard is delta well
+    below 1/n); ``source`` says where the count comes from (public or DP: never the rows)."""
+    if records is None or records < 1 or delta <= 1.0 / records:
+        return None
+    return (f"delta {delta:g} is above 1/{records} ({source}): the guarantee then allows publishing "
+            f"records outright; use a delta well below 1/rows, e.g. --delta {10 ** math.floor(math.log10(0.1 / records)):g}")
 
 
 class BudgetExceeded(ValueError):
@@ -107,6 +135,23 @@ def total_epsilon(charges: Iterable[Charge], delta: float) -> float:
     rho = sum(c.rho for c in charges)
     pure = sum(c.epsilon for c in charges)
     return pure + (epsilon_from_rho(rho, delta) if rho > 0 else 0.0)
+
+
+def is_pure(charges: Iterable[Charge]) -> bool:
+    """Whether every charge is a pure-epsilon cost (no zCDP part): the charges then compose
+    to pure epsilon-DP, delta 0, whatever delta the release was configured with."""
+    charges = list(charges)
+    return bool(charges) and all(c.rho == 0.0 for c in charges) and any(c.epsilon > 0.0 for c in charges)
+
+
+def stated_budget(privacy: Any) -> Budget:
+    """The budget a manifest's ``privacy`` section states. A pure epsilon-DP release states
+    delta 0; its ledger does not depend on delta, so it is checked at the delta it was
+    configured with (``delta_requested``)."""
+    delta = float(privacy["delta"])
+    if delta == 0.0:
+        delta = float(privacy.get("delta_requested", 1e-6))
+    return Budget(epsilon=float(privacy["epsilon"]), delta=delta)
 
 
 class Ledger:

@@ -1,47 +1,60 @@
-"""Lifetime privacy registry: every release of a declared dataset, charged against its cap.
+"""Lifetime privacy registry: every noise draw of a declared dataset, charged against its cap.
 
 A release's own budget bounds what *that* release reveals; a table released every night
 reveals more every night. The registry (SQLite, ``WORKSPACE/registry.sqlite``, private)
-adds the releases of one dataset up (DESIGN.md, decision 10):
+adds up what the measurements of one dataset reveal (DESIGN.md, decisions 10 and 14):
 
 * the user declares a dataset identity (a public name, never derived from the rows) and
   a cap: lifetime (epsilon, delta), optionally a per-period epsilon (day, week, month);
-* every release is charged before it measures, in one ``BEGIN IMMEDIATE`` transaction
+* every noise draw is charged before it happens, in one ``BEGIN IMMEDIATE`` transaction
   (check, then insert), so two racing releases cannot both take the last budget;
-* a charge is keyed by the release key: a retry of the same release (which reuses its
-  cached measurement and draws no new noise) is not charged again;
-* composition across releases: zCDP rho adds, pure-epsilon parts add, and the total is
+* the registry records draws, not release keys: a run is free only when it reuses the
+  stored complete measurement of its key (``reuse=True``); any other run of a known key
+  (its measurement was deleted, or a crash came before it was complete) is charged again;
+* :func:`charge` returns a :class:`Draw`, and the measure stage may draw noise only after
+  :func:`consume_draw` marks that charge used (once): no draw without a charge;
+* composition across draws: zCDP rho adds, pure-epsilon parts add, and the total is
   pure + CKS(rho, delta_cap) (:func:`dpsynth.privacy.budget.total_epsilon`).
 
 A dataset without a declared cap is still recorded (so a cap set later counts the past),
-and the caller is told there is no cap. Pure library: no Prefect.
+and the caller is told there is no cap. Every function opens the workspace privately
+(:func:`dpsynth.privacy.workspace.private_workspace`). Pure library: no Prefect.
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from contextlib import closing
-from dataclasses import dataclass
+import unicodedata
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
-from .budget import BudgetExceeded, Charge, total_epsilon
+from .budget import BudgetExceeded, Charge, check_delta, total_epsilon
+from .workspace import private_workspace
 
 __all__ = [
     "REGISTRY_FILE",
     "PERIODS",
     "Cap",
     "DatasetState",
+    "Draw",
+    "DrawCost",
+    "DrawRefused",
     "ReleaseCost",
     "RegistryRefused",
     "registry_path",
     "set_cap",
     "get_cap",
     "charge",
+    "consume_draw",
     "state",
     "check_dataset_name",
+    "dataset_name_key",
+    "near_twin_warning",
+    "near_twins",
     "check_period",
     "period_start",
 ]
@@ -60,7 +73,8 @@ CREATE TABLE IF NOT EXISTS caps (
     period_epsilon REAL,
     set_at TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS releases (
+CREATE TABLE IF NOT EXISTS draws (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     dataset TEXT NOT NULL,
     release_key TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -69,20 +83,58 @@ CREATE TABLE IF NOT EXISTS releases (
     epsilon REAL NOT NULL,
     delta REAL NOT NULL,
     charged_at TEXT NOT NULL,
-    PRIMARY KEY (dataset, release_key)
+    measured_at TEXT
 );
+CREATE INDEX IF NOT EXISTS draws_by_key ON draws (dataset, release_key);
 """
+
+_COST_COLUMNS = "dataset, release_key, name, rho, pure_epsilon, epsilon, delta, charged_at"
 
 
 class RegistryRefused(BudgetExceeded):
     """A release that would take its dataset past its lifetime or period cap."""
 
 
+class DrawRefused(RuntimeError):
+    """The measure stage was asked to draw noise without an unused charge for its release."""
+
+
 def check_dataset_name(name: str) -> str:
-    """Refuses a dataset name that is empty, too long or spans lines; returns it."""
+    """Refuses a dataset name that is empty, too long, spans lines, has surrounding spaces
+    or is not in Unicode NFC form (another spelling of one name would silently open a new,
+    uncapped dataset); returns it."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or any(ch in name for ch in "\0\n\r"):
         raise ValueError(f"dataset name {name!r} must be a non-empty line of at most 200 characters")
+    canonical = unicodedata.normalize("NFC", name.strip())
+    if canonical != name:
+        raise ValueError(f"dataset name {name!r} has surrounding spaces or decomposed Unicode: write it as "
+                         f"{canonical!r} (another spelling of a name would count as another dataset)")
     return name
+
+
+def dataset_name_key(name: str) -> str:
+    """What two dataset names are compared by: stripped, NFKC, case-folded."""
+    return unicodedata.normalize("NFKC", name.strip()).casefold()
+
+
+def near_twins(workspace: Path, dataset: str) -> tuple[str, ...]:
+    """Datasets in the registry whose names differ from ``dataset`` only by case, spaces or
+    Unicode form (likely the same data under a second, separately capped name)."""
+    if not registry_path(workspace).is_file():
+        return ()
+    with _open(workspace) as conn:
+        names = {r[0] for r in conn.execute("SELECT dataset FROM caps UNION SELECT dataset FROM draws")}
+    key = dataset_name_key(dataset)
+    return tuple(sorted(n for n in names if n != dataset and dataset_name_key(n) == key))
+
+
+def near_twin_warning(workspace: Path, dataset: str) -> str | None:
+    """A warning naming the near twins of ``dataset`` (:func:`near_twins`), or None."""
+    twins = near_twins(workspace, dataset)
+    if not twins:
+        return None
+    return (f"dataset {dataset!r} differs from {', '.join(map(repr, twins))} in the registry only by case, "
+            f"spaces or Unicode form: each has its own budget. If it is the same data, use --dataset {twins[0]!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +166,8 @@ def check_period(period: str | None, epsilon: float | None) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReleaseCost:
-    """One charged release (no key, no data: safe to print)."""
+class DrawCost:
+    """One charged noise draw (no key, no data: safe to print)."""
 
     name: str
     rho: float
@@ -125,22 +177,54 @@ class ReleaseCost:
     charged_at: str
 
 
+ReleaseCost = DrawCost  # the name before draws were recorded one by one
+
+
+@dataclass(frozen=True, kw_only=True)
+class Draw:
+    """The registry's answer to a charge: which draw record the run may use.
+
+    ``fresh``: a new, unused charge; the measure stage may draw noise once with it
+    (:func:`consume_draw`). Not fresh: the run reuses the stored complete measurement of
+    its key and must not draw. ``id`` is the record's number (no key, no data).
+    """
+
+    id: int
+    dataset: str
+    release_key: str = field(repr=False)
+    fresh: bool
+
+
 @dataclass(frozen=True, kw_only=True)
 class DatasetState:
-    """A dataset's cap and what its releases have spent (composed at the cap's delta)."""
+    """A dataset's cap and what its draws have spent (composed at the cap's delta)."""
 
     dataset: str
     cap: Cap | None
-    releases: tuple[ReleaseCost, ...]
+    draws: tuple[DrawCost, ...]
     delta: float  # the delta the spend is stated at
     spent_epsilon: float
+    release_count: int = 0  # distinct releases (keys) among the draws
     period_spent_epsilon: float | None = None
-    charged_now: bool = False  # whether the last charge() added a row (False: a retry)
+    charged_now: bool = False  # whether the last charge() recorded a draw (False: a free reuse)
+    draw: Draw | None = None  # the draw the last charge() granted
+
+    @property
+    def releases(self) -> tuple[DrawCost, ...]:
+        """Every draw, oldest first (a release measured twice appears twice)."""
+        return self.draws
 
     @property
     def remaining_epsilon(self) -> float | None:
         """Epsilon left under the lifetime cap (None without a cap)."""
         return None if self.cap is None else max(0.0, self.cap.epsilon - self.spent_epsilon)
+
+    def draws_by_name(self) -> dict[str, list[str]]:
+        """Release name -> the times of its draws (oldest first): what ``budget show`` lists."""
+        out: dict[str, list[str]] = {}
+        for d in self.draws:
+            out.setdefault(d.name, []).append(d.charged_at)
+        return out
 
     def to_manifest(self) -> dict[str, object]:
         """Public summary for the manifest: names, totals and the cap (no keys, no times)."""
@@ -151,9 +235,10 @@ class DatasetState:
             "spent_epsilon_including_this": self.spent_epsilon,
             "spent_delta": self.delta,
             "remaining_epsilon": self.remaining_epsilon,
-            "releases_including_this": len(self.releases),
-            "composition": "zCDP rho and pure epsilon added over the dataset's releases, "
-            "converted with Canonne-Kamath-Steinke at the cap's delta",
+            "releases_including_this": self.release_count,
+            "draws_including_this": len(self.draws),
+            "composition": "zCDP rho and pure epsilon added over every noise draw of the dataset's releases "
+            "(a release measured again is counted again), converted with Canonne-Kamath-Steinke at the cap's delta",
         }
         if self.cap is not None and self.cap.period is not None:
             out["period"] = self.cap.period
@@ -167,12 +252,34 @@ def registry_path(workspace: Path) -> Path:
     return Path(workspace) / REGISTRY_FILE
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.executescript(_SCHEMA)
-    return conn
+@contextmanager
+def _open(workspace: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to the workspace's registry, the workspace opened privately (its file,
+    journal and WAL are created owner-only) and the table of draws migrated."""
+    with private_workspace(workspace) as ws:
+        with closing(sqlite3.connect(str(registry_path(ws)), timeout=60.0, isolation_level=None)) as conn:
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.executescript(_SCHEMA)
+            _migrate(conn)
+            yield conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """A registry written before draws were recorded: its one row per release key becomes
+    one draw (already measured). Once, under the write lock."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'releases'").fetchone():
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'releases'").fetchone():
+            conn.execute(f"INSERT INTO draws ({_COST_COLUMNS}, measured_at) SELECT {_COST_COLUMNS}, charged_at "
+                         "FROM releases ORDER BY charged_at")
+            conn.execute("DROP TABLE releases")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _now_text(now: datetime | None) -> tuple[datetime, str]:
@@ -191,10 +298,11 @@ def period_start(period: Period, when: datetime) -> datetime:
 
 
 def set_cap(workspace: Path, dataset: str, cap: Cap, now: datetime | None = None) -> None:
-    """Declares (or replaces) a dataset's cap. Past releases keep counting against it."""
+    """Declares (or replaces) a dataset's cap. Past draws keep counting against it."""
     check_dataset_name(dataset)
+    check_delta(cap.delta, "cap delta")
     _, at = _now_text(now)
-    with closing(_connect(registry_path(workspace))) as conn:
+    with _open(workspace) as conn:
         conn.execute(
             "INSERT INTO caps (dataset, epsilon, delta, period, period_epsilon, set_at) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(dataset) DO UPDATE SET epsilon=excluded.epsilon, delta=excluded.delta, "
@@ -215,46 +323,50 @@ def _cap(conn: sqlite3.Connection, dataset: str) -> Cap | None:
 
 def get_cap(workspace: Path, dataset: str) -> Cap | None:
     """The dataset's declared cap, or None."""
-    with closing(_connect(registry_path(workspace))) as conn:
+    with _open(workspace) as conn:
         return _cap(conn, dataset)
 
 
-def _releases(conn: sqlite3.Connection, dataset: str) -> tuple[ReleaseCost, ...]:
+def _draws(conn: sqlite3.Connection, dataset: str) -> tuple[tuple[DrawCost, ...], int]:
+    """The dataset's draws, oldest first, and how many distinct release keys they hold."""
     rows = conn.execute(
-        "SELECT name, rho, pure_epsilon, epsilon, delta, charged_at FROM releases WHERE dataset = ? "
-        "ORDER BY charged_at, name", (dataset,),
+        "SELECT name, rho, pure_epsilon, epsilon, delta, charged_at, release_key FROM draws WHERE dataset = ? "
+        "ORDER BY charged_at, id", (dataset,),
     ).fetchall()
-    return tuple(ReleaseCost(name=r[0], rho=r[1], pure_epsilon=r[2], epsilon=r[3], delta=r[4], charged_at=r[5])
-                 for r in rows)
+    draws = tuple(DrawCost(name=r[0], rho=r[1], pure_epsilon=r[2], epsilon=r[3], delta=r[4], charged_at=r[5])
+                  for r in rows)
+    return draws, len({r[6] for r in rows})
 
 
-def _composed(costs: Iterable[ReleaseCost], delta: float) -> float:
+def _composed(costs: Iterable[DrawCost], delta: float) -> float:
     parts = [Charge(stage=c.name or "release", rho=c.rho, epsilon=c.pure_epsilon) for c in costs]
     return total_epsilon(parts, delta) if parts else 0.0
 
 
-def _period_spent(releases: Iterable[ReleaseCost], period: Period, when: datetime, delta: float) -> float:
-    """Composed epsilon of the releases charged in the calendar period containing ``when``."""
+def _period_spent(draws: Iterable[DrawCost], period: Period, when: datetime, delta: float) -> float:
+    """Composed epsilon of the draws charged in the calendar period containing ``when``."""
     start = _now_text(period_start(period, when))[1]  # same fixed-width text: compares in time order
-    return _composed((r for r in releases if r.charged_at >= start), delta)
+    return _composed((r for r in draws if r.charged_at >= start), delta)
 
 
 def _state(conn: sqlite3.Connection, dataset: str, delta: float, when: datetime,
-           extra: ReleaseCost | None = None, limit: tuple[Period, float] | None = None) -> DatasetState:
+           extra: DrawCost | None = None, limit: tuple[Period, float] | None = None,
+           new_key: bool = False) -> DatasetState:
     cap = _cap(conn, dataset)
-    releases = _releases(conn, dataset) + ((extra,) if extra else ())
+    draws, keys = _draws(conn, dataset)
+    draws += (extra,) if extra else ()
     at = cap.delta if cap is not None else delta
     period = cap.period if cap is not None and cap.period else (limit[0] if limit else None)
-    period_spent = _period_spent(releases, period, when, at) if period is not None else None
-    return DatasetState(dataset=dataset, cap=cap, releases=releases, delta=at,
-                        spent_epsilon=_composed(releases, at), period_spent_epsilon=period_spent)
+    period_spent = _period_spent(draws, period, when, at) if period is not None else None
+    return DatasetState(dataset=dataset, cap=cap, draws=draws, delta=at, spent_epsilon=_composed(draws, at),
+                        release_count=keys + int(new_key), period_spent_epsilon=period_spent)
 
 
 def state(workspace: Path, dataset: str, delta: float = 1e-6, now: datetime | None = None) -> DatasetState:
     """The dataset's cap and spend (at the cap's delta, or ``delta`` without a cap)."""
     check_dataset_name(dataset)
     when, _ = _now_text(now)
-    with closing(_connect(registry_path(workspace))) as conn:
+    with _open(workspace) as conn:
         return _state(conn, dataset, delta, when)
 
 
@@ -266,51 +378,80 @@ def charge(
     charges: Iterable[Charge],
     delta: float,
     *,
+    reuse: bool = False,
     limit: tuple[Period, float] | None = None,
     now: datetime | None = None,
 ) -> DatasetState:
-    """Charges one release to its dataset atomically, or raises RegistryRefused.
+    """Charges one noise draw of a release to its dataset atomically, or raises RegistryRefused.
 
     ``charges`` are the release's planned charges; ``delta`` its own delta. ``limit``
     is an extra per-period epsilon declared by the caller (a scheduled deployment), checked
-    beside the dataset's own caps. A release key already charged is not charged again.
+    beside the dataset's own caps. The returned state's ``draw`` says what the run may do.
+
+    ``reuse=True`` is the caller's statement that the stored complete measurement of
+    ``release_key`` exists and will be reused (no noise drawn): then a key with a draw on
+    record is not charged again. Every other call records a new draw, even for a known
+    key: its stored measurement is gone and measuring again draws fresh noise.
     """
     check_dataset_name(dataset)
     charges = tuple(charges)
     rho = float(sum(c.rho for c in charges))
     pure = float(sum(c.epsilon for c in charges))
     when, at = _now_text(now)
-    cost = ReleaseCost(name=name, rho=rho, pure_epsilon=pure, epsilon=total_epsilon(charges, delta),
-                       delta=float(delta), charged_at=at)
-    with closing(_connect(registry_path(workspace))) as conn:
+    cost = DrawCost(name=name, rho=rho, pure_epsilon=pure, epsilon=total_epsilon(charges, delta),
+                    delta=float(delta), charged_at=at)
+    with _open(workspace) as conn:
         conn.execute("BEGIN IMMEDIATE")  # one writer from here to COMMIT: check-then-insert is atomic
         try:
-            known = conn.execute("SELECT 1 FROM releases WHERE dataset = ? AND release_key = ?",
-                                 (dataset, release_key)).fetchone()
-            if known:
+            known = conn.execute("SELECT id FROM draws WHERE dataset = ? AND release_key = ? ORDER BY id DESC "
+                                 "LIMIT 1", (dataset, release_key)).fetchone()
+            if reuse and known:
                 conn.execute("COMMIT")
-                return _state(conn, dataset, delta, when, limit=limit)
-            after = _state(conn, dataset, delta, when, extra=cost, limit=limit)
-            _refuse_over_cap(after, limit, cost, when)
-            conn.execute(
-                "INSERT INTO releases (dataset, release_key, name, rho, pure_epsilon, epsilon, delta, charged_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (dataset, release_key, name, rho, pure, cost.epsilon, cost.delta, at),
+                free = _state(conn, dataset, delta, when, limit=limit)
+                return replace(free, draw=Draw(id=known[0], dataset=dataset, release_key=release_key, fresh=False))
+            after = _state(conn, dataset, delta, when, extra=cost, limit=limit, new_key=not known)
+            _refuse_over_cap(after, limit, cost, when, again=bool(known))
+            cursor = conn.execute(
+                f"INSERT INTO draws ({_COST_COLUMNS}, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (dataset, release_key, name, rho, pure, cost.epsilon, cost.delta, at, at if reuse else None),
             )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-    return DatasetState(**{**after.__dict__, "charged_now": True})
+    draw = Draw(id=int(cursor.lastrowid), dataset=dataset, release_key=release_key, fresh=not reuse)
+    return replace(after, charged_now=True, draw=draw)
 
 
-def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, cost: ReleaseCost,
-                     when: datetime) -> None:
+def consume_draw(workspace: Path, draw: Draw | None, dataset: str, release_key: str,
+                 now: datetime | None = None) -> None:
+    """Marks a fresh charge of ``(dataset, release_key)`` used, once; the measure stage calls
+    it right before drawing noise. Raises :class:`DrawRefused` for no draw, a draw of
+    another release, a reuse (not fresh), or a charge already used."""
+    why = ("no registry charge was given" if draw is None
+           else "the charge is for another release" if (draw.dataset, draw.release_key) != (dataset, release_key)
+           else "the charge was granted for reusing a stored measurement" if not draw.fresh else None)
+    if why is None:
+        _, at = _now_text(now)
+        with _open(workspace) as conn:
+            used = conn.execute(
+                "UPDATE draws SET measured_at = ? WHERE id = ? AND dataset = ? AND release_key = ? "
+                "AND measured_at IS NULL", (at, draw.id, dataset, release_key)).rowcount  # type: ignore[union-attr]
+        why = None if used == 1 else "the charge was already used by an earlier draw"
+    if why is not None:
+        raise DrawRefused(f"measure refused to draw noise: {why}; nothing was measured. Every draw must be "
+                          "charged to the dataset's registry first: run the release again")
+
+
+def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, cost: DrawCost,
+                     when: datetime, again: bool = False) -> None:
     cap = after.cap
-    what = f"release {cost.name!r} (epsilon {cost.epsilon:.4g})"
+    what = (f"measuring release {cost.name!r} again (its stored measurement is gone or incomplete, so new "
+            f"noise would be drawn; epsilon {cost.epsilon:.4g})" if again
+            else f"release {cost.name!r} (epsilon {cost.epsilon:.4g})")
     if cap is not None and after.spent_epsilon > cap.epsilon * (1 + _TOL):
-        before = _composed(after.releases[:-1], after.delta)
+        before = _composed(after.draws[:-1], after.delta)
         raise RegistryRefused(
             f"dataset {after.dataset!r}: {what} would bring its lifetime spend to epsilon "
             f"{after.spent_epsilon:.4g} over the cap {cap.epsilon:g} (spent {before:.4g}, delta {after.delta:g}); "
@@ -323,7 +464,7 @@ def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, co
     if limit is not None:
         periods.append(limit)
     for period, eps in periods:
-        spent = _period_spent(after.releases, period, when, after.delta)
+        spent = _period_spent(after.draws, period, when, after.delta)
         if spent > eps * (1 + _TOL):
             raise RegistryRefused(
                 f"dataset {after.dataset!r}: {what} would bring this {period}'s spend to epsilon {spent:.4g} "

@@ -29,7 +29,7 @@ def workspace_secret(workspace: Path) -> bytes:
     """
     path = Path(workspace) / WORKSPACE_SECRET
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{WORKSPACE_SECRET}.")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:

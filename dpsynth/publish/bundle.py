@@ -90,6 +90,39 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _reader_modes() -> tuple[int, int]:
+    """(folder mode, file mode) of published files: 0777/0666 under the caller's umask
+    (the one outside the private workspace's 0o077: :func:`dpsynth.privacy.workspace.caller_umask`)."""
+    from ..privacy.workspace import caller_umask
+
+    um = caller_umask()
+    return 0o777 & ~um, 0o666 & ~um
+
+
+def _mkdir_for_readers(out: Path) -> None:
+    """Creates ``out`` (and missing parents) with reader modes, whatever the current umask."""
+    missing = []
+    p = out.absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    out.mkdir(parents=True, exist_ok=True)
+    folder_mode, _ = _reader_modes()
+    for d in missing:
+        os.chmod(d, folder_mode)
+
+
+def _for_readers(root: Path) -> None:
+    """A release is for readers: every folder and file under ``root`` gets reader modes."""
+    folder_mode, file_mode = _reader_modes()
+    os.chmod(root, folder_mode)
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(folder, d), folder_mode)
+        for f in files:
+            os.chmod(os.path.join(folder, f), file_mode)
+
+
 def _before_rename(tmp: Path) -> None:
     """Test hook: a point where a crash must leave no release behind."""
 
@@ -108,7 +141,7 @@ def publish_release(
     manifest (without its file list), e.g. the HTML report; those files are hashed too.
     """
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
+    _mkdir_for_readers(out)
     target = out / name
     if target.exists():
         raise PublishError(f"release {target} already exists: releases are never overwritten; pass another --name")
@@ -146,7 +179,7 @@ def publish_release(
         if sign_key is not None:
             (tmp / SIGNATURE).write_text(manifest_signature(text, sign_key) + "\n")
             fsync_path(tmp / SIGNATURE)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a release is for readers
+        _for_readers(tmp)  # mkdtemp, the private umask and copies from the workspace make it private
         fsync_path(tmp)
         _before_rename(tmp)
         if target.exists():

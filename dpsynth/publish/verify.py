@@ -36,7 +36,7 @@ import pandas as pd
 
 from .bundle import MANIFEST, SIGNATURE, manifest_signature, sha256_file
 from ..measurement import PrivacyStatement
-from ..privacy.budget import Budget, BudgetExceeded, Charge, Ledger, LedgerError, total_epsilon
+from ..privacy.budget import BudgetExceeded, Charge, Ledger, LedgerError, is_pure, stated_budget, total_epsilon
 from ..schema import SchemaError, load_schema
 from ..gate.validation import record_checks
 
@@ -159,7 +159,7 @@ def _stated_scale_problems(charges: list[Charge], measurement: Mapping[str, Any]
 def _check_ledger(manifest: Mapping[str, Any], measurement: Mapping[str, Any]) -> list[str]:
     privacy = manifest.get("privacy", {})
     try:
-        budget = Budget(epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"]))
+        budget = stated_budget(privacy)
         charges = [Charge.from_dict(c) for c in measurement["charges"]]
         stated = [Charge.from_dict(s) for s in privacy["ledger"] if s.get("spent", True)]
     except (KeyError, TypeError, ValueError) as exc:
@@ -167,7 +167,13 @@ def _check_ledger(manifest: Mapping[str, Any], measurement: Mapping[str, Any]) -
     problems = _implied_sigma_problems(charges) + _stated_scale_problems(charges, measurement)
     rho = sum(c.rho for c in charges)
     eps = total_epsilon(charges, budget.delta)
-    if not _close(privacy.get("rho"), budget.rho):
+    if privacy.get("delta") == 0:  # pure epsilon-DP: only pure-epsilon charges can give it
+        if not is_pure(charges):
+            problems.append("manifest: states pure epsilon-DP (delta 0) but the charges in measurement.json "
+                            "are not all pure epsilon")
+        if privacy.get("rho") is not None:
+            problems.append("manifest: states pure epsilon-DP (delta 0) but also a zCDP rho")
+    elif not _close(privacy.get("rho"), budget.rho):
         problems.append("manifest: rho does not follow from its epsilon and delta")
     if not _close(measurement.get("rho"), rho):
         problems.append("measurement.json: rho is not the sum of its charges")

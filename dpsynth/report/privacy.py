@@ -60,7 +60,9 @@ def _dp_sentences(privacy: Mapping[str, Any], m: Measurement) -> list[str]:
     if eps is None and delta is not None:
         eps = m.total_epsilon(float(delta))
     neighbours = privacy.get("neighbours") or m.statement.neighbours
-    lead = (f"This release is <strong>differentially private</strong>: it spent &epsilon; = <strong>{num(eps)}</strong>"
+    kind = "<strong>pure &epsilon;-differentially private</strong>" if delta == 0 else \
+        "<strong>differentially private</strong>"
+    lead = (f"This release is {kind}: it spent &epsilon; = <strong>{num(eps)}</strong>"
             f" at &delta; = {num(delta)}, for neighbouring tables that differ by "
             f"<strong>{esc(neighbours)}</strong>.")
     record = "one person's record" if "record" in str(neighbours) else "one unit of the neighbour relation"
@@ -100,10 +102,13 @@ def _not_dp_sentences(privacy: Mapping[str, Any], m: Measurement) -> list[str]:
 def _lifetime(ds: Mapping[str, Any], dp: bool) -> str:
     """The dataset's cumulative spend over all its releases (from the registry, via the manifest)."""
     n = ds.get("releases_including_this")
+    draws = ds.get("draws_including_this")
+    again = (f" (measured {num(draws)} times in all: a release measured again, e.g. after its cache was "
+             "cleared, is counted again)" if isinstance(draws, int) and isinstance(n, int) and draws > n else "")
     this = "" if dp else (" This release spent none of it, and the disclosure risk it carries is not "
                           "counted there.")
     spent = (f"<p><strong>The dataset's budget.</strong>{this} This is one of {num(n)} release(s) of dataset "
-             f"<code>{esc(ds.get('name'))}</code> recorded in the privacy registry; together they have spent "
+             f"<code>{esc(ds.get('name'))}</code> recorded in the privacy registry{again}; together they have spent "
              f"&epsilon; = <strong>{num(ds.get('spent_epsilon_including_this'))}</strong> "
              f"(composed at &delta; = {num(ds.get('spent_delta'))}).")
     if ds.get("cap_epsilon") is None:
@@ -138,10 +143,17 @@ def budget_line(privacy: Mapping[str, Any], m: Measurement) -> tuple[str, str]:
     if eps is None and privacy.get("delta") is not None:
         eps = m.total_epsilon(float(privacy["delta"]))
     pure = sum(c.epsilon for c in m.charges)
-    asked = (f"&epsilon; = {num(privacy.get('epsilon'))}, &delta; = {num(privacy.get('delta'))}, "
-             f"&rho; = {num(privacy.get('rho'))} (zCDP)")
+    if privacy.get("delta") == 0 and privacy.get("rho") is None:  # every charge pure epsilon
+        asked = (f"&epsilon; = {num(privacy.get('epsilon'))}, pure &epsilon;-DP: &delta; = 0, no zCDP "
+                 f"conversion (configured with &delta; = {num(privacy.get('delta_requested'))}, which changed "
+                 "nothing)")
+    else:
+        asked = (f"&epsilon; = {num(privacy.get('epsilon'))}, &delta; = {num(privacy.get('delta'))}, "
+                 f"&rho; = {num(privacy.get('rho'))} (zCDP)")
     if not privacy.get("differentially_private", m.statement.differentially_private):
         asked = f"not applicable: the method gives no DP guarantee (the release was configured with {asked})"
+    if privacy.get("delta") == 0 and privacy.get("rho") is None:
+        return asked, f"&epsilon; = {num(eps)} (pure &epsilon;, &delta; = 0)"
     spent = f"&epsilon; = {num(eps)} (zCDP part &rho; = {num(privacy.get('rho_spent', m.rho))}"
     return asked, spent + (f", pure &epsilon; part {num(pure)})" if pure else ")")
 
@@ -172,8 +184,9 @@ def ledger_section(manifest: Mapping[str, Any], m: Measurement) -> str:
     total = ""
     if delta is not None:
         eps = total_epsilon(charges, float(delta))
-        total = (f'<p>Total: &epsilon; = <strong>{num(eps)}</strong> at &delta; = {num(delta)} '
-                 "(pure &epsilon; parts added, the &rho; part converted).</p>")
+        how = ("pure &epsilon;-DP: the stages' &epsilon; added, no &rho; part" if float(delta) == 0
+               else "pure &epsilon; parts added, the &rho; part converted")
+        total = f'<p>Total: &epsilon; = <strong>{num(eps)}</strong> at &delta; = {num(delta)} ({how}).</p>'
     note = (
         '<p class="note">Each stage\'s cost: zCDP stages in &rho; (they add up, and their sum converts to '
         "(&epsilon;, &delta;)), pure-DP stages in &epsilon; (added by basic composition). Share = the "

@@ -118,7 +118,10 @@ def parameters_section(manifest: Mapping[str, Any], m: Measurement) -> str:
 
 
 _DESCRIPTIONS = {
-    "synthetic.csv": "the synthetic table as text: one row per synthetic record, values as the schema's labels",
+    "synthetic.csv": "the synthetic table as text: one row per synthetic record, values as the schema's labels; "
+                     "a text cell beginning with =, +, -, @, a tab, a carriage return or ' is written with a "
+                     "leading ' so that a spreadsheet shows it instead of running it as a formula "
+                     "(numbers stay numbers; <code>synthetic.parquet</code> holds the exact labels)",
     "synthetic.parquet": "the same synthetic table, typed (Parquet)",
     "measurement.parquet": "the measurement: every marginal count the method published (columns marginal, cell, "
                            "count); noisy when the release is DP",

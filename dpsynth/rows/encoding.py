@@ -15,7 +15,10 @@ its distinct values are looked up in Python.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
@@ -42,6 +45,7 @@ __all__ = [
     "onehot",
     "file_sha256",
     "write_csv",
+    "csv_text",
 ]
 
 
@@ -169,8 +173,6 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
 
 
 def _csv_header(p: Path) -> list[str]:
-    import csv
-
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
             return next(csv.reader(f), [])
@@ -300,18 +302,25 @@ def _as_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.cast(arr, pa.string())
 
 
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC (a no-op, and cheap, for text already in it)."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     text = _as_text(arr).combine_chunks() if isinstance(arr, pa.ChunkedArray) else _as_text(arr)
     dic = pc.dictionary_encode(text)
     uniques = dic.dictionary.to_pylist()
-    lookup = {v: i for i, v in enumerate(col.values)}
-    missing = set(col.missing)
+    # Labels and values compare in Unicode NFC: a decomposed "é" is the schema's composed one.
+    lookup = {_nfc(v): i for i, v in enumerate(col.values)}
+    missing = {_nfc(v) for v in col.missing}
     null_code = col.missing_code if col.nullable else col.fill_code
     unknown_code = (
         col.other_code if col.other else (col.missing_code if col.nullable else col.fill_code)
     )
     lut = np.empty(len(uniques) + 1, dtype=np.int64)
-    for i, v in enumerate(uniques):
+    for i, raw in enumerate(uniques):
+        v = _nfc(raw)
         if v in lookup:
             lut[i] = lookup[v]
         else:
@@ -454,11 +463,30 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+# A text cell beginning with one of these is read as a formula by spreadsheets (OWASP, "CSV
+# injection"); the quote itself is listed so that an escaped cell is never ambiguous.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_text(text: str) -> str:
+    """A text cell as ``synthetic.csv`` writes it: with a leading ``'`` when it begins with
+    ``= + - @``, a tab, a carriage return or ``'`` (a spreadsheet then shows the text instead
+    of evaluating it, and drops the quote). A plain number such as ``-3`` stays as it is."""
+    if text and text[0] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def _csv_field(text: str) -> str:
-    """One CSV field as the csv module's minimal quoting writes it."""
-    if any(ch in text for ch in ',"\n\r'):
+    """One CSV field as the csv module's minimal quoting writes it (lines end in ``\\n``)."""
+    if any(ch in text for ch in ',"\n'):
         return '"' + text.replace('"', '""') + '"'
     return text
+
+
+def _quote_all(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
 
 
 def _float_text(x: np.ndarray) -> np.ndarray:
@@ -474,8 +502,9 @@ def _float_text(x: np.ndarray) -> np.ndarray:
     return text
 
 
-def _csv_text(col: Column, s: pd.Series) -> np.ndarray:
-    """A column's CSV fields (object array of str), vectorised: labels quoted once per distinct value."""
+def _csv_text(col: Column, s: pd.Series, field=_csv_field) -> np.ndarray:
+    """A column's CSV fields (object array of str), vectorised: labels escaped
+    (:func:`csv_text`) and quoted once per distinct value."""
     null = s.isna().to_numpy()
     if col.type == "numeric" and not col.integer:
         text = _float_text(s.to_numpy(dtype=np.float64, na_value=0.0))
@@ -485,19 +514,27 @@ def _csv_text(col: Column, s: pd.Series) -> np.ndarray:
         text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
     else:
         codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
-        labels = np.array([_csv_field(str(u)) for u in uniques] + [""], dtype=object)
+        labels = np.array([field(csv_text(str(u))) for u in uniques] + [""], dtype=object)
         text = labels[np.where(codes < 0, len(uniques), codes)]
-    text[null] = _csv_field(col.missing[0] if col.nullable else "")
+    if field is not _csv_field and col.type != "categorical":
+        text = np.array([field(v) for v in text], dtype=object)
+    text[null] = field(csv_text(col.missing[0]) if col.nullable else "")
     return text
 
 
 def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
     """CSV in the input's conventions: a missing cell is written as the column's first token.
 
-    The csv module's minimal quoting, ``\\n`` line ends, floats as ``repr``. ``path`` may be
-    an open text file (a streamed table appends its blocks with ``header=False``)."""
-    cols = [_csv_text(col, df[col.name]) for col in schema.columns]
-    lines = [",".join(_csv_field(c.name) for c in schema.columns)] if header else []
+    Numbers are written as numbers (floats as ``repr``); a text cell (a category label, a
+    missing token) that a spreadsheet would evaluate is escaped by :func:`csv_text`
+    (``synthetic.parquet`` keeps the exact values). The csv module's minimal quoting and
+    ``\\n`` line ends, or every cell quoted when a label or token holds a ``\\r`` (the csv
+    module would leave it unquoted and break the row). ``path`` may be an open text file
+    (a streamed table appends its blocks with ``header=False``)."""
+    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
+    field = _quote_all if has_cr else _csv_field
+    cols = [_csv_text(col, df[col.name], field) for col in schema.columns]
+    lines = [",".join(field(c.name) for c in schema.columns)] if header else []
     if len(cols) == 1:  # the csv module quotes a row that is one empty field
         lines += ['""' if v == "" else v for v in cols[0]]
     else:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -96,7 +97,9 @@ def _as_label(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
         return _fmt_number(float(value))
     if isinstance(value, str):
-        return value
+        # One spelling per label: a decomposed "é" (NFD) is the composed one (NFC), which is
+        # what encoding compares data values in; an NFC label is unchanged (same fingerprint).
+        return unicodedata.normalize("NFC", value)
     raise TypeError(type(value).__name__)
 
 
@@ -356,6 +359,7 @@ def _parse_column(raw: Any, position: int) -> Column:
     other_label = raw.get("other_label", "other")
     if not isinstance(other_label, str) or not other_label:
         raise SchemaError(f"column {name!r}: other_label must be non-empty text")
+    other_label = unicodedata.normalize("NFC", other_label)
     description = str(raw.get("description", "") or "")
     fill = raw.get("fill")
     drafted = _labels(name, "drafted_from_data", raw.get("drafted_from_data", []))

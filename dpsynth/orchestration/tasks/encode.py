@@ -22,6 +22,6 @@ def _key(context: Any, args: dict[str, Any]) -> str:
 def encode_task(plan: ReleasePlan) -> dict[str, Any]:
     """Raw table -> integer codes (private artifact in the workspace)."""
     timings: dict[str, float] = {}
-    with stage("encode", timings):
+    with stage("encode", timings, plan.config.workspace):
         path = encode_release(plan)
     return {"codes": str(path), "seconds": timings["encode"]}

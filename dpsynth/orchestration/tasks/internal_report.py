@@ -17,6 +17,6 @@ from ._common import stage
 def internal_report_task(plan: ReleasePlan, codes: Path, synthetic: Path) -> dict[str, Any]:
     """Utility against raw data: private workspace only, never published."""
     timings: dict[str, float] = {}
-    with stage("internal-report", timings):
+    with stage("internal-report", timings, plan.config.workspace):
         path = internal_report_stage(plan, Path(codes), Path(synthetic))
     return {"report": str(path), "seconds": timings["internal-report"]}

@@ -9,6 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from dpsynth.pipeline import ReleasePlan, publish_stage
+from dpsynth.pipeline.messages import public_errors
 
 
 @task(name="publish", cache_policy=NO_CACHE, persist_result=False)
@@ -21,4 +22,5 @@ def publish_task(
     dataset: Mapping[str, Any] | None = None,
 ) -> str:
     """Writes the release folder atomically; refuses to overwrite."""
-    return str(publish_stage(plan, Path(measurement), Path(synthetic), summary, timings, dataset))
+    with public_errors(plan.config.workspace):
+        return str(publish_stage(plan, Path(measurement), Path(synthetic), summary, timings, dataset))

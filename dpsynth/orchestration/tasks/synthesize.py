@@ -20,6 +20,6 @@ def _key(context: Any, args: dict[str, Any]) -> str:
 def synthesize_task(plan: ReleasePlan, measurement: Path) -> dict[str, Any]:
     """Post-processing of the measurement alone (no privacy cost)."""
     timings: dict[str, float] = {}
-    with stage("synthesize", timings):
+    with stage("synthesize", timings, plan.config.workspace):
         folder = synthesize_stage(plan, Path(measurement))
     return {"synthetic": str(folder), "seconds": timings["synthesize"]}

@@ -17,6 +17,6 @@ from ._common import stage
 def validate_task(plan: ReleasePlan, synthetic: Path, measurement: Path) -> dict[str, Any]:
     """Gate: raises (and nothing is published) when a check fails."""
     timings: dict[str, float] = {}
-    with stage("validate", timings):
+    with stage("validate", timings, plan.config.workspace):
         summary = validate_stage(plan, Path(synthetic), Path(measurement))
     return {"summary": summary, "seconds": timings["validate"]}
