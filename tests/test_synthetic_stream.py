@@ -48,7 +48,7 @@ def measured(tmp_path, demo_paths, seed_file):
                                     out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
     plan = pipeline.prepare(config)
     codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
-    return plan, pipeline.measure_stage(plan, codes)
+    return plan, pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
 
 
 @pytest.mark.parametrize("method", ["pgm", "marginals"])
@@ -61,7 +61,7 @@ def test_same_bytes_whatever_chunk_rows(tmp_path, demo_paths, seed_file, method)
                                     out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
     plan = pipeline.prepare(config)
     codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
-    m = Measurement.load(pipeline.measure_stage(plan, codes))
+    m = Measurement.load(pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw))
     seen = []
     for chunk_rows in (1, 97, 333, 10_000):
         out = tmp_path / f"chunk-{chunk_rows}"
