@@ -24,7 +24,7 @@ demo: install
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
 	@# a running `make serve` server saves the temporary server's start-up
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
-	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml --method marginals \
+	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
 test: install

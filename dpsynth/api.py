@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ import pandas as pd
 from .publish.bundle import MANIFEST, sha256_file
 from .rows.encoding import DataError
 from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
+from .pipeline.config import auto_choice
 from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
 from .privacy.budget import Charge, Ledger, stated_budget
@@ -67,8 +69,8 @@ def release(
     data: pd.DataFrame | str | os.PathLike[str],
     schema: Schema | Mapping[str, Any] | str | os.PathLike[str],
     *,
-    method: str,
     epsilon: float,
+    method: str = "auto",
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: Mapping[str, Any] | None = None,
@@ -107,6 +109,9 @@ def release(
                 epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
                 workspace=ws, internal_report=internal_report, gate=gate, **settings,
             )
+            choice = auto_choice(config)
+            if choice is not None:
+                print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
             folder = run_release(config)
     return replace(_read_release(folder), registry=registry_path(ws).absolute())
 

@@ -126,6 +126,8 @@ def _cmd_release(args: argparse.Namespace) -> int:
             check_public(config)  # a public error is refused now, not after Prefect's start-up
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
+
+    _say_auto(config)
     t0 = time.perf_counter()
     folder = _run_engine(config, args.engine)
     total = time.perf_counter() - t0
@@ -141,6 +143,18 @@ def _cmd_release(args: argparse.Namespace) -> int:
               f"set one with `dpsynth budget set {dataset['name']} --epsilon E --delta D`", file=sys.stderr)
     print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
+
+
+def _say_auto(config) -> None:
+    """One line on stderr: what ``--method auto`` chose and why (public facts only)."""
+    from .pipeline.config import auto_choice
+
+    try:
+        choice = auto_choice(config)
+    except Exception:  # noqa: BLE001 - prepare raises the same problem with its own message
+        return
+    if choice is not None:
+        print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
 
 
 def _run_engine(config, engine: str) -> str:
@@ -397,9 +411,12 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("release", help="run a release: encode, measure (DP), synthesize, validate, publish")
     r.add_argument("--data", required=True, help="input table (.csv or .parquet, or a folder of them)")
     r.add_argument("--schema", required=True, help="schema YAML (the public domain)")
-    r.add_argument("--method", required=True, help="synthesis method (see `dpsynth methods`)")
+    r.add_argument("--method", default=None,
+                   help="synthesis method (see `dpsynth methods`); default auto: chosen from the schema, "
+                        "epsilon and delta only (docs/choosing.md)")
     r.add_argument("--epsilon", required=True, type=_finite)
-    r.add_argument("--delta", type=_finite, default=None, help="default 1e-6; keep it well below 1/rows")
+    r.add_argument("--delta", type=_finite, default=None,
+                   help="default 1e-6; keep it well below 1/rows; 0 for pure epsilon-DP")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")

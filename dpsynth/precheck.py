@@ -36,7 +36,9 @@ __all__ = [
     "check_rows",
     "max_table_bytes",
     "min_noise_sd",
+    "noise_sds",
     "noise_warnings",
+    "pooled_noise_sd",
 ]
 
 #: Peak bytes per synthetic cell across synthesize, decode and the CSV writer (codes as
@@ -169,6 +171,21 @@ def min_noise_sd(charges: Sequence[Charge]) -> float | None:
     e.g. sqrt(Delta_k), is at least 1); Laplace charges: sqrt(2) * sensitivity / epsilon.
     Charges of mechanisms that add no count noise are skipped.
     """
+    sds = noise_sds(charges)
+    return min(sds) if sds else None
+
+
+def pooled_noise_sd(charges: Sequence[Charge]) -> float | None:
+    """The least noise any estimate built from all the charges' measurements can have: the
+    inverse-variance pool of every charge's noise (:func:`noise_sds`), or None. A marginal
+    measured twice and merged (``pgm``'s AIM) is legitimately below :func:`min_noise_sd`."""
+    sds = noise_sds(charges)
+    return 1.0 / math.sqrt(sum(1.0 / (sd * sd) for sd in sds)) if sds else None
+
+
+def noise_sds(charges: Sequence[Charge]) -> list[float]:
+    """The count-noise standard deviation of each charge that adds noise to counts (see
+    :func:`min_noise_sd` for the rules)."""
     sds: list[float] = []
     for c in charges:
         mech = c.mechanism.lower()
@@ -180,7 +197,7 @@ def min_noise_sd(charges: Sequence[Charge]) -> float | None:
             if eps > 0:
                 sens = _number(c.detail.get("sensitivity_l1")) or 1.0
                 sds.append(math.sqrt(2.0) * sens / eps)
-    return min(sds) if sds else None
+    return sds
 
 
 def noise_warnings(charges: Sequence[Charge], epsilon: float) -> tuple[str, ...]:

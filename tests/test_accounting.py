@@ -50,7 +50,7 @@ def test_helpers():
 @pytest.mark.parametrize("kw, word", [
     ({"epsilon": 0, "delta": 1e-6}, "epsilon"),
     ({"epsilon": float("inf"), "delta": 1e-6}, "epsilon"),
-    ({"epsilon": 1, "delta": 0}, "delta"),
+    ({"epsilon": 1, "delta": -1e-6}, "delta"),
     ({"epsilon": 1, "delta": 1.5}, "delta"),
 ])
 def test_budget_validates(kw, word):

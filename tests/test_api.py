@@ -37,7 +37,8 @@ def test_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert rel.path == tmp_path / "releases" / "demo-api" and rel.report_path.is_file()
     assert rel.synthetic.shape[1] == 10 and len(rel.synthetic) == rel.manifest["rows"] > 4000
     assert again.manifest == rel.manifest
-    assert rel.manifest["method"] == "marginals" and rel.epsilon_spent <= 1.0 + 1e-9
+    assert rel.manifest["method_requested"] == "auto" and rel.manifest["method"] == "pgm"
+    assert rel.epsilon_spent <= 1.0 + 1e-9
 
 
 def test_dataframe_round_trip(tmp_path, demo_paths):

@@ -280,3 +280,51 @@ def test_aim_keeps_the_model_within_max_model_cells():
     capped, chosen = _aim_model_cells({"max_model_cells": "150"}, seed=22)
     assert free > 150
     assert capped <= 150 and chosen
+
+
+def test_aim_size_check_triangulates_what_the_next_fit_builds():
+    """AIM's model-size limit must judge the tree the refit will build from the measured sets
+    plus the candidate. It judged the current tree's cliques plus the candidate, a different
+    graph whose greedy triangulation can be smaller: here 201 cells against the 273 the fit
+    builds, so a candidate passed a limit of 250 and the refit after measuring it refused the
+    model (a crash after the budget was spent, seen on a 30-column table)."""
+    from dpsynth.inference.junction_tree import Domain, triangulate
+    from dpsynth.methods.pgm import _size_check
+
+    names = tuple(f"c{i}" for i in range(9))
+    dom = Domain(names=names, sizes=(5, 4, 4, 4, 3, 6, 4, 2, 2))
+    pairs = [(3, 7), (4, 5), (2, 4), (5, 8), (2, 8), (5, 7), (4, 6), (3, 4), (3, 6)]
+    measured = [(n,) for n in names] + [(names[a], names[b]) for a, b in pairs]
+    cands = [(3, 8), (3, 4)]
+
+    def cells(sets):
+        return sum(dom.cells(c) for c in triangulate(dom, sets))
+
+    tree = [tuple(c) for c in triangulate(dom, measured)]
+    assert cells(tree + [("c3", "c8")]) == 201 and cells(measured + [("c3", "c8")]) == 273
+    ok = _size_check(dom, measured, cands, names, 250.0)
+    assert not ok(0)  # the fit would need 273 cells
+    assert ok(1)  # already measured: the tree does not change
+    assert _size_check(dom, measured, cands, names, 273.0)(0)
+
+
+def test_aim_judges_each_round_on_the_measured_sets(monkeypatch, demo_paths):
+    """Each round's size check gets the measured sets (every 1-way set stays among them),
+    not the current tree's maximal cliques, which absorb the 1-way sets of a chosen pair."""
+    import dpsynth.methods.pgm as pgm_module
+    from dpsynth.rows.encoding import encode, read_table
+    from dpsynth.methods.pgm import PgmMethod, PgmParams
+    from dpsynth.privacy.budget import Budget, Ledger
+    from dpsynth.schema import load_schema
+
+    schema = load_schema(demo_paths[1])
+    enc = encode(read_table(demo_paths[0], schema), schema)
+    seen: list[list[tuple[str, ...]]] = []
+    real = pgm_module._size_check
+    monkeypatch.setattr(pgm_module, "_size_check", lambda dom, sets, *a: seen.append(list(sets)) or real(dom, sets, *a))
+    method = PgmMethod(PgmParams(select="aim", degree=2, units=12))
+    budget = Budget(epsilon=4.0, delta=1e-6)
+    m = method.measure(enc, Ledger(budget, method.plan(schema, budget)), np.random.default_rng(0))
+    singles = {(n,) for n in schema.names}
+    assert len(seen) >= 2 and all(singles <= set(s) for s in seen)
+    assert {tuple(a) for a in m.meta["selected"]} <= set(seen[-1]) | {tuple(m.meta["selected"][-1])}

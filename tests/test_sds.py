@@ -255,7 +255,10 @@ def test_thresholds_suppress():
     assert (frame.loc[frame["length"] == 3, "count"] > 0).all()
     _, mini, _ = _measure(codes, schema, fabrication_mode="minimize")
     assert mini.meta["thresholds"][1] == pytest.approx(mini.meta["noise_sd"][1] * stats.norm.isf(0.005))
-    assert mini.meta["reported"][1] < lo.meta["reported"][1]
+    # level 3 (705 against 234 reported at seed 0): at level 2 nearly every candidate count is
+    # far above the threshold, so whether one falls below it is down to the noise draw
+    assert mini.meta["reported"][1] <= lo.meta["reported"][1]
+    assert mini.meta["reported"][2] < lo.meta["reported"][2]
 
 
 def test_first_threshold_follows_the_paper():

@@ -75,3 +75,30 @@ def test_invalid_table_with_matching_hash_is_caught(release):
     mpath.write_text(json.dumps(m))
     problems = verify_release(release)
     assert problems == ["synthetic.parquet: check failed: region: values inside the schema domain"]
+
+
+def test_default_release_with_merged_marginals_verifies_and_a_lower_scale_does_not(tmp_path, seed_file):
+    """The default (auto: pgm AIM) merges a marginal measured in several rounds: its noise is
+    below any one charge's but never below the pool of all charges. verify refused every such
+    release before; a scale below the pool is still a forgery."""
+    from dpsynth.publish.bundle import sha256_file
+    from dpsynth.measurement import Measurement
+    from dpsynth.precheck import min_noise_sd, pooled_noise_sd
+    from dpsynth.privacy import Charge
+
+    root = Path(__file__).resolve().parents[1]
+    folder = pipeline.run_release(pipeline.ReleaseConfig(
+        data=root / "data" / "demo.csv", schema=root / "schemas" / "demo.yaml", epsilon=1.0,
+        out=tmp_path / "out", workspace=tmp_path / "ws", rows=300, seed_file=seed_file))
+    meta = json.loads((folder / "measurement.json").read_text())
+    charges = [Charge.from_dict(c) for c in meta["charges"]]
+    sds = [e["stddev"] for e in meta["measured"]]
+    assert min(sds) < min_noise_sd(charges)  # a merged marginal: below any single charge
+    assert verify_release(folder) == []
+    floor = pooled_noise_sd(charges)
+    meta["measured"][0]["stddev"] = floor * 0.9
+    (folder / "measurement.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["measurement.json"] = sha256_file(folder / "measurement.json")
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    assert any("states noise sd" in p for p in verify_release(folder))

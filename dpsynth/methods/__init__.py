@@ -60,5 +60,6 @@ def get_method(name: str, params: Mapping[str, Any] | None = None) -> Method:
     try:
         cls = METHODS[name]
     except KeyError:
-        raise ParamError(f"unknown method {name!r}; available: {sorted(METHODS)}") from None
+        raise ParamError(f"unknown method {name!r} (--method); available: auto (the default), "
+                         f"{', '.join(sorted(METHODS))}") from None
     return cls(parse_params(cls.params_type, dict(params or {})))

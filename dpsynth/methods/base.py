@@ -106,6 +106,8 @@ class MethodBase:
     streams_synthesis: ClassVar[bool] = False
     synthesis_bytes_per_cell: ClassVar[int | None] = None  # peak bytes per cell when holding the table
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
+    #: Runs under a pure epsilon-DP budget (delta 0): its plan then holds pure-epsilon charges only.
+    pure_epsilon: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -3,7 +3,9 @@
 Neighbouring tables differ by adding or removing one record, which moves one cell of
 each column's histogram by one: L2 sensitivity 1 per histogram. The budget is split
 evenly over the columns; each histogram gets discrete Gaussian noise with
-``sigma = 1 / sqrt(2 rho_column)``.
+``sigma = 1 / sqrt(2 rho_column)``. Under a pure epsilon-DP budget (delta 0) each
+histogram instead gets discrete Laplace noise of scale ``columns / epsilon`` (L1
+sensitivity 1), charged as pure epsilon.
 
 It learns no correlation at all: it is the floor every other method must beat.
 """
@@ -17,7 +19,7 @@ import numpy as np
 
 from ..rows.encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
-from ..privacy.mechanisms import gaussian_counts
+from ..privacy.mechanisms import gaussian_counts, laplace_charge, laplace_counts
 from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
@@ -59,6 +61,7 @@ class MarginalsMethod(MethodBase):
     """The baseline: one DP 1-way histogram per column, columns sampled independently."""
 
     name: ClassVar[str] = "marginals"
+    pure_epsilon: ClassVar[bool] = True  # delta 0: discrete Laplace histograms
     params_type: ClassVar[type] = MarginalsParams
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
@@ -66,7 +69,11 @@ class MarginalsMethod(MethodBase):
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
-        """An equal zCDP share of the budget per column's histogram (L2 sensitivity 1)."""
+        """An equal zCDP share of the budget per column's histogram (L2 sensitivity 1), or
+        under a pure budget (delta 0) an equal epsilon share (Laplace, L1 sensitivity 1)."""
+        if budget.pure:
+            eps = float(budget.epsilon) / len(schema.columns)
+            return tuple(laplace_charge(_stage(c.name), eps) for c in schema.columns)
         share = budget.rho / len(schema.columns)
         return tuple(
             Charge(stage=_stage(c.name), rho=share, detail={"sensitivity_l2": 1.0})
@@ -74,14 +81,16 @@ class MarginalsMethod(MethodBase):
         )
 
     def measure(self, codes: EncodedTable | RowSource, ledger: Ledger, rng: np.random.Generator) -> Measurement:
-        """Spends each column's share on its histogram plus discrete Gaussian noise."""
+        """Spends each column's share on its histogram plus discrete Gaussian noise (discrete
+        Laplace for a pure-epsilon charge)."""
         source = as_source(codes)
         hists = count_marginals(source, [(j,) for j in range(len(source.schema.columns))])
         measured, charges = [], []
         for j, col in enumerate(source.schema.columns):
             charge = ledger.spend(_stage(col.name))
             hist = hists[(j,)]
-            noised = gaussian_counts(hist, charge, rng, sensitivity=1.0)
+            noise = laplace_counts if charge.epsilon else gaussian_counts
+            noised = noise(hist, charge, rng, sensitivity=1.0)
             measured.append(NoisyMarginal(attrs=(col.name,), counts=noised.values, stddev=noised.stddev,
                                           mechanism=noised.mechanism))
             charges.append(charge)

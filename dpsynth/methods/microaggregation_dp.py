@@ -125,6 +125,7 @@ class MicroaggregationDPMethod(MethodBase):
         kind="dp", neighbours=DP_ADD_REMOVE.neighbours,
         detail="pure epsilon-DP: Laplace noise on the count, the cell weights and the damped means; "
                "exponential-mechanism projection")
+    pure_epsilon: ClassVar[bool] = True
     provides_marginals: ClassVar[bool] = False  # implied by the blocks: nothing to correct towards
     params_type: ClassVar[type] = MicroaggregationDPParams
 

@@ -316,8 +316,8 @@ class PgmMethod(MethodBase):
             sigma = gaussian_sigma(1.0, meas_rho)
             eps = exponential_epsilon_for_rho(sel_rho)
             t0 = time.perf_counter()
-            cliques = [tuple(c) for c in model.tree.cliques]
-            size_ok = _size_check(dom, cliques, cands, names, used * limit)
+            measured = [o.attrs for o in merge_observations(obs + out)]
+            size_ok = _size_check(dom, measured, cands, names, used * limit)
             est = model.project_many([tuple(names[j] for j in r) for r in cands])
             gap = np.array([np.abs(t - e).sum() for t, e in zip((truth[r] for r in cands), est)])
             score = weights * (gap - math.sqrt(2.0 / math.pi) * sigma * sizes)
@@ -367,17 +367,21 @@ class ModelSampler:
         return self.model.sample(n, rng).astype(self.dtype)
 
 
-def _size_check(dom, cliques, cands, names, cap: float) -> Callable[[int], bool]:
-    """Whether adding candidate i keeps the junction tree's total cells within ``cap``."""
+def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool]:
+    """Whether adding candidate i keeps the junction tree's total cells within ``cap``.
+
+    It triangulates exactly what the next fit builds its tree from (the measured sets plus
+    the candidate), so a candidate it accepts never makes that fit refuse the model; a
+    candidate inside a measured set adds no edge and leaves the tree as it is."""
     cache: dict[int, bool] = {}
 
     def ok(i: int) -> bool:
         if i not in cache:
             attrs = tuple(names[j] for j in cands[i])
-            if any(set(attrs) <= set(c) for c in cliques):
+            if any(set(attrs) <= set(c) for c in measured):
                 cache[i] = True
             else:
-                tri = triangulate(dom, cliques + [attrs])
+                tri = triangulate(dom, list(measured) + [attrs])
                 cache[i] = sum(dom.cells(c) for c in tri) <= cap
         return cache[i]
 

@@ -31,6 +31,7 @@ from dpsynth.pipeline import (
 )
 from dpsynth.pipeline.stages import COMPLETE
 from dpsynth.privacy.workspace import private_workspace
+from dpsynth.methods.auto import AUTO
 from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
@@ -132,9 +133,9 @@ def _present(stage: str, path: Path) -> bool:
 def release_flow(
     data: str,
     schema_path: str,
-    method: str,
     epsilon: float,
     out: str,
+    method: str = AUTO,
     delta: float = DEFAULT_DELTA,
     rows: int | None = None,
     params: dict[str, str] | None = None,
@@ -190,7 +191,8 @@ def _release_artifact(folder: str) -> None:
     lines = [
         f"**Release** `{manifest['name']}` published at [{folder}](file://{Path(folder).resolve()})",
         "",
-        f"- method: `{manifest['method']}`, rows: {manifest['rows']}",
+        f"- method: `{manifest['method']}`, rows: {manifest['rows']}"
+        + (f" (chosen by auto: {manifest['auto_reason']})" if manifest.get("auto_reason") else ""),
         f"- guarantee: {privacy.get('headline', '')}",
         f"- epsilon spent: {privacy['epsilon_spent']:.6g} of {privacy['epsilon']:g} (delta {privacy['delta']:g})",
     ]

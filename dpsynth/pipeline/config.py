@@ -26,7 +26,8 @@ from ..rows.encode_parts import input_files, input_sha256
 from ..rows.encoding import check_file
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
-from ..methods.base import Method, convert_param
+from ..methods.auto import AUTO, Choice, choose
+from ..methods.base import Method, ParamError, convert_param
 from ..precheck import check_disk, check_installed, check_options, check_rows, noise_warnings
 from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
@@ -42,8 +43,10 @@ __all__ = [
     "ReleaseError",
     "ReleasePlan",
     "ValidationFailed",
+    "auto_choice",
     "default_workspace",
     "prepare",
+    "resolve_method",
     "split_params",
 ]
 
@@ -79,9 +82,11 @@ class ReleaseConfig:
 
     data: Path
     schema: Path
-    method: str
     epsilon: float
     out: Path
+    #: A method name, or ``auto`` (the default): chosen from the schema, epsilon and delta
+    #: only, before any row is read (:func:`dpsynth.methods.auto.choose`).
+    method: str = AUTO
     delta: float = DEFAULT_DELTA
     rows: int | None = None
     params: Mapping[str, str] = field(default_factory=dict)
@@ -172,6 +177,8 @@ class ReleasePlan:
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: What ``--method auto`` resolved to and why (None when a method was named).
+    choice: Choice | None = None
     seed: bytes | None = field(repr=False)
     data_sha256: str = field(repr=False)
 
@@ -251,6 +258,27 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
     return method_params, options
 
 
+def resolve_method(config: ReleaseConfig, schema: Schema) -> tuple[str, dict[str, str], Choice | None]:
+    """The method name and ``--param`` text a release runs: the config's own, or what
+    ``auto`` chooses from the schema, epsilon and delta (never the rows). With ``auto``
+    only post-processing options may be passed: a method parameter needs a named method."""
+    params = dict(config.params)
+    if config.method != AUTO:
+        return config.method, params, None
+    own = sorted(k for k in params if k not in POSTPROCESS_OPTIONS)
+    if own:
+        raise ParamError(f"parameters {own} belong to a method: name it with --method (Python: method=...); "
+                         f"--method auto only takes post-processing options {sorted(POSTPROCESS_OPTIONS)}")
+    choice = choose(schema, float(config.epsilon), float(config.delta))
+    return choice.method, {**choice.params, **params}, choice
+
+
+def auto_choice(config: ReleaseConfig) -> Choice | None:
+    """What ``auto`` will choose for this config (None when a method is named): reads
+    the schema file only, for the line the CLI and API print before a release."""
+    if config.method != AUTO:
+        return None
+    return resolve_method(config, load_schema(config.schema))[2]
 def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charge, ...],
                           delta: float) -> tuple[str, ...]:
     """Before measuring, from a row count the data owner declared public (``public_n``);
@@ -291,6 +319,7 @@ class PublicChecks:
     seed: bytes | None
     name: str
     method_params: Mapping[str, Any]
+    choice: Any = None  # auto's choice (dpsynth.methods.auto.Choice), None for a named method
 
 
 def check_public(config: ReleaseConfig) -> PublicChecks:
@@ -300,12 +329,18 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     runs it before starting Prefect, so a typo is refused at once on every engine."""
     schema = load_schema(config.schema)
     schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
-    method_params, options = split_params(config.method, config.params, config.rows)
-    method = get_method(config.method, method_params)
+    if config.delta != 0:  # delta 0: a pure epsilon-DP policy (only pure-epsilon methods run)
+        check_delta(config.delta)
+    method_name, params, choice = resolve_method(config, schema)  # auto: schema, epsilon, delta only
+    method_params, options = split_params(method_name, params, config.rows)
+    method = get_method(method_name, method_params)
     check_options(type(method), options)
     check_installed(type(method), options, config.dask_address)
-    check_delta(config.delta)
     budget = Budget(epsilon=float(config.epsilon), delta=float(config.delta))
+    if budget.pure and not type(method).pure_epsilon:
+        pure = sorted(n for n in METHODS if getattr(METHODS[n], "pure_epsilon", False))
+        raise ParamError(f"--delta 0 asks for pure epsilon-DP, which method {method.name!r} does not give: "
+                         f"pass --method auto (the default) or one of {pure}, or a --delta above 0")
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
     streams = getattr(method, "streams_synthesis", False) and not options.get("correct_marginals")
@@ -327,7 +362,7 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     if target.exists():
         raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
     return PublicChecks(schema=schema, method=method, options=options, budget=budget, charges=tuple(charges),
-                        seed=seed, name=name, method_params=method_params)
+                        seed=seed, name=name, method_params=method_params, choice=choice)
 
 
 def prepare(config: ReleaseConfig) -> ReleasePlan:
@@ -350,6 +385,7 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
         budget=budget,
         charges=charges,
         name=name,
+        choice=c.choice,
         seed=seed,
         data_sha256=input_sha256(config.data),
     )

@@ -339,6 +339,9 @@ def publish_stage(
     manifest = {
         "name": plan.name,
         "method": plan.method_name,
+        "method_requested": plan.config.method,
+        **({"auto_params": dict(plan.choice.params), "auto_reason": plan.choice.reason}
+           if plan.choice is not None else {}),
         "parameters": plan.params,
         "schema": plan.schema.name,
         "schema_sha256": plan.schema.fingerprint(),

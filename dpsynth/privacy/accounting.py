@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from .rational import MAX_SCALE, gaussian_sigma_exact
+
 __all__ = [
     "epsilon_from_rho",
     "load_solver",
@@ -100,7 +102,12 @@ def gaussian_rho(sensitivity: float, sigma: float) -> float:
 
 
 def gaussian_sigma(sensitivity: float, rho: float) -> float:
-    """Noise scale that makes a Gaussian mechanism rho-zCDP."""
+    """Noise scale that makes a Gaussian mechanism rho-zCDP: ``sensitivity / sqrt(2 rho)``
+    rounded up to the sigma the exact discrete Gaussian samples (24 significant bits, see
+    :mod:`dpsynth.privacy.rational`), so the sigma a measurement states is the one drawn."""
     if rho <= 0:
         raise ValueError(f"rho must be > 0, got {rho!r}")
-    return sensitivity / math.sqrt(2.0 * rho)
+    sigma = sensitivity / math.sqrt(2.0 * rho)
+    if not (0.0 < sigma <= MAX_SCALE):
+        return sigma  # 0 (no noise) or too large to sample: discrete_gaussian says so
+    return float(gaussian_sigma_exact(sigma))

@@ -60,7 +60,10 @@ class LedgerError(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """An (epsilon, delta) budget; ``rho`` is its zCDP equivalent."""
+    """An (epsilon, delta) budget; ``rho`` is its zCDP equivalent.
+
+    ``delta == 0`` is a pure epsilon-DP policy: ``rho`` is then 0 and the ledger admits
+    only pure-epsilon charges (Laplace, exponential charged as epsilon)."""
 
     epsilon: float
     delta: float
@@ -71,13 +74,20 @@ class Budget:
         ):
             raise ValueError(f"epsilon must be a finite number > 0, got {self.epsilon!r}: pass e.g. --epsilon 1 "
                              "(docs/choosing.md, 'Choosing epsilon')")
-        if not isinstance(self.delta, (int, float)) or not (0 < self.delta < 1):
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}: pass e.g. --delta 1e-6, well below "
-                             "1/rows (docs/choosing.md, 'Choosing delta')")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not (0 <= self.delta < 1):
+            raise ValueError(f"delta must lie in [0, 1), got {self.delta!r}: pass e.g. --delta 1e-6, well below "
+                             "1/rows, or 0 for pure epsilon-DP (docs/choosing.md, 'Choosing delta')")
+
+    @property
+    def pure(self) -> bool:
+        """A pure epsilon-DP budget (delta 0): no zCDP charge fits it."""
+        return self.delta == 0
 
     @cached_property
     def rho(self) -> float:
-        """The largest zCDP rho whose (epsilon, delta) conversion fits this budget."""
+        """The largest zCDP rho whose (epsilon, delta) conversion fits this budget (0 when delta is 0)."""
+        if self.pure:
+            return 0.0
         return rho_from_epsilon(float(self.epsilon), float(self.delta))
 
     def to_dict(self) -> dict[str, float]:
@@ -134,6 +144,8 @@ def total_epsilon(charges: Iterable[Charge], delta: float) -> float:
     charges = list(charges)
     rho = sum(c.rho for c in charges)
     pure = sum(c.epsilon for c in charges)
+    if rho > 0 and delta == 0:
+        return math.inf  # no finite epsilon bounds a zCDP charge at delta 0
     return pure + (epsilon_from_rho(rho, delta) if rho > 0 else 0.0)
 
 
@@ -167,6 +179,13 @@ class Ledger:
         total = sum(c.rho for c in planned)
         pure = sum(c.epsilon for c in planned)
         cap = budget.rho
+        zcdp = next((c for c in planned if c.rho > 0), None)
+        if budget.pure and zcdp is not None:
+            raise BudgetExceeded(
+                f"delta 0 asks for pure epsilon-DP, but stage {zcdp.stage!r} is a zCDP ({zcdp.mechanism}) charge: "
+                "choose a pure-epsilon method (--method auto does: marginals; or microaggregation-dp), "
+                "or pass --delta above 0"
+            )
         if pure == 0.0 and total > cap * (1.0 + _RHO_TOLERANCE):
             raise BudgetExceeded(
                 f"the plan spends rho={total:.6g} but the budget (epsilon={budget.epsilon}, "

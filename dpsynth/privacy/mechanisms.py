@@ -30,7 +30,7 @@ import numpy as np
 
 from .accounting import gaussian_sigma
 from .budget import Charge
-from .noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd
+from .noise import discrete_gaussian, discrete_laplace, discrete_laplace_sd, sampled_laplace_scale
 
 __all__ = [
     "Noised",
@@ -95,7 +95,8 @@ def laplace_charge(stage: str, epsilon: float, *, sensitivity: float = 1.0) -> C
     """The pure-epsilon charge of a Laplace measurement of L1 sensitivity ``sensitivity``."""
     eps = _positive("epsilon", epsilon)
     return Charge(stage=stage, epsilon=eps, mechanism="laplace",
-                  detail={"sensitivity_l1": float(sensitivity), "scale": _positive("sensitivity", sensitivity) / eps})
+                  detail={"sensitivity_l1": float(sensitivity),
+                          "scale": sampled_laplace_scale(_positive("sensitivity", sensitivity) / eps)})
 
 
 def laplace_counts(
@@ -108,7 +109,7 @@ def laplace_counts(
     """
     if charge.rho or not charge.epsilon > 0:
         raise ValueError(f"stage {charge.stage!r}: Laplace noise needs a pure-epsilon charge (epsilon > 0, no rho)")
-    scale = _positive("sensitivity", sensitivity) / charge.epsilon
+    scale = sampled_laplace_scale(_positive("sensitivity", sensitivity) / charge.epsilon)  # the one drawn
     arr = np.asarray(counts)
     noisy = (arr + discrete_laplace(scale, arr.shape, rng)).astype(np.float64)
     return Noised(values=noisy, stddev=discrete_laplace_sd(scale), mechanism="laplace", charge=charge)

@@ -3,7 +3,9 @@
 Counts get integer-valued noise: the discrete Laplace (two-sided geometric) and the
 discrete Gaussian of Canonne, Kamath and Steinke (2020). Both have exactly the privacy
 guarantees of their continuous versions (a discrete Gaussian of scale sigma on a count
-of sensitivity s is s^2/(2 sigma^2)-zCDP).
+of sensitivity s is s^2/(2 sigma^2)-zCDP), and both are sampled exactly, on integers
+(:mod:`dpsynth.privacy.exact`), at a rational scale no smaller than the one requested
+(:func:`sampled_sigma`, :func:`sampled_laplace_scale`; docs/privacy.md).
 
 Real-valued outputs never receive textbook floating-point noise: the low bits of
 ``x + Laplace()`` computed in floats reveal ``x`` (Mironov 2012). Instead the value is
@@ -12,8 +14,9 @@ so every output is an exact multiple of the granularity. Rounding can move two
 neighbouring inputs apart by up to one grid step per coordinate; callers calibrate
 with :func:`grid_sensitivity`.
 
-Samplers take a ``numpy.random.Generator``. It is seeded from the OS entropy pool
-unless the caller derives it from a secret seed (see :mod:`dpsynth.privacy.rng`).
+Samplers take a ``numpy.random.Generator`` and draw only ``rng.integers`` from it. It is
+seeded from the OS entropy pool unless the caller derives it from a secret seed (see
+:mod:`dpsynth.privacy.rng`): the same seed gives the same noise.
 """
 
 from __future__ import annotations
@@ -22,10 +25,15 @@ import math
 
 import numpy as np
 
+from . import exact
+from .rational import gaussian_sigma_exact, laplace_scale_exact
+
 __all__ = [
     "discrete_laplace",
     "discrete_laplace_sd",
     "discrete_gaussian",
+    "sampled_laplace_scale",
+    "sampled_sigma",
     "gaussian_on_grid",
     "laplace_on_grid",
     "grid_sensitivity",
@@ -40,14 +48,38 @@ def _check_scale(name: str, value: float) -> float:
     return value
 
 
-def discrete_laplace(scale: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Samples with P[X = x] proportional to exp(-|x| / scale), as int64."""
+def _shape(size: int | tuple[int, ...]) -> tuple[int, ...]:
+    return (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(d) for d in size)
+
+
+def sampled_laplace_scale(scale: float) -> float:
+    """The scale :func:`discrete_laplace` draws for ``scale``: the float itself when it is
+    ``>= 2^-10``, else rounded up to a multiple of ``2^-62`` (``0`` stays ``0``)."""
     scale = _check_scale("scale", scale)
-    if scale == 0.0:
-        return np.zeros(size, dtype=np.int64)
-    # Difference of two i.i.d. geometric variables with success 1 - exp(-1/scale).
-    p = -math.expm1(-1.0 / scale)
-    return rng.geometric(p, size=size).astype(np.int64) - rng.geometric(p, size=size).astype(np.int64)
+    return float(laplace_scale_exact(scale)) if scale else 0.0
+
+
+def sampled_sigma(sigma: float) -> float:
+    """The sigma :func:`discrete_gaussian` draws for ``sigma``: rounded up to 24 significant
+    bits (relative increase < 1.2e-7), exactly representable; ``0`` stays ``0``."""
+    sigma = _check_scale("sigma", sigma)
+    return float(gaussian_sigma_exact(sigma)) if sigma else 0.0
+
+
+def discrete_laplace(scale: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Samples with P[X = x] proportional to exp(-|x| / scale), as int64, drawn exactly.
+
+    CKS 2020 Algorithm 2 for the rational scale :func:`sampled_laplace_scale` (``t / s``):
+    only uniform integers from ``rng`` and integer comparisons; vectorised.
+    """
+    scale = _check_scale("scale", scale)
+    shape = _shape(size)
+    total = int(np.prod(shape, dtype=np.int64))
+    if scale == 0.0 or total == 0:
+        return np.zeros(shape, dtype=np.int64)
+    frac = laplace_scale_exact(scale)
+    t, s = frac.numerator, frac.denominator
+    return exact.fill(total, lambda m: exact.laplace_pass(t, s, m, rng), exact.laplace_rate(t, s)).reshape(shape)
 
 
 def discrete_laplace_sd(scale: float) -> float:
@@ -60,30 +92,26 @@ def discrete_laplace_sd(scale: float) -> float:
 
 
 def discrete_gaussian(sigma: float, size: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Samples with P[X = x] proportional to exp(-x^2 / (2 sigma^2)), as int64.
+    """Samples with P[X = x] proportional to exp(-x^2 / (2 sigma'^2)), as int64, drawn exactly,
+    where ``sigma' = sampled_sigma(sigma) >= sigma``.
 
-    Rejection sampling from a discrete Laplace proposal (CKS 2020, Algorithm 3),
-    done on whole batches; each round accepts at least ~half of the proposals.
+    CKS 2020 Algorithm 3: discrete Laplace proposals of integer scale
+    ``t = floor(sigma') + 1``, each kept with probability
+    ``exp(-(|Y| - sigma'^2/t)^2 / (2 sigma'^2))`` by Bernoulli draws of integer ratios.
     """
     sigma = _check_scale("sigma", sigma)
-    shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    shape = _shape(size)
     total = int(np.prod(shape, dtype=np.int64))
     if sigma == 0.0 or total == 0:
         return np.zeros(shape, dtype=np.int64)
-    t = math.floor(sigma) + 1.0
-    s2 = sigma * sigma
-    out = np.empty(total, dtype=np.int64)
-    filled = 0
-    while filled < total:
-        need = total - filled
-        batch = int(need * 1.6) + 16
-        y = discrete_laplace(t, batch, rng)
-        accept_p = np.exp(-((np.abs(y) - s2 / t) ** 2) / (2.0 * s2))
-        keep = y[rng.random(batch) < accept_p]
-        take = min(need, keep.size)
-        out[filled : filled + take] = keep[:take]
-        filled += take
-    return out.reshape(shape)
+    frac = gaussian_sigma_exact(sigma)
+    t = math.floor(frac) + 1
+
+    def draw(m: int) -> np.ndarray:
+        y = exact.laplace_pass(t, 1, m, rng)
+        return y[exact.gaussian_accept(np.abs(y), frac, t, rng)]
+
+    return exact.fill(total, draw, exact.laplace_rate(t, 1) * exact.gaussian_rate(t)).reshape(shape)
 
 
 def default_granularity(scale: float) -> float:

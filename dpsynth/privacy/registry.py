@@ -355,7 +355,9 @@ def _state(conn: sqlite3.Connection, dataset: str, delta: float, when: datetime,
     cap = _cap(conn, dataset)
     draws, keys = _draws(conn, dataset)
     draws += (extra,) if extra else ()
-    at = cap.delta if cap is not None else delta
+    # Without a cap: the largest delta of the dataset's draws (a pure-epsilon release's
+    # delta 0 cannot bound the zCDP draws charged before it).
+    at = cap.delta if cap is not None else max([float(delta)] + [float(r.delta) for r in draws])
     period = cap.period if cap is not None and cap.period else (limit[0] if limit else None)
     period_spent = _period_spent(draws, period, when, at) if period is not None else None
     return DatasetState(dataset=dataset, cap=cap, draws=draws, delta=at, spent_epsilon=_composed(draws, at),

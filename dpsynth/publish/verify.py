@@ -139,10 +139,12 @@ def _implied_sigma_problems(charges: list[Charge]) -> list[str]:
 
 
 def _stated_scale_problems(charges: list[Charge], measurement: Mapping[str, Any]) -> list[str]:
-    """No published noise scale may be smaller than the least noise the charges allow."""
-    from ..precheck import min_noise_sd
+    """No published noise scale may be smaller than the least noise the charges allow: the
+    pool of all of them (a marginal measured in several rounds and merged has less noise
+    than any one of its measurements, never less than that pool)."""
+    from ..precheck import pooled_noise_sd
 
-    floor = min_noise_sd(charges)
+    floor = pooled_noise_sd(charges)
     if floor is None:
         return []
     stated = [(f"marginal {e.get('key')}", e.get("stddev"), e.get("mechanism")) for e in measurement.get("measured", [])]

@@ -35,7 +35,7 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
     asked, spent = budget_line(privacy, m)
     items = [
         ("Release", esc(manifest.get("name", "—"))),
-        ("Method", f"<code>{esc(manifest.get('method', m.method))}</code>"),
+        ("Method", _method_cell(manifest, m)),
         ("Schema", f"{esc(manifest.get('schema', schema.name))} ({len(schema.columns)} columns)"),
         ("Synthetic rows", f"{num(rows)} ({how})"),
         ("Privacy budget", asked),
@@ -55,6 +55,16 @@ def summary_section(manifest: Mapping[str, Any], schema: Schema, rows_out: int, 
                       "validation gate)" if manifest["data_docs"] else
                       "not included (a release builds them when asked: <code>--data-docs</code>)"))
     return '<h2 id="release">Release</h2>' + kv_table(items)
+
+
+def _method_cell(manifest: Mapping[str, Any], m: Measurement) -> str:
+    """The method, and when ``auto`` chose it, what it chose from and why."""
+    chosen = " ".join(f"{k}={v}" for k, v in (manifest.get("auto_params") or {}).items())
+    cell = f"<code>{esc(manifest.get('method', m.method))}{' ' + esc(chosen) if chosen else ''}</code>"
+    if manifest.get("method_requested") == "auto":
+        cell += (" chosen by <code>--method auto</code> (the default) from the schema, epsilon and delta only"
+                 f"{': ' + esc(manifest['auto_reason']) if manifest.get('auto_reason') else ''}")
+    return cell
 
 
 def _defaults(method: str) -> dict[str, Any]:

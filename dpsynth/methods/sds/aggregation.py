@@ -19,7 +19,7 @@ from ...rows.encoding import EncodedTable
 from ...privacy.mechanisms import dp_percentile_hist
 from ...rows.rowsource import RowSource, as_source
 from .tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
-from ...privacy.noise import discrete_gaussian, discrete_laplace
+from ...privacy.noise import discrete_gaussian, discrete_laplace, sampled_sigma
 from ...schema import Schema
 from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records, one_way_only, pair_noise_ratio
 from .params import SdsParams, _threshold_rule
@@ -218,7 +218,7 @@ def aggregate(
         allowed = dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
         counts = tuple_counts(source, spec, allowed, records_over(hists, allowed), rng)
         spend(_stage_gaussian(k))
-        sd = sigmas[k - 1] * math.sqrt(max(allowed, 0))
+        sd = sampled_sigma(sigmas[k - 1] * math.sqrt(max(allowed, 0)))  # the sd drawn and stated
         level: dict[Combo, np.ndarray] = {}
         if counts:
             if k == 1:

@@ -1,0 +1,268 @@
+"""Benchmark: does ``--method auto`` choose (nearly) the best configuration in every cell?
+
+A cell is one table at one epsilon (delta 1e-6, one seed). In each cell it runs the
+four configurations ``auto`` could stand for: ``pgm`` (``select=mst``), ``pgm``
+(``select=aim degree=2``), ``sds`` and ``marginals``, measure + synthesize as a release
+does, each stopped after ``--timeout`` seconds. Score: 1000 x (1 - mean 3-way TVD) on
+the schema's codes (missing is a code of its own; up to 200 random triples per table,
+fixed per table). ``auto``'s score in a cell is the score of the configuration
+:func:`dpsynth.methods.auto.choose` picks from the schema, epsilon and delta (it never
+sees the rows), so it is not run twice.
+
+Tables are split in two halves: the TUNING half set the rule's constants
+(``MAX_AIM_COLUMNS``, ``MAX_AIM_PAIR_CELLS``), the HELD-OUT half is reported as it came.
+Tables: NIST national2019/tx2019/ma2019 (``schemas/nist.yaml``, demographic or all 24
+columns), adult (``schemas/adult.yaml``), and random Bayesian networks
+(``benchmarks.sds_matrix.make_table``: 5 to 60 columns, 1,000 to 1,000,000 rows, numeric
+and missing cells). A few pure-epsilon cells (delta 0) compare the pure-epsilon methods
+(``marginals`` with discrete Laplace noise, ``microaggregation-dp``) with ``auto``'s
+choice at delta 1e-6 on the same table: what a pure policy gives up.
+
+Usage::
+
+    nice python benchmarks/auto_choice.py --half tuning     # its cells into results/auto_choice.json ("raw")
+    nice python benchmarks/auto_choice.py --half held-out
+    python benchmarks/auto_choice.py --report               # every cell: table + "cells" in the same file
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
+from benchmarks.sds_matrix import SHARED_DATA, make_table, nist_tables  # noqa: E402
+
+DELTA = 1e-6
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "pgm-mst": ("pgm", {"select": "mst"}),
+    "pgm-aim2": ("pgm", {"select": "aim", "degree": 2}),
+    "sds": ("sds", {}),
+    "marginals": ("marginals", {}),
+}
+PURE_CONFIGS = {"marginals-laplace": ("marginals", {}), "microaggregation-dp": ("microaggregation-dp", {})}
+TRIPLES = 200
+
+#: (table, epsilons, pure-epsilon cells at these epsilons). gen:n,p,cmax,numeric,missing
+HALVES: dict[str, list[tuple[str, tuple[float, ...], tuple[float, ...]]]] = {
+    "tuning": [
+        ("nist:national2019/all", (0.1, 1.0, 10.0), ()),
+        ("nist:tx2019/demographic", (0.1, 10.0), ()),
+        ("gen:1000,5,6,0,0", (0.1, 1.0), ()),
+        ("gen:20000,30,12,0.2,0.2", (1.0, 10.0), ()),
+        ("gen:100000,45,8,0.1,0.1", (1.0,), ()),
+        ("gen:5000,60,4,0,0.2", (1.0, 10.0), ()),
+        ("gen:200000,15,30,0.2,0.1", (1.0,), ()),
+    ],
+    "held-out": [
+        ("nist:national2019/demographic", (1.0, 10.0), (1.0,)),
+        ("nist:ma2019/all", (0.1, 1.0), ()),
+        ("adult", (0.1, 1.0, 10.0), (1.0, 4.0)),
+        ("gen:2000,8,10,0.2,0.3", (0.1, 1.0), (1.0,)),
+        ("gen:100000,30,12,0.2,0.1", (1.0, 10.0), (1.0,)),
+        ("gen:1000000,12,10,0.2,0.1", (1.0,), ()),
+        ("gen:10000,55,6,0.1,0.2", (1.0,), ()),
+    ],
+}
+
+
+class Timeout(Exception):
+    """A configuration ran past --timeout."""
+
+
+def load_table(spec: str, index: int) -> tuple[Any, np.ndarray]:
+    """(schema, codes) of a table spec (see :data:`HALVES`)."""
+    from dpsynth.rows.encoding import encode, read_table
+    from dpsynth.schema import load_schema
+
+    if spec.startswith("nist:"):
+        f, cs = spec[5:].split("/")
+        (t,) = nist_tables([f], [cs])
+        return t.schema, t.codes
+    if spec == "adult":
+        schema = load_schema(ROOT / "schemas" / "adult.yaml")
+        return schema, encode(read_table(SHARED_DATA / "adult" / "adult.csv", schema), schema).codes
+    n, p, cmax, num, miss = spec[4:].split(",")
+    return make_table(int(n), int(p), int(cmax), float(num), float(miss), seed=9100 + index, name=f"g{index}")
+
+
+def triples(p: int, seed: int) -> list[tuple[int, int, int]]:
+    """Every 3-subset of the columns, or :data:`TRIPLES` of them drawn at random (fixed seed)."""
+    from itertools import combinations
+
+    allt = list(combinations(range(p), 3))
+    if len(allt) <= TRIPLES:
+        return allt
+    rng = np.random.default_rng(seed)
+    return [allt[i] for i in sorted(rng.choice(len(allt), size=TRIPLES, replace=False))]
+
+
+def score(schema: Any, real: np.ndarray, synth: np.ndarray, subsets: Sequence[tuple[int, ...]]) -> float:
+    """1000 x (1 - mean TVD) over ``subsets`` (3-way marginals on codes)."""
+    from dpsynth.evaluation.metrics import iter_tvds
+
+    tvds = [t for _, t in iter_tvds(real, synth, schema.cardinalities, subsets)]
+    return 1000.0 * (1.0 - float(np.mean(tvds)))
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise Timeout()
+
+
+def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarray, eps: float, delta: float,
+               seed: int, timeout: int) -> tuple[np.ndarray | None, float, str]:
+    """(synthetic codes or None, seconds, status) of measure + synthesize, as a release runs them."""
+    from dpsynth.rows.encoding import EncodedTable
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+
+    m = get_method(method, params)
+    budget = Budget(epsilon=eps, delta=delta)
+    ss = np.random.SeedSequence([seed, 26])
+    r_measure, r_synth = (np.random.default_rng(s) for s in ss.spawn(2))
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        meas = m.measure(EncodedTable(schema=schema, codes=codes), Ledger(budget, m.plan(schema, budget)), r_measure)
+        synth = m.synthesize(meas, schema, None, r_synth).codes
+        status = "ok"
+    except Timeout:
+        synth, status = None, f"timeout {timeout} s"
+    except Exception as exc:  # noqa: BLE001 - a failing configuration is a result too
+        synth, status = None, f"error: {type(exc).__name__}: {str(exc)[:160]}"
+    finally:
+        signal.alarm(0)
+    return synth, time.perf_counter() - t0, status
+
+
+def _load() -> dict[str, Any]:
+    f = RESULTS / "auto_choice.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _save_raw(half: str, cells: list[dict[str, Any]], timeout: int) -> None:
+    payload = _load()
+    payload.pop("machine", None)
+    payload.setdefault("raw", {})[half] = {"cells": cells, "timeout_s": timeout}
+    write_json("auto_choice", payload)
+
+
+def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence[str] | None = None,
+             epsilon: float | None = None) -> list[dict[str, Any]]:
+    """Every cell of one half (or those ``only``/``configs``/``epsilon`` select); each result
+    replaces its entry in results/auto_choice.json, the other cells and configurations stay."""
+    cells: list[dict[str, Any]] = list(_load().get("raw", {}).get(half, {}).get("cells", []))
+    where = {(c["table"], c["epsilon"], c["delta"]): c for c in cells}
+    for index, (spec, epsilons, pure_eps) in enumerate(HALVES[half]):
+        if only and only != spec:
+            continue
+        schema, codes = load_table(spec, index + (0 if half == "tuning" else 100))
+        subs = triples(len(schema.columns), seed=index)
+        runs = [(eps, DELTA, CONFIGS) for eps in epsilons] + [(eps, 0.0, PURE_CONFIGS) for eps in pure_eps]
+        for eps, delta, table in runs:
+            if epsilon is not None and eps != epsilon:
+                continue
+            cell = where.get((spec, eps, delta))
+            if cell is None:
+                cell = {"half": half, "table": spec, "rows": int(codes.shape[0]), "columns": len(schema.columns),
+                        "cardinalities": list(schema.cardinalities), "epsilon": eps, "delta": delta,
+                        "triples": len(subs), "configs": {}}
+                cells.append(cell)
+                where[(spec, eps, delta)] = cell
+            for label, (method, params) in table.items():
+                if configs and label not in configs:
+                    continue
+                synth, secs, status = run_config(method, params, schema, codes, eps, delta, 0, timeout)
+                sc = score(schema, codes, synth, subs) if synth is not None else None
+                cell["configs"][label] = {"score": sc, "seconds": round(secs, 2), "status": status,
+                                          "timeout_s": timeout}
+                print(f"{half} {spec} eps {eps:g} delta {delta:g} {label}: "
+                      f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s)", flush=True)
+                _save_raw(half, cells, timeout)
+    return cells
+
+
+def auto_label(cell: dict[str, Any]) -> tuple[str, str]:
+    """The configuration label ``auto`` picks for a cell, and its reason."""
+    from dpsynth.methods.auto import choose_for
+
+    c = choose_for(cell["cardinalities"], cell["epsilon"], cell["delta"])
+    if c.method == "marginals":
+        return ("marginals-laplace" if cell["delta"] == 0 else "marginals"), c.reason
+    if c.method == "pgm":
+        return ("pgm-aim2" if c.params.get("select") == "aim" else "pgm-mst"), c.reason
+    return c.method, c.reason
+
+
+def report(halves: Sequence[str]) -> None:
+    """Prints every cell (auto against the best configuration) and writes results/auto_choice.json."""
+    payload = _load()
+    raw = payload.get("raw", {})
+    for half in halves:  # a half's own file, from a run of an earlier version of this script
+        f = RESULTS / f"auto_choice-{half}.json"
+        if f.is_file():
+            raw[half] = json.loads(f.read_text())
+    cells = [c for half in halves for c in raw.get(half, {}).get("cells", [])]
+    rows, out = [], []
+    by_table = {(c["table"], c["epsilon"]): c for c in cells if c["delta"] > 0}
+    for c in cells:
+        label, _ = auto_label(c)
+        conf = c["configs"]
+        scored = {k: v["score"] for k, v in conf.items() if v["score"] is not None}
+        best = max(scored, key=scored.get) if scored else None
+        a = conf.get(label, {}).get("score")
+        entry = {**{k: c[k] for k in ("half", "table", "rows", "columns", "epsilon", "delta")},
+                 "auto": label, "auto_score": a, "auto_seconds": conf.get(label, {}).get("seconds"),
+                 "best": best, "best_score": scored.get(best), "configs": conf}
+        if c["delta"] > 0:
+            entry["gap_to_best"] = None if a is None or best is None else round(scored[best] - a, 1)
+            mst = scored.get("pgm-mst")
+            entry["vs_pgm_mst"] = None if a is None or mst is None else round(a - mst, 1)
+        else:  # pure cells: what delta 0 gives up against auto's choice at delta 1e-6
+            ref = by_table.get((c["table"], c["epsilon"]))
+            ref_score = ref["configs"][auto_label(ref)[0]]["score"] if ref else None
+            entry["auto_at_delta_1e-6"] = ref_score
+            entry["gives_up"] = None if ref_score is None or a is None else round(ref_score - a, 1)
+        out.append(entry)
+        shown = "  ".join(f"{k} {v['score']:.1f} ({v['seconds']:.0f}s)" if v["score"] is not None
+                          else f"{k} {v['status'][:12]} ({v['seconds']:.0f}s)" for k, v in conf.items())
+        gap = (f"gap {entry['gap_to_best']:+.1f}, vs mst {entry['vs_pgm_mst']:+.1f}" if c["delta"] > 0
+               and entry.get("gap_to_best") is not None else
+               f"gives up {entry['gives_up']}" if c["delta"] == 0 and entry.get("gives_up") is not None else "n/a")
+        rows.append((c["half"], c["table"], f"{c['rows']}x{c['columns']}", f"{c['epsilon']:g}", f"{c['delta']:g}",
+                     f"{label} {a:.1f}" if a is not None else f"{label} -", gap, shown))
+    print_table(("half", "table", "shape", "eps", "delta", "auto", "gap", "configs: score (seconds)"), rows)
+    write_json("auto_choice", {"metric": "1000 x (1 - mean 3-way TVD) on codes, one seed",
+                               "delta": DELTA, "cells": out, "raw": raw})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one half (``--half``) or reports both (``--report``)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--half", choices=sorted(HALVES))
+    ap.add_argument("--only", default=None, help="run only this table (its spec, e.g. adult)")
+    ap.add_argument("--configs", nargs="*", default=None, help="run only these configurations")
+    ap.add_argument("--epsilon", type=float, default=None, help="run only this epsilon")
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args(argv)
+    if args.half:
+        run_half(args.half, args.timeout, args.only, args.configs, args.epsilon)
+    if args.report or not args.half:
+        report(("tuning", "held-out"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

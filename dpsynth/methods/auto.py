@@ -1,0 +1,97 @@
+"""``--method auto``: the method and parameters a release gets when it names none.
+
+:func:`choose` is a pure function of public information only (the schema's columns and
+their code counts, epsilon, delta); it never sees a row, so two tables with the same
+schema get the same choice. The release resolves it in ``prepare``, before anything is
+read or charged, and records the choice and its reason in the manifest and the report.
+The rule and the benchmark its constants come from: docs/choosing.md ("What auto chooses").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Mapping, Sequence
+
+from ..schema import Schema
+
+__all__ = ["AUTO", "Choice", "choose", "choose_for"]
+
+#: The name a user passes (or leaves as the default) to ask for the automatic choice.
+AUTO = "auto"
+
+#: AIM (``select=aim degree=2``) scores every column pair each round, for about 16 rounds per
+#: column, and refits a model of up to ``max_model_cells``: its time grows faster than the
+#: square of the columns. Above these bounds ``auto`` takes MST, whose time is about linear.
+#: Set on the tuning half of benchmarks/auto_choice.py: 30 columns at 100,000 rows took 20 s
+#: at epsilon 1 and 48 s at epsilon 10 on this 2-core machine (the 60 s target), 45 columns
+#: did not finish in 300 s (docs/choosing.md, "What auto chooses").
+MAX_AIM_COLUMNS = 32
+#: Sum over column pairs of their cells: the per-round scoring work. The widest measured,
+#: schemas/nist-fine.yaml (247,923 pair cells, 24 columns), took 31-35 s (pgm_vs_mbi.json).
+MAX_AIM_PAIR_CELLS = 500_000
+
+#: What a pure-epsilon release gives up, from benchmarks/results/auto_choice.json (held-out half).
+PURE_GIVES_UP = ("A pure-epsilon release keeps each column's distribution but no relationship between "
+                 "columns: on the benchmark's held-out tables it scores {loss} points (of 1000, 3-way) below "
+                 "what auto chooses with a delta > 0")
+PURE_LOSS_POINTS = "60 to 250"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What ``auto`` resolved to: a method name, its parameters as text (as ``--param``
+    takes them) and a one-sentence reason a user can read."""
+
+    method: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    reason: str = ""
+
+    def line(self) -> str:
+        """One line for the terminal: what was chosen and why."""
+        shown = " ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"method auto chose {self.method}{' ' + shown if shown else ''}: {self.reason}"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form (the manifest's ``auto`` entry)."""
+        return {"method": self.method, "params": dict(self.params), "reason": self.reason}
+
+
+def choose(schema: Schema, epsilon: float, delta: float) -> Choice:
+    """The method and parameters for a release of ``schema`` at (epsilon, delta).
+
+    Public information only: the schema's code counts, epsilon and delta; no row count.
+    """
+    return choose_for(schema.cardinalities, epsilon, delta)
+
+
+def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float) -> Choice:
+    """:func:`choose` on the columns' code counts alone (what the rule depends on)."""
+    cards = [int(c) for c in cardinalities]
+    if not cards:
+        raise ValueError("auto needs a schema with at least one column")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
+        raise ValueError(f"delta must lie in [0, 1), got {delta!r}")
+    if delta == 0:
+        return Choice(method="marginals", params={}, reason=(
+            "delta 0 asks for pure epsilon-DP, so auto chooses among pure-epsilon methods; marginals (discrete "
+            "Laplace histograms) was the better of them on the benchmark. " + PURE_GIVES_UP.format(loss=PURE_LOSS_POINTS)))
+    d = len(cards)
+    widest = max(cards)
+    if widest > 1_000_000:
+        return Choice(method="marginals", params={}, reason=(
+            f"a column has {widest:,} codes, more than any pair model can hold (1,000,000 cells): only "
+            "independent histograms fit; give that column fewer categories or bins"))
+    pair_cells = sum(a * b for a, b in combinations(cards, 2))
+    if d <= MAX_AIM_COLUMNS and pair_cells <= MAX_AIM_PAIR_CELLS:
+        return Choice(method="pgm", params={"select": "aim", "degree": "2"}, reason=(
+            f"{d} columns and {pair_cells:,} pair cells fit AIM's time bound ({MAX_AIM_COLUMNS} columns, "
+            f"{MAX_AIM_PAIR_CELLS:,} pair cells); AIM with degree 2 was the most accurate configuration in the "
+            "benchmark's cells but for small tables at epsilon 0.1 (docs/choosing.md, 'What auto chooses')"))
+    return Choice(method="pgm", params={"select": "mst"}, reason=(
+        f"{d} columns with {pair_cells:,} pair cells are beyond AIM's time bound ({MAX_AIM_COLUMNS} columns, "
+        f"{MAX_AIM_PAIR_CELLS:,} pair cells): MST measures one pair per column and stays fast "
+        "(AIM would be more accurate and take minutes: pass --method pgm --param select=aim --param degree=2)"))
