@@ -12,9 +12,11 @@ proportion comes with its Monte Carlo standard error.
 2. Log-linear on the Maine 1991 table (all two-way interactions, fitted model as truth),
    n = 1e2 .. 1e5: mean squared error of the cell probabilities fitted from X (MLE), Z and Y.
 3. DP beta: Beta(5, 3), epsilon 1, n = 1e3 .. 1e6: MSE of (a, b) for the non-private MLE,
-   the DP estimator, the bootstrap and one-step samples built from the DP estimate.
+   the DP estimator, the bootstrap and one-step samples built from the DP estimate, with the
+   noise calibrated for the paper's neighbours (replace one record) and for add/remove.
 4. Tulap two-proportion test, n = m = 200, theta_X = 0.3, epsilon 1: p-values under the
-   null (KS against uniform) and power against theta_Y, one-step vs bootstrap.
+   null (KS against uniform) and power against theta_Y, one-step vs bootstrap; ``tulap_level``:
+   10,000 null tests at 300 and 1,000 Monte Carlo draws, whether the test holds its level.
 The method's releases beside pgm, sds and the baseline: ``benchmarks/one_step_releases.py``.
 """
 
@@ -106,29 +108,67 @@ def loglinear(quick: bool) -> dict[str, Any]:
 # --- 3. DP beta -------------------------------------------------------------------------
 
 def dp_beta_sim(quick: bool) -> dict[str, Any]:
+    """The paper's setting replaces one record with n public: the two centred sums move by
+    2 Delta in l1, so ``dp`` uses ``neighbours="replace-one"``; ``dp_add_remove`` is the
+    calibration the method ``one-step`` uses (add/remove, half the noise), shown beside it."""
     truth, eps = np.array([5.0, 3.0]), 1.0
     model = Beta(lower=1.0)
     rows, out = [], {}
+    names = ("mle", "dp", "bootstrap", "one_step", "dp_add_remove", "one_step_add_remove")
     for n in (1000, 10000, 100000, 1000000):
         def run(rng: np.random.Generator) -> tuple[float, ...]:
             x = rng.beta(5.0, 3.0, n)
-            mle = model.estimate(x)
-            dp = dp_beta(x, eps, n, rng)
-            theta_dp = np.array([dp.a, dp.b])
-            r = one_step(model, theta_dp, model.seed(n, rng))
-            ests = (mle, theta_dp, r.theta_z, model.estimate(r.sample))
+            ests = [model.estimate(x)]
+            for neighbours in ("replace-one", "add-remove"):
+                dp = dp_beta(x, eps, n, rng, neighbours=neighbours)
+                theta_dp = np.array([dp.a, dp.b])
+                r = one_step(model, theta_dp, model.seed(n, rng))
+                ests += [theta_dp, r.theta_z, model.estimate(r.sample)]
+            ests = ests[:4] + [ests[4], ests[6]]  # the add/remove bootstrap is not reported
             return tuple(float(np.sum((e - truth) ** 2)) for e in ests)
         budget = (6 if quick else 35) if n < 10**6 else (10 if quick else 60)
         res = np.array(_replicate(run, np.random.default_rng(300 + n), budget, 200, min_reps=5 if quick else 20))
         mse, se = res.mean(axis=0), res.std(axis=0, ddof=1) / math.sqrt(len(res))
-        names = ("mle", "dp", "bootstrap", "one_step")
         out[str(n)] = {"replicates": len(res), **{k: {"mse": float(m), "mc_se": float(s)} for k, m, s in zip(names, mse, se)}}
         rows.append([n, len(res)] + [f"{m:.3g} ± {s:.1g}" for m, s in zip(mse, se)] + [f"{mse[3] / mse[1]:.2f}"])
-    print("\n3. DP beta, Beta(5, 3), epsilon 1: MSE of (a, b)")
-    print_table(["n", "reps", "MLE", "DP", "bootstrap", "one-step", "one-step/DP"], rows)
+    print("\n3. DP beta, Beta(5, 3), epsilon 1: MSE of (a, b); DP calibrated for replace-one (the paper's "
+          "neighbours) and, last two, for add/remove")
+    print_table(["n", "reps", "MLE", "DP", "bootstrap", "one-step", "DP add/remove", "one-step add/remove",
+                 "one-step/DP"], rows)
     print("   (paper's Figure 1(b): DP and one-step reach the MLE's curve; the bootstrap does not)")
     _plot_lines(out, ("mle", "dp", "bootstrap", "one_step"), "mse", "n", "mean squared error of (a, b)",
-                "DP beta, Beta(5, 3), epsilon 1", "one_step_beta.png")
+                "DP beta, Beta(5, 3), epsilon 1 (replace-one)", "one_step_beta.png")
+    out["neighbours"] = ("dp, bootstrap, one_step: replace one record, n public (the paper's setting, joint l1 "
+                         "sensitivity 2 Delta); *_add_remove: add or remove one record (Delta; the method's calibration)")
+    return out
+
+
+def tulap_level(quick: bool) -> dict[str, Any]:
+    """Does the one-step Tulap test hold its level? Many null tests (theta_X = theta_Y = 0.3,
+    n = m = 200, epsilon 1) at the quick and the full Monte Carlo size; the rate of p <= 0.05
+    with its standard error and an exact binomial test of rate = 0.05."""
+    n = m = 200
+    eps, theta = 1.0, 0.3
+    out: dict[str, Any] = {}
+    rows = []
+    for reps_mc, seed in ((300, 600), (1000, 601)):
+        rng = np.random.default_rng(seed)
+        tests = 2000 if quick else 10000
+        p = np.empty((tests, 2))
+        for i in range(tests):
+            xn, yn = release_counts(rng.binomial(n, theta), n, rng.binomial(m, theta), m, eps, rng)
+            r = two_proportions_test(xn, n, yn, m, eps, rng, replicates=reps_mc)
+            p[i] = (r.p_one_step, r.p_bootstrap)
+        cell: dict[str, Any] = {"tests": tests}
+        for j, name in enumerate(("one_step", "bootstrap")):
+            hits = int(np.sum(p[:, j] <= 0.05))
+            rate = hits / tests
+            exact = stats.binomtest(hits, tests, 0.05).pvalue
+            cell[name] = {"rejection_rate_0.05": rate, "mc_se": _se(rate, tests), "binomial_p_vs_0.05": float(exact)}
+            rows.append([reps_mc, tests, name, f"{rate:.4f} ± {_se(rate, tests):.4f}", f"{exact:.2g}"])
+        out[str(reps_mc)] = cell
+    print(f"\n4b. Tulap test under H0 (theta = 0.3, n = m = 200, epsilon 1): P(p <= 0.05)")
+    print_table(["MC replicates", "tests", "p-value", "P(p <= 0.05)", "binomial p vs 0.05"], rows)
     return out
 
 
@@ -176,8 +216,21 @@ def tulap_sim(quick: bool) -> dict[str, Any]:
 
 # --- plots ------------------------------------------------------------------------------
 
+def _can_plot() -> bool:
+    """matplotlib is not a dependency of dpsynth: without it the figures are skipped, the
+    numbers are still written."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("   (matplotlib is not installed: figure not redrawn)")
+        return False
+    return True
+
+
 def _plot_lines(out: dict[str, Any], keys: tuple[str, ...], field: str, xlabel: str, ylabel: str,
                 title: str, filename: str) -> None:
+    if not _can_plot():
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -195,6 +248,8 @@ def _plot_lines(out: dict[str, Any], keys: tuple[str, ...], field: str, xlabel: 
 
 
 def _plot_tulap(null: np.ndarray, grid: np.ndarray, power: dict[str, Any]) -> None:
+    if not _can_plot():
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -214,7 +269,8 @@ def _plot_tulap(null: np.ndarray, grid: np.ndarray, power: dict[str, Any]) -> No
     plt.close(fig)
 
 
-EXPERIMENTS = {"burr": burr, "loglinear": loglinear, "beta": dp_beta_sim, "tulap": tulap_sim}
+EXPERIMENTS = {"burr": burr, "loglinear": loglinear, "beta": dp_beta_sim, "tulap": tulap_sim,
+               "tulap_level": tulap_level}
 
 
 def main() -> None:

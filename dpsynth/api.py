@@ -80,6 +80,7 @@ def release(
     workspace: str | os.PathLike[str] | None = None,
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
+    accept_data_derived_schema: bool = False,
     **settings: Any,
 ) -> Release:
     """Runs a DP release and returns it, read back from the published folder.
@@ -93,10 +94,13 @@ def release(
     gate's Great Expectations Data Docs, ...: the fields of
     :class:`dpsynth.pipeline.ReleaseConfig`) passes through ``settings``. The workspace
     defaults to the user's (:func:`dpsynth.privacy.workspace.default_workspace`), as on the CLI.
+    A schema still marked ``drafted_from_data`` (read from the rows) is refused, naming its
+    columns, unless ``accept_data_derived_schema=True``: the release is then labelled NOT
+    differentially private.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
-    schema_obj.require_reviewed()  # before the data is touched
+    schema_obj.require_reviewed(accept_data_derived_schema)  # before the data is touched
     # Owner-only, whatever the umask: the frame's Parquet copy, the schema, the seed file too.
     # No workspace path, key or input name in what is raised.
     with public_errors(ws), private_workspace(ws):
@@ -107,7 +111,8 @@ def release(
             config = ReleaseConfig.from_arguments(
                 data=data_file, schema=_schema_file(schema, schema_obj, ws), method=method,
                 epsilon=epsilon, delta=delta, rows=rows, params=params, seed_file=seed_path, name=name, out=out,
-                workspace=ws, internal_report=internal_report, gate=gate, **settings,
+                workspace=ws, internal_report=internal_report, gate=gate,
+                accept_data_derived_schema=accept_data_derived_schema, **settings,
             )
             choice = auto_choice(config)
             if choice is not None:

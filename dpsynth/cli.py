@@ -270,6 +270,10 @@ def _release_prefect(config) -> str:
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
+    if args.epsilon is not None:
+        return _schema_infer_dp(args)
+    if args.dataset is not None or args.delta is not None:
+        raise UsageError("--dataset and --delta go with --epsilon (a DP draft)")
     from .rows.encoding import read_table
     from .schema.draft import WARNING, draft_from_table
 
@@ -279,17 +283,67 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
     text = draft.to_yaml()
     if args.out:
         Path(args.out).write_text(text)
-        print(f"wrote {args.out}: review it, then remove the line 'draft: true'", file=sys.stderr)
+        print(f"wrote {args.out}: review it, replace what was read from the rows, then remove the line "
+              "'draft: true' (or draft with DP: --epsilon E --dataset NAME)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
 
 
+def _schema_infer_dp(args: argparse.Namespace) -> int:
+    """``schema infer --epsilon``: a DP draft, charged to the dataset's registry."""
+    from .pipeline import DEFAULT_DELTA
+    from .privacy.registry import RegistryRefused, registry_path
+    from .privacy.rng import read_seed_file
+    from .privacy.schema_draft import dp_draft_from_table
+    from .rows.encoding import read_table
+
+    if not args.dataset:
+        raise UsageError("a DP draft (--epsilon) needs --dataset NAME: its cost is charged to that dataset")
+    workspace = _budget_workspace(args)  # says which registry it charges (the console only)
+    seed = read_seed_file(args.seed_file) if args.seed_file else None
+    try:
+        draft = dp_draft_from_table(read_table(args.data), epsilon=args.epsilon,
+                                    delta=DEFAULT_DELTA if args.delta is None else args.delta,
+                                    dataset=args.dataset, workspace=workspace, name=args.name,
+                                    max_categories=args.max_categories, bins=args.bins, seed=seed)
+    except RegistryRefused as exc:
+        where = registry_path(workspace).absolute()
+        raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
+    text = draft.to_yaml()
+    d = draft.schema["dp_draft"]
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    print(f"DP schema draft{' written to ' + args.out if args.out else ''}: spent epsilon {d['epsilon']:g} at "
+          f"delta {d['delta']:g} (rho {d['rho']:.6g}), charged to dataset {args.dataset!r}", file=sys.stderr)
+    return 0
+
+
 def _cmd_schema_check(args: argparse.Namespace) -> int:
+    """Validates a schema file; a draft read from the rows is reported with what is left to
+    review, and exits 1 (a release would refuse it)."""
     from .schema import load_schema
+    from .privacy.schema_source import schema_source
 
     schema = load_schema(args.schema)
-    print(json.dumps({"name": schema.name, "columns": len(schema.columns), "cardinalities": dict(zip(schema.names, schema.cardinalities))}))
+    summary = {"name": schema.name, "columns": len(schema.columns),
+               "cardinalities": dict(zip(schema.names, schema.cardinalities)), "source": schema_source(schema)}
+    if schema.dp_draft is not None:
+        summary["dp_draft"] = {k: schema.dp_draft[k] for k in ("epsilon", "delta", "rho", "dataset")}
+    derived = schema.data_derived_columns
+    if schema.draft or derived:
+        summary["to_review"] = {name: list(what) for name, what in derived.items()}
+        print(json.dumps(summary))
+        print(f"{args.schema}: a DRAFT read from the private data" + (" (draft: true)" if schema.draft else "")
+              + f"; {len(derived)} column(s) left to review:", file=sys.stderr)
+        for name, what in derived.items():
+            print(f"  {name}: {', '.join(what)} derived from the rows", file=sys.stderr)
+        print("replace them with public knowledge and delete each drafted_from_data (and draft: true), or "
+              "draft with DP: dpsynth schema infer DATA --epsilon E --dataset NAME", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
     return 0
 
 
@@ -442,6 +496,9 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dask-address", default=None,
                    help="run encode and measure per partition on a Dask cluster: a scheduler address "
                         "(tcp://host:8786) or local[:N] for a LocalCluster; same result (docs/scale.md)")
+    r.add_argument("--accept-data-derived-schema", action="store_true",
+                   help="publish on a schema still marked drafted_from_data (read from the rows): the release "
+                        "is then labelled NOT differentially private; without it such a schema is refused")
     r.set_defaults(func=_cmd_release)
 
 
@@ -476,6 +533,13 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--min-count", type=int, default=20,
                     help="do not list a value seen in fewer rows (it falls into 'other'); default 20")
     si.add_argument("--bins", type=int, default=10, help="about this many bins per numeric column; default 10")
+    si.add_argument("--epsilon", type=float, default=None,
+                    help="draft with differential privacy at this epsilon (charged to --dataset); without it the "
+                         "draft is read from the rows and must be reviewed")
+    si.add_argument("--delta", type=float, default=None, help="delta of the DP draft (default 1e-6)")
+    si.add_argument("--dataset", default=None, help="dataset the DP draft is charged to (required with --epsilon)")
+    si.add_argument("--workspace", default=None, help="private workspace holding the registry")
+    si.add_argument("--seed-file", default=None, help="secret seed for a reproducible DP draft")
     si.set_defaults(func=_cmd_schema_infer)
     sc = ssub.add_parser("check", help="validate a schema file")
     sc.add_argument("schema")

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from dpsynth import pipeline
 from dpsynth.publish.bundle import sha256_file
@@ -27,6 +28,7 @@ from dpsynth.rows.encoding import DataError, EncodedTable, encode, read_table
 from dpsynth.methods import METHODS, get_method
 from dpsynth.precheck import PrecheckError
 from dpsynth.privacy.budget import Budget, Ledger
+from dpsynth.privacy.registry import state
 from dpsynth.schema import SchemaError, load_schema, schema_from_dict
 from dpsynth.publish.verify import verify_release
 
@@ -1078,6 +1080,86 @@ def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     assert "measure: started" not in loser[0]
     assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
     assert len(registry.state(ws, "demo").releases) == 1
+
+
+# --- a schema read from the rows (issue 23 section 4) ----------------------------------------
+
+
+def _swap_schema(folder: Path, text: str) -> None:
+    """Replaces the release's schema.yaml and re-states its hash (a forger's edit)."""
+    (folder / "schema.yaml").write_text(text)
+    _edit_manifest(folder, lambda m: m["files"].__setitem__("schema.yaml", sha256_file(folder / "schema.yaml")))
+
+
+def _with_markers(text: str) -> str:
+    """A schema text whose every column says it was read from the rows."""
+    raw = yaml.safe_load(text)
+    for c in raw["columns"]:
+        c["drafted_from_data"] = ["bounds"] if c["type"] != "categorical" else ["values"]
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def test_dp_manifest_with_a_data_derived_schema_fails_verify(release):
+    """A DP claim beside a schema.yaml still carrying drafted_from_data markers is refused."""
+    _swap_schema(release, _with_markers((release / "schema.yaml").read_text()))
+    problems = verify_release(release)
+    assert any("claims differential privacy, but schema.yaml was read from the private rows" in p for p in problems)
+
+
+def test_forged_dp_draft_block_does_not_make_a_marked_schema_dp(release, tmp_path):
+    """Adding a dp_draft block to a schema that keeps its markers changes nothing: the markers
+    win (verify fails a DP claim; a release refuses it)."""
+    raw = yaml.safe_load(_with_markers((release / "schema.yaml").read_text()))
+    raw["dp_draft"] = {"epsilon": 0.1, "delta": 1e-6, "rho": 1e-4, "dataset": "demo", "id": "forged"}
+    text = yaml.safe_dump(raw, sort_keys=False)
+    _swap_schema(release, text)
+    assert any("claims differential privacy" in p for p in verify_release(release))
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(SchemaError, match="columns derived from the rows"):
+        pipeline.prepare(pipeline.ReleaseConfig(data=DEMO, schema=tmp_path / "s.yaml", method="marginals",
+                                                epsilon=1.0, out=tmp_path / "o", workspace=tmp_path / "ws"))
+
+
+def test_forged_dp_draft_block_with_no_registry_record_is_refused_before_any_charge(tmp_path):
+    """A dp_draft block written by hand (no draft was charged in this workspace) is refused
+    before measuring: the manifest would otherwise leave the schema's cost out of the spend."""
+    raw = yaml.safe_load(DEMO_SCHEMA.read_text())
+    raw["dp_draft"] = {"epsilon": 0.1, "delta": 1e-6, "rho": 1e-4, "dataset": "demo", "id": "forged"}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(SchemaError, match="holds no record of that draft"):
+        pipeline.prepare(pipeline.ReleaseConfig(data=DEMO, schema=tmp_path / "s.yaml", method="marginals",
+                                                epsilon=1.0, out=tmp_path / "o", workspace=tmp_path / "ws"))
+    assert not (tmp_path / "ws" / "registry.sqlite").exists() or state(tmp_path / "ws", "demo").releases == ()
+
+
+def test_dp_draft_block_whose_rho_exceeds_its_epsilon_fails_verify(release):
+    """What is checkable of a dp_draft block in a published release: its rho fits its (epsilon,
+    delta), and the dataset's stated spend covers the release and the draft together."""
+    raw = yaml.safe_load((release / "schema.yaml").read_text())
+    raw["dp_draft"] = {"epsilon": 0.01, "delta": 1e-6, "delta_threshold": 5e-7, "rho": 0.5, "dataset": "demo"}
+    _swap_schema(release, yaml.safe_dump(raw, sort_keys=False))
+    problems = verify_release(release)
+    assert any("dp_draft's rho does not fit its stated epsilon and delta" in p for p in problems)
+    assert any("privacy.schema differs from what schema.yaml states" in p for p in problems)
+
+
+def test_markers_stripped_by_hand_are_not_detectable(tmp_path):
+    """DOCUMENTED LIMITATION (docs/schema-draft.md): a user who deletes `draft: true` AND every
+    drafted_from_data entry of a data-derived draft gets a release labelled DP, and verify
+    agrees. Nothing in the published files can tell a domain typed from a code book from one
+    copied from the rows; the guard is the refusal and the docs, not verify."""
+    from dpsynth.schema.draft import draft_from_table
+
+    raw = yaml.safe_load(draft_from_table(read_table(DEMO), "demo").to_yaml())
+    raw.pop("draft")
+    for c in raw["columns"]:
+        c.pop("drafted_from_data")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    folder = pipeline.run_release(pipeline.ReleaseConfig(data=DEMO, schema=tmp_path / "s.yaml", method="marginals",
+                                                         epsilon=1.0, out=tmp_path / "o", workspace=tmp_path / "ws"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["privacy"]["differentially_private"] and manifest["privacy"]["schema"]["source"] == "public"
+    assert verify_release(folder) == []
 
 
 # =====================================================================================

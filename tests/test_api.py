@@ -134,7 +134,13 @@ def test_from_dataframe_is_a_draft_the_api_refuses(tmp_path, demo_paths):
     with pytest.raises(SchemaError, match="unreviewed draft.*delete the line 'draft: true'"):
         dpsynth.release(df, draft, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
     assert not (tmp_path / "ws").exists()  # refused before the frame was written anywhere
-    reviewed = dataclasses.replace(draft, draft=False)
+    reviewed = dataclasses.replace(draft, draft=False)  # draft: true gone, the markers still there
+    with pytest.raises(SchemaError, match="columns derived from the rows: region \\(values\\); age \\(bounds\\)"):
+        dpsynth.release(df, reviewed, method="marginals", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws")
+    assert not (tmp_path / "ws").exists()
     rel = dpsynth.release(df, reviewed, method="marginals", epsilon=1.0, rows=100, out=tmp_path / "out",
-                          workspace=tmp_path / "ws")
+                          workspace=tmp_path / "ws", accept_data_derived_schema=True)
     assert load_schema(rel.path / "schema.yaml").column("age").drafted_from_data == ("bounds",)
+    privacy = rel.manifest["privacy"]
+    assert privacy["differentially_private"] is False and privacy["schema"]["source"] == "data_derived"
+    assert "NOT differentially private" in privacy["headline"]

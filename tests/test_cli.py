@@ -80,7 +80,10 @@ def test_schema_infer_warns_and_drafts(tmp_path, demo_paths, capsys):
     s = load_schema(out)
     assert s.column("age").type == "numeric" and s.column("region").type == "categorical"
     assert s.column("income").missing == ("NA",)
-    assert main(["schema", "check", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["schema", "check", str(out)]) == 1  # a draft: not releasable as it is
+    err = capsys.readouterr().err
+    assert "a DRAFT read from the private data (draft: true)" in err and "  age: bounds derived from the rows" in err
 
 
 def test_methods_lists_baseline(capsys):

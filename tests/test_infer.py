@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ import yaml
 from dpsynth import pipeline
 from dpsynth.cli import main
 from dpsynth.rows.encoding import read_table
-from dpsynth.schema.draft import PLACEHOLDER, draft_from_dataframe, draft_from_table, nice_bounds
+from dpsynth.schema.draft import PLACEHOLDER, draft_from_dataframe, draft_from_table, natural_key, nice_bounds
 from dpsynth.schema import Schema, SchemaError, load_schema, schema_from_dict
 
 
@@ -88,11 +90,11 @@ def test_rare_values_are_not_listed_but_fold_into_other():
     assert "b" not in next(c for c in draft_from_dataframe(df, "t", min_count=58).schema["columns"]
                            if c["name"] == "city")["values"]
     # every value rare: nothing listed, a placeholder that says what to do
-    ids = draft_from_dataframe(pd.DataFrame({"id": [f"p{i}" for i in range(50)]}), "t")
+    ids = draft_from_dataframe(pd.DataFrame({"id": [f"p{i // 2}" for i in range(50)]}), "t")
     assert ids.schema["columns"][0]["values"] == [PLACEHOLDER] and "write the public categories" in ids.to_yaml()
 
 
-def test_every_drafted_column_is_flagged_and_schema_check_accepts_the_draft(tmp_path, demo_paths, capsys):
+def test_every_drafted_column_is_flagged_and_schema_check_says_it_is_a_draft(tmp_path, demo_paths, capsys):
     out = tmp_path / "draft.yaml"
     assert main(["schema", "infer", str(demo_paths[0]), "--out", str(out), "--min-count", "30"]) == 0
     assert "remove the line 'draft: true'" in capsys.readouterr().err
@@ -101,7 +103,18 @@ def test_every_drafted_column_is_flagged_and_schema_check_accepts_the_draft(tmp_
     s = load_schema(out)
     assert s.draft and all(c.drafted_from_data for c in s.columns)
     assert s.column("age").integer and s.column("age").type == "numeric"
-    assert main(["schema", "check", str(out)]) == 0
+    assert main(["schema", "check", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "10 column(s) left to review" in captured.err and "  region: values derived from the rows" in captured.err
+    summary = json.loads(captured.out)
+    assert summary["source"] == "data_derived" and summary["to_review"]["age"] == ["bounds"]
+    # the same file, every marker replaced by a reviewer: a clean check (exit 0)
+    clean = tmp_path / "clean.yaml"
+    clean.write_text(load_schema(out).to_yaml().replace("draft: true\n", ""))
+    reviewed = schema_from_dict({**yaml.safe_load(clean.read_text()), "columns": [
+        {k: v for k, v in c.items() if k != "drafted_from_data"} for c in yaml.safe_load(clean.read_text())["columns"]]})
+    clean.write_text(reviewed.to_yaml())
+    assert main(["schema", "check", str(clean)]) == 0 and json.loads(capsys.readouterr().out)["source"] == "public"
 
 
 def test_unreviewed_draft_is_refused_before_anything_is_read(tmp_path, demo_paths, capsys):
@@ -116,10 +129,15 @@ def test_unreviewed_draft_is_refused_before_anything_is_read(tmp_path, demo_path
                  "--epsilon", "1", "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"),
                  "--engine", "local"])
     assert code == 2 and "unreviewed draft" in capsys.readouterr().err
-    # once the marker line is removed, the same file passes the public checks
+    # removing only the marker line is not enough (issue 23 section 4): the columns still say
+    # they were read from the rows, and the refusal names each one before anything is charged
     draft.write_text("".join(line for line in draft.read_text().splitlines(keepends=True)
                              if not line.startswith("draft:")))
-    plan = pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], **config))
+    with pytest.raises(SchemaError, match=r"columns derived from the rows: region \(values\); age \(bounds\)"):
+        pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], **config))
+    assert not (tmp_path / "ws" / "registry.sqlite").exists()  # no registry, no charge
+    # the explicit opt-in passes the public checks (the release is then labelled NOT DP)
+    plan = pipeline.prepare(pipeline.ReleaseConfig(data=demo_paths[0], accept_data_derived_schema=True, **config))
     assert not plan.schema.draft and plan.schema.column("age").drafted_from_data == ("bounds",)
 
 
@@ -133,3 +151,47 @@ def test_draft_marker_must_be_boolean_and_flags_known():
     plain = schema_from_dict(base)
     assert not plain.draft and "draft" not in plain.to_dict()
     assert Schema.from_dataframe(pd.DataFrame({"a": ["x"] * 30}), "t").draft
+
+
+def test_identifier_columns_are_left_out_with_a_comment():
+    n = 200
+    df = pd.DataFrame({"rownames": range(1, n + 1), "uid": [f"u{i:05d}" for i in range(n)],
+                       "score": np.linspace(0.1, 0.9, n),  # real-valued, all distinct: a measurement, kept
+                       "group": ["a", "b"] * (n // 2)})
+    d = draft_from_dataframe(df, "t")
+    names = [c["name"] for c in d.schema["columns"]]
+    assert names == ["score", "group"]
+    text = d.to_yaml()
+    assert "# column rownames: nearly every row holds a different value (an identifier or a row number?)" in text
+    assert "# column uid: nearly every row" in text and "u00001" not in text
+    with pytest.raises(ValueError, match="every column looks like an identifier"):
+        draft_from_dataframe(df[["rownames"]], "t")
+
+
+def test_categories_in_natural_order_not_by_frequency():
+    values = ["10-20"] * 90 + ["<1"] * 20 + ["1-5"] * 60 + ["5-10"] * 30 + ["65+"] * 25 + ["1"] * 40 + ["b"] * 21
+    col = draft_from_dataframe(pd.DataFrame({"band": values}), "t").schema["columns"][0]
+    assert col["values"] == ["<1", "1", "1-5", "5-10", "10-20", "65+", "b"]
+    codes = ["s10"] * 30 + ["s2"] * 20 + ["s1"] * 25
+    assert draft_from_dataframe(pd.DataFrame({"c": codes}), "t").schema["columns"][0]["values"] == ["s1", "s2", "s10"]
+    assert natural_key("<1") < natural_key("1") < natural_key("1-5") < natural_key(">1") < natural_key("2")
+
+
+def test_max_categories_names_every_value_it_folds():
+    states = [f"state{i:02d}" for i in range(51)]
+    df = pd.DataFrame({"state": [s for i, s in enumerate(states) for _ in range(100 - i)]})  # state50 rarest
+    d = draft_from_dataframe(df, "t", max_categories=50)
+    col = d.schema["columns"][0]
+    assert len(col["values"]) == 50 and "state50" not in col["values"] and col["other"] is True
+    assert "--max-categories 50 folded these 1 values into 'other': 'state50'" in d.to_yaml()
+    assert col["drafted_from_data"] == ["values", "other"]
+
+
+def test_draft_file_ends_with_exactly_one_newline(tmp_path, demo_paths):
+    out = tmp_path / "d.yaml"
+    assert main(["schema", "infer", str(demo_paths[0]), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    df = pd.DataFrame({"rownames": range(100), "g": ["a", "b"] * 50})  # ends with a left-out comment
+    text = draft_from_dataframe(df, "t").to_yaml()
+    assert text.endswith("\n") and not text.endswith("\n\n") and text.rstrip().splitlines()[-1].startswith("  # column")

@@ -19,6 +19,7 @@ from dpsynth.methods.microaggregation_common import BLOCKS, blocks_from_frame, e
 from dpsynth.microaggregation import (
     Embedding,
     alpha_net,
+    anonymous_net,
     block_means,
     group_sums,
     divide_and_merge,
@@ -137,6 +138,26 @@ def test_net_covering_radius_is_at_most_alpha(t, alpha):
 def test_net_sizes_match_method_notes():
     assert [len(alpha_net(3, a)) for a in (0.5, 0.25, 0.1)] == [51, 169, 1917]
     assert len(alpha_net(4, 0.1)) == 25561
+
+
+@pytest.mark.parametrize("k", [1, 4, 9, 15, 16, 25, 49, 100, 225, 256, 1000, 2500, 10_000, 100_000])
+def test_anonymous_net_has_at_most_k_prime_points(k):
+    # Theorem 4.1's net has at most k' = floor(sqrt(k)) points. The old rule took t from
+    # ln k' / ln ln k' on its decreasing branch (t = 11 and 289 points at k' = 3) and alpha
+    # from a volume estimate (331 points for k' = 316).
+    kp = math.isqrt(k)
+    t, alpha = anonymous_net(k)
+    assert 1 <= t <= 3
+    size = len(alpha_net(t, alpha))
+    assert size <= kp
+    if kp >= 3:
+        assert alpha < 1.0  # finer than the one-point net {0}
+        assert len(alpha_net(t, round(alpha - 0.002, 3))) > kp or alpha <= 0.002  # the smallest such alpha
+
+
+def test_anonymous_net_at_three_cells_is_three_points():
+    t, alpha = anonymous_net(9)
+    assert (t, len(alpha_net(t, alpha))) == (1, 3)
 
 
 def test_net_too_large_is_refused_before_rows_are_read():

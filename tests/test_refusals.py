@@ -136,7 +136,7 @@ def test_schema_refusals_list_what_is_allowed():
     with pytest.raises(SchemaError) as exc:
         schema_from_dict({"name": "s", "colums": [], "columns": [{"name": "c", "type": "categorical",
                                                                    "values": ["a"]}]})
-    assert "a schema takes name, columns, description and draft" in _one_line(exc)
+    assert "a schema takes name, columns, description, draft and dp_draft" in _one_line(exc)
 
 
 def test_unknown_parameter_points_to_dpsynth_methods():

@@ -21,8 +21,9 @@ used n / (8 K), which did not match this rule and over-refined the net); below 1
 (1, 1).
 
 For the anonymous method (Theorem 4.1) the net is chosen for k' = floor(sqrt(k)) cells:
-t = max(1, floor(ln k' / ln ln k')) when k' >= 3, and the smallest alpha whose net has at
-most k' points.
+t = max(1, floor(ln k' / ln ln k')) when k' >= 16 (2 below, where the formula is on its
+decreasing branch), lowered until a net finer than alpha = 1 fits, and the smallest alpha
+whose net has at most k' points (counted).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .net import alpha_for_size, estimate_net_size
+from .net import alpha_for_size, alpha_net, estimate_net_size
 
 __all__ = ["Design", "paper_design", "tuned_design", "damping_level", "anonymous_net"]
 
@@ -89,10 +90,52 @@ def tuned_design(n: float, p: int, l1_radius: float, eps_y: float, *, t: int | N
 
 
 def anonymous_net(k: int, t: int | None = None, alpha: float | None = None) -> tuple[int, float]:
-    """t and alpha of the net for the anonymous method with k blocks."""
+    """t and alpha of the net for the anonymous method with k blocks: a net of at most
+    k' = floor(sqrt(k)) points (counted on the net itself, not estimated).
+
+    t follows ln k' / ln ln k' on the branch where that formula grows (k' >= 16; below,
+    ln ln k' nears 0 and the formula blows up: at k' = 3 it gave t = 11), and is lowered
+    until some alpha below 1 gives a net of at most k' points (a coarser net is no better
+    than the single point 0). alpha is the smallest (to 3 digits) whose net has at most
+    k' points.
+    """
     kp = max(1, math.isqrt(k))
     if t is None:
-        t = max(1, math.floor(math.log(kp) / math.log(math.log(kp)))) if kp >= 3 else 1
+        t = _anonymous_t(kp)
     if alpha is None:
-        alpha = min(2.0, alpha_for_size(t, max(kp, 3)))
+        alpha = _alpha_for_points(t, kp)
     return t, alpha
+
+
+def _anonymous_t(kp: int) -> int:
+    t = max(1, math.floor(math.log(kp) / math.log(math.log(kp)))) if kp >= _FORMULA_FROM else 2
+    while t > 1 and _alpha_for_points(t, kp) >= 1.0:
+        t -= 1
+    return t
+
+
+# ln x / ln ln x decreases up to x = e^e (about 15.2), where it equals e, and grows after.
+_FORMULA_FROM = 16
+
+
+def _net_points(t: int, alpha: float) -> int:
+    return len(alpha_net(t, alpha))
+
+
+def _alpha_for_points(t: int, points: int) -> float:
+    """The smallest alpha (to 3 digits, at most 4) whose t-dimensional net has at most
+    ``points`` points (4 when none has); the volume estimate only brackets the search,
+    so no net much larger than ``points`` is ever built."""
+    hi = 4.0
+    if _net_points(t, hi) > points:
+        return hi
+    lo = max(1e-3, alpha_for_size(t, 8.0 * points + 64))  # the estimate is within a few percent there
+    for _ in range(40):
+        if hi - lo < 5e-4:
+            break
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if _net_points(t, mid) <= points else (mid, hi)
+    alpha = math.ceil(hi * 1000) / 1000
+    while _net_points(t, alpha) > points:  # the count is not monotone in alpha everywhere
+        alpha = round(alpha + 0.001, 3)
+    return alpha

@@ -6,7 +6,9 @@
   ``Delta = |log t - log(1 - t)|`` in l1 when one record is added or removed; each gets
   Laplace noise of scale ``Delta / epsilon`` (on a grid); dividing by n gives the paper's
   noisy means with noise ``Delta / (n epsilon)``; (a, b) maximise the likelihood with the
-  noisy statistics plugged in, over a, b >= 1. Pure epsilon-DP.
+  noisy statistics plugged in, over a, b >= 1. Pure epsilon-DP. Under the paper's
+  neighbours (replace one record, n public) each sum moves by up to Delta, the pair by
+  2 Delta: ``neighbours="replace-one"`` doubles the noise (the paper's simulation).
 * **normal**: u = (x - centre) / half-width in [-1, 1]; the sums of u and of u^2 - 1/2
   have joint l2 sensitivity sqrt(5)/2; Gaussian noise on a grid (rho-zCDP).
 * **Burr XII with a scale** (for columns on schema bounds): a noisy histogram of the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy import optimize
@@ -48,12 +51,20 @@ def _beta_delta(t: float) -> float:
     return abs(math.log(t) - math.log1p(-t))
 
 
-def beta_noise_scale(n: float, epsilon: float) -> tuple[float, float, float]:
-    """(t, Laplace scale on each centred sum, granularity) for size ``n`` and ``epsilon``."""
+Neighbours = Literal["add-remove", "replace-one"]
+
+
+def beta_noise_scale(n: float, epsilon: float, neighbours: Neighbours = "add-remove") -> tuple[float, float, float]:
+    """(t, Laplace scale on each centred sum, granularity) for size ``n`` and ``epsilon``.
+
+    The joint l1 sensitivity of the two centred sums is Delta when one record is added or
+    removed and 2 Delta when one is replaced (the paper's setting, n public)."""
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    if neighbours not in ("add-remove", "replace-one"):
+        raise ValueError(f"neighbours must be 'add-remove' or 'replace-one', got {neighbours!r}")
     t = beta_threshold(n)
-    delta = _beta_delta(t)
+    delta = _beta_delta(t) * (2.0 if neighbours == "replace-one" else 1.0)
     g = default_granularity(delta / epsilon)
     return t, grid_sensitivity(delta, g, dims=2, norm="l1") / epsilon, g
 
@@ -72,9 +83,10 @@ class DpBeta:
     n: float
 
 
-def noisy_beta_stats(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator) -> tuple[float, float, float, float]:
+def noisy_beta_stats(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator,
+                     neighbours: Neighbours = "add-remove") -> tuple[float, float, float, float]:
     """(noisy mean log x, noisy mean log(1 - x), t, Laplace scale): the DP part of :func:`dp_beta`."""
-    t, scale, g = beta_noise_scale(n, epsilon)
+    t, scale, g = beta_noise_scale(n, epsilon, neighbours)
     xc = np.clip(np.asarray(x, dtype=np.float64), t, 1.0 - t)
     centre = 0.5 * (math.log(t) + math.log1p(-t))
     sums = np.array([np.sum(np.log(xc) - centre), np.sum(np.log1p(-xc) - centre)])
@@ -82,9 +94,10 @@ def noisy_beta_stats(x: np.ndarray, epsilon: float, n: float, rng: np.random.Gen
     return float(noisy[0]) / n + centre, float(noisy[1]) / n + centre, t, scale
 
 
-def dp_beta(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator, lower: float = 1.0) -> DpBeta:
+def dp_beta(x: np.ndarray, epsilon: float, n: float, rng: np.random.Generator, lower: float = 1.0,
+            neighbours: Neighbours = "add-remove") -> DpBeta:
     """The supplement's epsilon-DP beta estimator on values ``x`` in [0, 1] (see module doc)."""
-    t1, t2, t, scale = noisy_beta_stats(x, epsilon, n, rng)
+    t1, t2, t, scale = noisy_beta_stats(x, epsilon, n, rng, neighbours)
     # noisy means can leave the range of a distribution on (0, 1); keep them inside
     t1, t2 = min(t1, -1e-9), min(t2, -1e-9)
     a, b = beta_mle_from_stats(t1, t2, lower)

@@ -33,6 +33,7 @@ from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning,
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
 from ..schema import Schema, load_schema
+from ..privacy.schema_source import require_draft_charged
 from ..privacy.workspace import default_workspace
 from ..privacy.workspace_key import opaque_key, workspace_secret
 
@@ -105,6 +106,9 @@ class ReleaseConfig:
     #: Dask scheduler (``tcp://host:8786``) or ``local``/``local:N`` for a LocalCluster;
     #: None: this process. Results do not depend on it (docs/scale.md).
     dask_address: str | None = None
+    #: Release on a schema whose domain was read from the rows (``drafted_from_data``):
+    #: allowed only with this opt-in, and labelled NOT differentially private everywhere.
+    accept_data_derived_schema: bool = False
 
     def __post_init__(self) -> None:
         if self.rows is not None and (isinstance(self.rows, bool) or int(self.rows) < 1):
@@ -328,7 +332,10 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     the input's columns and types (and a CSV cut in its last row), name. Cheap: the CLI
     runs it before starting Prefect, so a typo is refused at once on every engine."""
     schema = load_schema(config.schema)
-    schema.require_reviewed()  # an unreviewed `schema infer` draft: refused before any row is read
+    # a data-derived domain (`schema infer` without DP): refused before any row is read or
+    # anything charged, unless the caller opted in to a release labelled NOT DP
+    schema.require_reviewed(bool(config.accept_data_derived_schema))
+    require_draft_charged(schema, Path(config.workspace), config.dataset or schema.name)
     if config.delta != 0:  # delta 0: a pure epsilon-DP policy (only pure-epsilon methods run)
         check_delta(config.delta)
     method_name, params, choice = resolve_method(config, schema)  # auto: schema, epsilon, delta only

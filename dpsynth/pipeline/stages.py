@@ -8,6 +8,7 @@ them in order; ``tasks/`` wraps each one in a Prefect task for ``flows/release.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from ..privacy.rng import seed_commitment
 from ..privacy.registry import Draw, consume_draw
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
 from ..schema import Schema
+from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
 
@@ -139,6 +141,8 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     stale = plan.release_dir() / "synthetic"
     if stale.exists():  # made from a measurement that is gone: never publish it beside this one
         shutil.rmtree(stale)
+    if schema_source(plan.schema) == "data_derived":  # opted in: the domain came from the rows
+        m = dataclasses.replace(m, statement=_data_derived_statement(plan.schema, m.statement))
     with complete_folder(folder) as tmp:
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -352,6 +356,7 @@ def publish_stage(
             "epsilon_spent": ledger["epsilon_spent"],
             "ledger": ledger["stages"],
             **_privacy_statement(m_meta, pure),
+            "schema": schema_privacy(plan.schema),
             **({"notes": notes} if notes else {}),
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
@@ -395,6 +400,13 @@ def _size(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     return path.stat().st_size
+
+
+def _data_derived_statement(schema: Schema, method: PrivacyStatement) -> PrivacyStatement:
+    """The statement of a release on a data-derived schema: NOT DP whatever the method's."""
+    detail = data_derived_detail(schema) + (f"; {method.detail}" if method.detail else "")
+    kind = "heuristic" if method.kind == "dp" else method.kind
+    return PrivacyStatement(kind=kind, neighbours=method.neighbours, detail=detail)
 
 
 def _pure(m_meta: Mapping[str, Any]) -> bool:

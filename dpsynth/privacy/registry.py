@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS draws (
     epsilon REAL NOT NULL,
     delta REAL NOT NULL,
     charged_at TEXT NOT NULL,
-    measured_at TEXT
+    measured_at TEXT,
+    delta_extra REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS draws_by_key ON draws (dataset, release_key);
 """
@@ -175,6 +176,10 @@ class DrawCost:
     epsilon: float
     delta: float
     charged_at: str
+    # delta spent outside the zCDP conversion (a thresholded histogram's chance of letting
+    # a rare value through, as in a DP schema draft); the dataset converts its rho at the
+    # cap's delta less the sum of these
+    delta_extra: float = 0.0
 
 
 ReleaseCost = DrawCost  # the name before draws were recorded one by one
@@ -238,8 +243,12 @@ class DatasetState:
             "releases_including_this": self.release_count,
             "draws_including_this": len(self.draws),
             "composition": "zCDP rho and pure epsilon added over every noise draw of the dataset's releases "
-            "(a release measured again is counted again), converted with Canonne-Kamath-Steinke at the cap's delta",
+            "(a release measured again is counted again), converted with Canonne-Kamath-Steinke at the cap's delta "
+            "less the delta that thresholded draws (DP schema drafts) spent outside zCDP",
         }
+        extra = sum(d.delta_extra for d in self.draws)
+        if extra > 0:
+            out["threshold_delta_including_this"] = extra
         if self.cap is not None and self.cap.period is not None:
             out["period"] = self.cap.period
             out["period_cap_epsilon"] = self.cap.period_epsilon
@@ -266,7 +275,14 @@ def _open(workspace: Path) -> Iterator[sqlite3.Connection]:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """A registry written before draws were recorded: its one row per release key becomes
-    one draw (already measured). Once, under the write lock."""
+    one draw (already measured). Once, under the write lock. A table of draws from before
+    ``delta_extra`` gains the column (0: those draws spent all their delta in zCDP)."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(draws)")}
+    if "delta_extra" not in columns:
+        try:
+            conn.execute("ALTER TABLE draws ADD COLUMN delta_extra REAL NOT NULL DEFAULT 0")
+        except sqlite3.OperationalError:  # another process added it first
+            pass
     if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'releases'").fetchone():
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -330,17 +346,25 @@ def get_cap(workspace: Path, dataset: str) -> Cap | None:
 def _draws(conn: sqlite3.Connection, dataset: str) -> tuple[tuple[DrawCost, ...], int]:
     """The dataset's draws, oldest first, and how many distinct release keys they hold."""
     rows = conn.execute(
-        "SELECT name, rho, pure_epsilon, epsilon, delta, charged_at, release_key FROM draws WHERE dataset = ? "
-        "ORDER BY charged_at, id", (dataset,),
+        "SELECT name, rho, pure_epsilon, epsilon, delta, charged_at, release_key, delta_extra FROM draws "
+        "WHERE dataset = ? ORDER BY charged_at, id", (dataset,),
     ).fetchall()
-    draws = tuple(DrawCost(name=r[0], rho=r[1], pure_epsilon=r[2], epsilon=r[3], delta=r[4], charged_at=r[5])
-                  for r in rows)
+    draws = tuple(DrawCost(name=r[0], rho=r[1], pure_epsilon=r[2], epsilon=r[3], delta=r[4], charged_at=r[5],
+                           delta_extra=r[7]) for r in rows)
     return draws, len({r[6] for r in rows})
 
 
 def _composed(costs: Iterable[DrawCost], delta: float) -> float:
+    """Epsilon of the draws together at ``delta``: their rho converted at ``delta`` less the
+    delta they spent outside zCDP (infinite when nothing is left for the conversion)."""
+    costs = tuple(costs)
     parts = [Charge(stage=c.name or "release", rho=c.rho, epsilon=c.pure_epsilon) for c in costs]
-    return total_epsilon(parts, delta) if parts else 0.0
+    if not parts:
+        return 0.0
+    left = float(delta) - sum(c.delta_extra for c in costs)
+    if left <= 0:
+        return math.inf
+    return total_epsilon(parts, left)
 
 
 def _period_spent(draws: Iterable[DrawCost], period: Period, when: datetime, delta: float) -> float:
@@ -383,6 +407,7 @@ def charge(
     reuse: bool = False,
     limit: tuple[Period, float] | None = None,
     now: datetime | None = None,
+    delta_extra: float = 0.0,
 ) -> DatasetState:
     """Charges one noise draw of a release to its dataset atomically, or raises RegistryRefused.
 
@@ -394,14 +419,21 @@ def charge(
     ``release_key`` exists and will be reused (no noise drawn): then a key with a draw on
     record is not charged again. Every other call records a new draw, even for a known
     key: its stored measurement is gone and measuring again draws fresh noise.
+
+    ``delta_extra`` is the part of ``delta`` the draw spends outside the zCDP conversion
+    (a thresholded histogram's failure probability); its rho converts at the rest.
     """
     check_dataset_name(dataset)
+    if isinstance(delta_extra, bool) or not (
+            isinstance(delta_extra, (int, float)) and (delta_extra == 0 or 0 < delta_extra < float(delta))):
+        raise ValueError(f"delta_extra must lie in [0, delta), got {delta_extra!r}")
     charges = tuple(charges)
     rho = float(sum(c.rho for c in charges))
     pure = float(sum(c.epsilon for c in charges))
     when, at = _now_text(now)
-    cost = DrawCost(name=name, rho=rho, pure_epsilon=pure, epsilon=total_epsilon(charges, delta),
-                    delta=float(delta), charged_at=at)
+    own = float(delta) - float(delta_extra)
+    cost = DrawCost(name=name, rho=rho, pure_epsilon=pure, epsilon=total_epsilon(charges, own) if own > 0 else pure,
+                    delta=float(delta), charged_at=at, delta_extra=float(delta_extra))
     with _open(workspace) as conn:
         conn.execute("BEGIN IMMEDIATE")  # one writer from here to COMMIT: check-then-insert is atomic
         try:
@@ -414,8 +446,9 @@ def charge(
             after = _state(conn, dataset, delta, when, extra=cost, limit=limit, new_key=not known)
             _refuse_over_cap(after, limit, cost, when, again=bool(known))
             cursor = conn.execute(
-                f"INSERT INTO draws ({_COST_COLUMNS}, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (dataset, release_key, name, rho, pure, cost.epsilon, cost.delta, at, at if reuse else None),
+                f"INSERT INTO draws ({_COST_COLUMNS}, measured_at, delta_extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (dataset, release_key, name, rho, pure, cost.epsilon, cost.delta, at, at if reuse else None,
+                 cost.delta_extra),
             )
             conn.execute("COMMIT")
         except BaseException:

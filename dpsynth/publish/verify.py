@@ -17,7 +17,13 @@ Checks, in order:
   state), it equals the manifest's ledger, rho and epsilon, and fits the manifest's
   budget, whose rho follows from its (epsilon, delta);
 * statement: the privacy statement agrees across manifest, measurement.json and
-  report.html (its machine-readable tags and its header).
+  report.html (its machine-readable tags and its header);
+* schema source: a manifest that claims DP while ``schema.yaml`` still carries
+  ``drafted_from_data`` markers (or ``draft: true``) fails; the manifest's
+  ``privacy.schema`` matches ``schema.yaml``; a ``dp_draft`` block's rho fits its stated
+  (epsilon, delta), and the dataset's stated lifetime spend covers this release and its
+  draft. Markers deleted by hand, or a ``dp_draft`` block written by hand, are not
+  detectable here (docs/schema-draft.md says what is and is not checkable).
 """
 
 from __future__ import annotations
@@ -252,6 +258,40 @@ def verify_release(folder: str | Path, key: bytes | None = None) -> list[str]:
             problems += _check_statement(manifest, measurement, (folder / "report.html").read_text(encoding="utf-8"))
     if {"schema.yaml", "synthetic.parquet", "synthetic.csv"} <= good:
         problems += _check_table(folder, manifest)
+    if "schema.yaml" in good:
+        problems += _check_schema_source(folder, manifest)
+    return problems
+
+
+def _check_schema_source(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """A DP claim needs a schema without data-derived markers; the schema's cost must agree."""
+    from ..privacy.accounting import epsilon_from_rho
+    from ..privacy.schema_source import schema_privacy
+
+    try:
+        schema = load_schema(folder / "schema.yaml")
+    except SchemaError:
+        return []  # reported by the table check
+    privacy = manifest.get("privacy") or {}
+    problems = []
+    if privacy.get("differentially_private") and (schema.draft or schema.data_derived_columns):
+        cols = ", ".join(schema.data_derived_columns) or "draft: true"
+        problems.append(f"manifest: claims differential privacy, but schema.yaml was read from the private rows "
+                        f"(drafted_from_data: {cols}): the release is NOT differentially private")
+    if "schema" in privacy and privacy["schema"] != schema_privacy(schema):
+        problems.append("manifest: privacy.schema differs from what schema.yaml states")
+    d = schema.dp_draft
+    if d is not None and not (schema.draft or schema.data_derived_columns):
+        conv = float(d["delta"]) - float(d.get("delta_threshold", 0.0))
+        if not 0 < conv < 1 or epsilon_from_rho(float(d["rho"]), conv) > float(d["epsilon"]) * (1 + _REL) + 1e-12:
+            problems.append("schema.yaml: dp_draft's rho does not fit its stated epsilon and delta")
+        ds = privacy.get("dataset") or {}
+        spent, at = ds.get("spent_epsilon_including_this"), ds.get("spent_delta")
+        if isinstance(spent, (int, float)) and isinstance(at, (int, float)) and 0 < at < 1:
+            rho = float(privacy.get("rho_spent") or 0.0) + float(d["rho"])
+            left = float(at) - float(ds.get("threshold_delta_including_this") or 0.0)
+            if not left > 0 or epsilon_from_rho(rho, left) > float(spent) * (1 + 1e-6) + 1e-9:
+                problems.append("manifest: the dataset's stated spend does not include the schema draft's cost")
     return problems
 
 

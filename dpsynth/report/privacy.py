@@ -123,11 +123,31 @@ def _lifetime(ds: Mapping[str, Any], dp: bool) -> str:
     return spent + text + "</p>"
 
 
+def _schema_words(sch: Mapping[str, Any]) -> str:
+    """Where the domain (categories, bounds, cut points) came from, and its own cost."""
+    source = sch.get("source")
+    if source == "data_derived":
+        cols = ", ".join(f"{esc(k)} ({esc(', '.join(v))})" for k, v in (sch.get("data_derived_columns") or {}).items())
+        return ('<p><strong>The schema was read from the private rows.</strong> Its bounds and categories'
+                + (f" of {cols}" if cols else "") + " were taken from the raw data without a DP mechanism and "
+                "published by explicit opt-in: they can reveal rare values and extremes of the input, and no "
+                "&epsilon; bound covers them.</p>")
+    if source == "dp_draft":
+        return ("<p><strong>The schema was drafted with DP.</strong> Its categories and bounds were derived "
+                f"from the rows with DP mechanisms that spent &epsilon; = {num(sch.get('epsilon'))} at &delta; = "
+                f"{num(sch.get('delta'))} (&rho; = {num(sch.get('rho'))}), charged to dataset "
+                f"<code>{esc(sch.get('dataset'))}</code>: the dataset's spend below includes it, this release's "
+                "own &epsilon; above does not.</p>")
+    return ""
+
+
 def privacy_box(manifest: Mapping[str, Any], m: Measurement) -> str:
     """The plain-language privacy statement, first on the page."""
     privacy = manifest.get("privacy") or {}
     dp = bool(privacy.get("differentially_private", m.statement.differentially_private))
     parts = _dp_sentences(privacy, m) if dp else _not_dp_sentences(privacy, m)
+    if privacy.get("schema"):
+        parts.append(_schema_words(privacy["schema"]))
     if privacy.get("dataset"):
         parts.append(_lifetime(privacy["dataset"], dp))
     for note in privacy.get("notes", []):

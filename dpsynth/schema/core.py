@@ -27,8 +27,13 @@ Per column:
 * ``drafted_from_data``: what ``dpsynth schema infer`` derived from the rows for this
   column (``bounds``, ``values``, ``other``): a flag for the reviewer, kept if left.
 
-A draft carries ``draft: true`` at the top level until a person has reviewed it;
-a release refuses such a schema (:meth:`Schema.require_reviewed`).
+A draft carries ``draft: true`` at the top level until a person has reviewed it; a
+release refuses such a schema, and any schema whose columns still carry
+``drafted_from_data`` (a domain read from the rows is not public, DESIGN.md decision
+15), unless the caller opts in to a release labelled NOT differentially private
+(:meth:`Schema.require_reviewed`). A schema drafted with DP (``dpsynth schema infer
+--epsilon``, :mod:`dpsynth.privacy.schema_draft`) carries no marker but a top-level ``dp_draft``
+block stating what the draft spent; a release counts it in the manifest.
 
 Codes of a column: ``0 .. len(values)-1`` (or one per bin), then ``other`` if enabled,
 then ``missing`` if nullable. Codes are a pure function of (value, schema), so the
@@ -209,6 +214,9 @@ class Schema:
     columns: tuple[Column, ...]
     description: str = ""
     draft: bool = False
+    #: What a DP schema draft spent (``dpsynth schema infer --epsilon``): epsilon, delta,
+    #: rho, dataset, id, mechanisms. None for a hand-made schema.
+    dp_draft: Mapping[str, Any] | None = None
     _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -254,21 +262,38 @@ class Schema:
         draft = draft_from_dataframe(df, name, max_categories=max_categories, bins=bins, min_count=min_count)
         return schema_from_dict(draft.schema, source=f"draft of {name!r}")
 
-    def require_reviewed(self) -> None:
-        """Refuses an unreviewed draft (``draft: true``) before anything is read."""
-        if self.draft:
-            flagged = [c.name for c in self.columns if c.drafted_from_data]
-            which = f" (columns derived from the rows: {', '.join(flagged)})" if flagged else ""
-            raise SchemaError(
-                f"schema {self.name!r} is an unreviewed draft made by reading the private data{which}: "
-                "replace every data-derived bound and category with public knowledge, "
-                "then delete the line 'draft: true' and run the release again"
-            )
+    @property
+    def data_derived_columns(self) -> dict[str, tuple[str, ...]]:
+        """Columns still marked ``drafted_from_data``, with what was read from the rows."""
+        return {c.name: c.drafted_from_data for c in self.columns if c.drafted_from_data}
+
+    def require_reviewed(self, accept_data_derived: bool = False) -> None:
+        """Refuses, before anything is read or charged, an unreviewed draft (``draft: true``)
+        or a schema whose columns still carry ``drafted_from_data`` (its domain came from the
+        private rows, so a release on it is not DP), naming the columns. With
+        ``accept_data_derived`` both pass: the release is then labelled NOT differentially
+        private in every file (:mod:`dpsynth.pipeline`)."""
+        derived = self.data_derived_columns
+        if accept_data_derived or not (self.draft or derived):
+            return
+        which = "; ".join(f"{n} ({', '.join(w)})" for n, w in derived.items())
+        what = "an unreviewed draft made by reading the private data" if self.draft else (
+            "marked as read from the private rows")
+        raise SchemaError(
+            f"schema {self.name!r} is {what}" + (f": columns derived from the rows: {which}" if which else "")
+            + ". A release on it would publish bounds and categories taken from the rows, so it cannot be DP. "
+            "Replace every data-derived bound and category with public knowledge, then delete "
+            + ("the line 'draft: true' and " if self.draft else "") + "each drafted_from_data entry; or draft the schema with DP (dpsynth schema infer DATA --epsilon E --dataset NAME); "
+            "or pass --accept-data-derived-schema (Python: accept_data_derived_schema=True) to publish "
+            "a release labelled NOT differentially private"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The schema as it is written in a schema file."""
         d: dict[str, Any] = {"draft": True} if self.draft else {}
         d["name"] = self.name
+        if self.dp_draft is not None:
+            d["dp_draft"] = dict(self.dp_draft)
         if self.description:
             d["description"] = self.description
         d["columns"] = [c.to_dict() for c in self.columns]
@@ -502,10 +527,10 @@ def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
     """Builds and checks a schema from parsed YAML; errors name ``source`` and the column."""
     if not isinstance(raw, Mapping):
         raise SchemaError(f"{source}: must be a mapping with 'name' and 'columns'")
-    unknown = sorted(set(raw) - {"name", "columns", "description", "draft"})
+    unknown = sorted(set(raw) - {"name", "columns", "description", "draft", "dp_draft"})
     if unknown:
         raise SchemaError(f"{source}: unknown top-level keys {unknown}; a schema takes name, columns, "
-                          "description and draft")
+                          "description, draft and dp_draft")
     draft = raw.get("draft", False)
     if not isinstance(draft, bool):
         raise SchemaError(f"{source}: draft must be true or false (delete the line once reviewed)")
@@ -520,7 +545,26 @@ def schema_from_dict(raw: Any, source: str = "schema") -> Schema:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SchemaError(f"{source}: columns {dupes} are declared more than once")
-    return Schema(name=name, columns=columns, description=str(raw.get("description", "") or ""), draft=draft)
+    return Schema(name=name, columns=columns, description=str(raw.get("description", "") or ""), draft=draft,
+                  dp_draft=_dp_draft_block(raw.get("dp_draft"), source))
+
+
+def _dp_draft_block(raw: Any, source: str) -> dict[str, Any] | None:
+    """The ``dp_draft`` block of a DP schema draft, checked: finite epsilon >= 0, delta in
+    [0, 1), rho >= 0, a dataset name (what it was charged to)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SchemaError(f"{source}: dp_draft must be a mapping (epsilon, delta, rho, dataset, ...)")
+    out = dict(raw)
+    for key, upper in (("epsilon", math.inf), ("delta", 1.0), ("rho", math.inf)):
+        v = out.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < upper) or not math.isfinite(v):
+            raise SchemaError(f"{source}: dp_draft.{key} must be a finite number >= 0" +
+                              (" below 1" if upper == 1.0 else "") + f", got {v!r}")
+    if not isinstance(out.get("dataset"), str) or not out["dataset"].strip():
+        raise SchemaError(f"{source}: dp_draft.dataset must name the dataset the draft was charged to")
+    return out
 
 
 def load_schema(path: str | Path) -> Schema:

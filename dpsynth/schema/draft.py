@@ -13,16 +13,23 @@ therefore:
 * keeps integer columns numeric (``integer: true``), never a list of strings; a column
   of few integers (at most ``max_categories``, often codes) gets one bin per integer;
 * does not list category values seen in fewer than ``min_count`` rows: they fold into
-  ``other`` (the caller learns only that some were folded, not which).
+  ``other`` (the caller learns only that some were folded, not which); values folded
+  only because of ``max_categories`` are named in a comment;
+* lists categories in their natural order (numbers numerically, ``<1`` before ``1``,
+  ranges by their start), never by frequency;
+* leaves out columns whose values are unique or nearly unique per row (an identifier,
+  a row number), with a comment saying why.
 
-Drafting works on a table already read (``dpsynth schema infer`` reads the file with
-:func:`dpsynth.rows.encoding.read_table`): this module imports nothing that reads files,
-so the schema package never depends on the rows package.
+:mod:`dpsynth.privacy.schema_draft` drafts with DP instead (``schema infer --epsilon``): no
+marker. Drafting works on a table already read (``dpsynth schema infer`` reads the file with
+:func:`dpsynth.rows.encoding.read_table`): this module imports nothing that reads files, so
+the schema package never depends on the rows package.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +41,7 @@ import yaml
 
 from .timecols import format_seconds, seconds_of, to_seconds
 
-__all__ = ["Draft", "draft_from_table", "draft_from_dataframe", "nice_bounds", "WARNING"]
+__all__ = ["Draft", "draft_from_table", "draft_from_dataframe", "natural_key", "nice_bounds", "WARNING"]
 
 WARNING = (
     "WARNING: this schema was drafted by reading the private data: its categories and "
@@ -44,6 +51,14 @@ WARNING = (
 _MISSING_TOKENS = ("", "NA", "N/A", "N", "NaN", "nan", "null", "NULL", "?", "None")
 # Stands in for the categories when every observed value is rare (none can be listed).
 PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
+# A text or integer column with at least this share of distinct values (over at least
+# _ID_MIN_ROWS rows) is taken for an identifier or a row number and left out.
+_ID_SHARE = 0.9
+_ID_MIN_ROWS = 20
+_LEFT_OUT = ("nearly every row holds a different value (an identifier or a row number?): left out of the "
+             "draft. Drop it from the input (a release refuses a column the schema does not declare), or "
+             "declare it with public categories or bounds if it carries information")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,8 @@ class Draft:
 
     schema: dict[str, Any]
     notes: dict[str, list[str]] = field(default_factory=dict)
+    #: Columns left out of the draft, with the reason (written as comments).
+    left_out: dict[str, str] = field(default_factory=dict)
 
     def to_yaml(self) -> str:
         """The draft as YAML with its notes as comments above each column."""
@@ -67,7 +84,9 @@ class Draft:
             lines += [f"  # {note}" for note in self.notes.get(col["name"], [])]
             flow = yaml.safe_dump(col, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10**6)
             lines.append("  - " + flow.strip())
-        return "\n".join(lines) + "\n"
+        for name, why in self.left_out.items():
+            lines.append(f"  # column {name}: {why}")
+        return "\n".join(lines).rstrip("\n") + "\n"  # exactly one final newline
 
 
 def nice_bounds(lo: float, hi: float, bins: int, integer: bool = False) -> tuple[float, float, int]:
@@ -109,7 +128,7 @@ def draft_from_table(
     for key, value in (("max_categories", max_categories), ("bins", bins), ("min_count", min_count)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
-    columns, notes = [], {}
+    columns, notes, left_out = [], {}, {}
     for col_name in table.column_names:
         arr = table.column(col_name)
         text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
@@ -118,6 +137,9 @@ def draft_from_table(
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
         numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
+        if _identifier_like(values, nums if numeric else None):
+            left_out[col_name] = _LEFT_OUT
+            continue
         if len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values):
             col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
         elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
@@ -128,7 +150,42 @@ def draft_from_table(
             col["missing"] = sorted(set(text[null].dropna().tolist())) or [""]
         columns.append(col)
         notes[col_name] = note
-    return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes)
+    if not columns:
+        raise ValueError("every column looks like an identifier (nearly one value per row): nothing to draft")
+    return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes, left_out=left_out)
+
+
+def _identifier_like(values: pd.Series, nums: pd.Series | None) -> bool:
+    """Text or whole numbers, nearly one distinct value per row: an id or a row number.
+    Real-valued columns (measurements are often all distinct) are kept."""
+    if len(values) < _ID_MIN_ROWS:
+        return False
+    if nums is not None and not bool(np.all(np.floor(nums.to_numpy(dtype=np.float64)) == nums.to_numpy())):
+        return False
+    return values.nunique() >= _ID_SHARE * len(values)
+
+
+def natural_key(label: str) -> tuple:
+    """Sort key of a category label in natural order: labels that start with a number (after
+    an optional ``<``, ``<=``, ``>``, ``>=`` or ``~``) by that number (``<1`` before ``1``
+    before ``1-5`` before ``>1``; ranges by their start), then the other labels by text."""
+    text = str(label).strip()
+    m = re.match(r"^(<=|>=|<|>|~)?\s*(" + _NUMBER.pattern + ")", text)
+    if m is None:
+        return (1, 0.0, 0, _text_parts(text), text)
+    try:
+        number = float(m.group(2).replace(",", "."))
+    except ValueError:
+        return (1, 0.0, 0, _text_parts(text), text)
+    rank = {"<": -2, "<=": -1, None: 0, "~": 0, ">=": 1, ">": 2}[m.group(1)]
+    if rank == 0 and text[m.end():].strip().startswith("+"):
+        rank = 1  # "65+" after "65"
+    return (0, number, rank, _text_parts(text), text)
+
+
+def _text_parts(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Case-folded text with its digit runs compared as numbers (``s2`` before ``s10``)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text.casefold()) if p)
 
 
 def _has_leading_zeros(values: pd.Series) -> bool:
@@ -177,24 +234,32 @@ def _categorical_column(
 ) -> tuple[dict[str, Any], list[str]]:
     counts = values.value_counts()
     frequent = counts[counts >= min_count]
-    # the most frequent first (ties by value, for a deterministic draft), then a stable order
-    keep = sorted(frequent.index, key=lambda v: (-frequent[v], v))[:max_categories]
-    listed = sorted(keep, key=lambda v: (len(v), v))
-    folded = len(counts) > len(listed)
+    # the most frequent first (ties by value, for a deterministic choice), then natural order
+    ranked = sorted(frequent.index, key=lambda v: (-frequent[v], v))
+    keep, beyond = ranked[:max_categories], sorted(ranked[max_categories:], key=natural_key)
+    listed = sorted(keep, key=natural_key)
+    folded = len(counts) > len(ranked)  # some values are rare (not named: they are the risky ones)
     col: dict[str, Any] = {"name": name, "type": "categorical", "values": listed or [PLACEHOLDER]}
     note = [f"{name}: values observed in the data (each in at least {min_count} rows); "
             "replace them with the public list of categories."]
-    if folded:
+    col["drafted_from_data"] = ["values", "other"] if folded or beyond else ["values"]
+    if folded or beyond:
         col["other"] = True
-        col["drafted_from_data"] = ["values", "other"]
-        note.append(f"{name}: values seen in fewer than {min_count} rows (or beyond the first {max_categories}) "
-                    "are not listed: they fall into 'other'. Add any public category they stand for.")
-    else:
-        col["drafted_from_data"] = ["values"]
+    if folded:
+        note.append(f"{name}: values seen in fewer than {min_count} rows are not listed: they fall into 'other'. "
+                    "Add any public category they stand for.")
+    if beyond:
+        note.append(f"{name}: --max-categories {max_categories} folded these {len(beyond)} values into 'other': "
+                    + ", ".join(map(_quoted, beyond)) + ". List any that matter (or raise --max-categories).")
     if not listed:
         note.append(f"{name}: no value is frequent enough to list: write the public categories in place of "
                     f"{PLACEHOLDER}, or drop the column.")
     return col, note
+
+
+def _quoted(v: str) -> str:
+    """A value for a one-line YAML comment (no line breaks)."""
+    return repr(str(v).replace("\n", " ").replace("\r", " "))
 
 
 def _plain(x: float) -> float | int:
