@@ -12,32 +12,47 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 
 .PHONY: install demo test test-fast bench clean serve serve-stop
 
-$(VENV)/.installed: pyproject.toml
+# Two stamps: `make demo` installs only what a release needs (`-e .`); `make test` adds the
+# test extra (opendp, the solvers, Dask, pytest-xdist: most of the 1.3 GB).
+$(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
+
+$(VENV)/.installed-demo: pyproject.toml $(VENV)/.created
+	$(BIN)/python -m pip install --quiet --no-compile -e .
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.created
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
 
-demo: install
+demo: $(VENV)/.installed-demo
 	@test -f .dpsynth/demo-seed || (mkdir -p .dpsynth && head -c 32 /dev/urandom | base64 > .dpsynth/demo-seed)
-	@# a running `make serve` server saves the temporary server's start-up
+	@# with a Prefect server (`make serve`, or PREFECT_API_URL) the demo is a flow run on it, shown in
+	@# its dashboard; without one, the same stages run in-process (--engine local), not paying a
+	@# temporary server's first start (20-90 s here: it creates and migrates its database)
 	if [ -z "$${PREFECT_API_URL:-}" ] && url=$$(deployments/serve.sh url); then export PREFECT_API_URL=$$url; fi; \
-	$(BIN)/dpsynth release --data data/demo.csv --schema schemas/demo.yaml \
+	engine=$${PREFECT_API_URL:+prefect}; \
+	$(BIN)/dpsynth release --engine $${engine:-local} --data data/demo.csv --schema schemas/demo.yaml \
 	  --epsilon 1.0 --seed-file .dpsynth/demo-seed --out releases --name demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
+# Two workers (pytest-xdist); the Prefect flow tests share one test server, so they run in one
+# group on one worker (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow and not flow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not flow"
 
 bench: install
 	$(BIN)/python benchmarks/encode_throughput.py
 	$(BIN)/python benchmarks/release_timing.py
 
-serve: install
+serve: $(VENV)/.installed-demo
 	deployments/serve.sh start
 
 serve-stop:

@@ -9,7 +9,15 @@ select-measure-fit-sample time, excluding interpreter and import start-up):
 * ``nistfine-demo``, ``nistfine-all``: the same columns binned by schemas/nist-fine.yaml (finer public bins);
 * ``nist-all-tx2019``, ``nistfine-demo-ma2019``, ...: the same on the tx2019 or ma2019 excerpt;
 * ``corr30k``: generated (random Bayesian network, 30,000 x 15, seed 2024; as sds_vs_pacsynth);
-* ``adult``: /work/shared/data/adult (integer-coded as in the MST/AIM papers).
+* ``adult``: /work/shared/data/adult (integer-coded as in the MST/AIM papers);
+* ``rare-a``, ``rare-b``, ``rare-c``: generated tables with empty and rare bins (8 columns, a
+  latent-class model whose per-class value distributions are heavy-tailed Dirichlet draws,
+  a 39-bin "year" with 19 bins that never occur, like the real table of issue 27), 20,000,
+  50,000 and 100,000 rows, seeds 11, 12, 13 (:func:`rare_table`).
+
+Configurations of pgm (``OURS``): the defaults (``pgm-mst``, ``pgm-aim2``: compression of rare
+values on, rows allocated by randomised rounding), ``-nc`` without compression, ``-iid`` with
+rows drawn independently.
 
 mbi runs in its own environment (``--mbi-python``, default /work/venvs/mbi/bin/python;
 mbi is never a dpsynth dependency) through benchmarks/mbi_peer.py, which documents
@@ -52,9 +60,10 @@ DELTA = 1e-9
 DATA_DIR = next((p for p in (SHARED_DATA, ROOT.parents[1] / "shared" / "data") if p.is_dir()), SHARED_DATA)
 OUT_NAME = "pgm_vs_mbi"
 WORK = Path(tempfile.gettempdir()) / "dpsynth_pgm_bench"
-DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult")
+DATASETS = ("nist-demo", "nist-all", "nistfine-demo", "nistfine-all", "corr30k", "adult", "rare-a", "rare-b", "rare-c")
 METHODS = ("pgm-mst", "pgm-aim", "pgm-aim2", "pgm-aim2-u4d", "pgm-aim2-i300", "pgm-mst-nt0", "pgm-aim-nt0",
-           "pgm-aim2-nt0", "pgm-mst-f64", "pgm-aim-f64", "pgm-aim2-f64", "mbi-mst", "mbi-aim")
+           "pgm-aim2-nt0", "pgm-mst-f64", "pgm-aim-f64", "pgm-aim2-f64", "pgm-mst-nc", "pgm-mst-iid",
+           "pgm-mst-nc-iid", "pgm-aim-nc", "pgm-aim2-nc", "pgm-aim2-iid", "mbi-mst", "mbi-aim")
 #: dpsynth pgm parameters of each of our benchmark methods (pgm-aim2: AIM on 1- and 2-way candidates;
 #: pgm-aim2-u4d: the same with 4 budget units per column instead of AIM's 16, i.e. larger rounds;
 #: pgm-aim2-i300: the same with 300 estimator steps for the released model instead of 1000;
@@ -66,7 +75,13 @@ OURS = {"pgm-mst": {"select": "mst"}, "pgm-aim": {"select": "aim"}, "pgm-aim2": 
         "pgm-mst-nt0": {"select": "mst", "noise_tol": 0}, "pgm-aim-nt0": {"select": "aim", "noise_tol": 0},
         "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
         "pgm-mst-f64": {"select": "mst", "precision": "double"}, "pgm-aim-f64": {"select": "aim", "precision": "double"},
-        "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
+        "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"},
+        "pgm-mst-nc": {"select": "mst", "compress": False}, "pgm-mst-iid": {"select": "mst", "sampling": "iid"},
+        "pgm-mst-nc-iid": {"select": "mst", "compress": False, "sampling": "iid"},
+        "pgm-aim-nc": {"select": "aim", "compress": False},
+        "pgm-aim2-nc": {"select": "aim", "degree": 2, "compress": False},
+        "pgm-aim2-iid": {"select": "aim", "degree": 2, "sampling": "iid"}}
+RARE = {"rare-a": (20_000, 11), "rare-b": (50_000, 12), "rare-c": (100_000, 13)}
 QUICK = [  # (data, epsilon, seeds, methods): what fits one session on 2 shared cores
     ("nist-demo", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst", "mbi-aim")),
     ("nist-all", 1.0, 1, ("pgm-mst", "pgm-aim", "mbi-mst")),
@@ -104,7 +119,35 @@ def load(name: str) -> dict[str, Any]:
         cols = [{"name": c, "type": "categorical", "values": [str(v) for v in range(int(k))]} for c, k in sizes.items()]
         return {"schema": schema_from_dict({"name": "adult", "columns": cols}),
                 "codes": df[list(sizes)].to_numpy(dtype=np.int64)}
+    if name in RARE:
+        codes, cards = rare_table(*RARE[name])
+        cols = [{"name": f"r{j}", "type": "categorical", "values": [str(v) for v in range(c)]} for j, c in enumerate(cards)]
+        return {"schema": schema_from_dict({"name": name, "columns": cols}), "codes": codes}
     raise SystemExit(f"unknown data set {name!r}; known: {DATASETS} (NIST ones also with -tx2019, -ma2019)")
+
+
+def rare_table(n: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """A table with empty and rare bins: 6 latent classes; per class, each column's values
+    drawn from a Dirichlet(0.5) over its non-empty bins, of which about 40% are rare bins
+    holding together 1% of the class's mass.
+    Columns (bins, of which empty): 39 (19, the "year" of issue 27), 16 (6), 8 (0), 24 (4),
+    2 (0), 12 (3), 50 (30), 5 (0)."""
+    rng = np.random.default_rng(seed)
+    spec = [(39, 19), (16, 6), (8, 0), (24, 4), (2, 0), (12, 3), (50, 30), (5, 0)]
+    classes = 6
+    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
+    cols = []
+    for size, empty in spec:
+        live = np.sort(rng.choice(size, size - empty, replace=False))
+        rare = rng.random(live.size) < 0.4  # rare bins: together 1% of each class's mass
+        rare[0] = False
+        probs = rng.dirichlet(np.full(live.size, 0.5), size=classes)
+        probs[:, rare] *= 0.01 / probs[:, rare].sum(axis=1, keepdims=True).clip(1e-12) if rare.any() else 1.0
+        probs[:, ~rare] *= (0.99 if rare.any() else 1.0) / probs[:, ~rare].sum(axis=1, keepdims=True)
+        u = rng.random(n)
+        pick = (np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1)
+        cols.append(live[np.minimum(pick, live.size - 1)])
+    return np.column_stack(cols).astype(np.int64), [s for s, _ in spec]
 
 
 # --- children (one per run) ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 # Scheduled releases on this machine in one command: a Prefect server on 127.0.0.1, the
 # process work pool `local`, the deployments of deployments/prefect.yaml, and a worker.
 #
-#   deployments/serve.sh start    # idempotent; prints the API URL
+#   deployments/serve.sh start    # idempotent; prints the API URL (the dashboard's on stderr)
 #   deployments/serve.sh status   # up or down
 #   deployments/serve.sh url      # the API URL if the server answers (exit 1 otherwise)
 #   deployments/serve.sh stop     # stops the worker and the server this script started
@@ -18,6 +18,7 @@ url="http://127.0.0.1:${port}/api"
 export PREFECT_HOME=${PREFECT_HOME:-$root/.prefect}
 export DPSYNTH_HOME=${DPSYNTH_HOME:-$root}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_UI_ENABLED=true  # the dashboard: Prefect's run links point at it
 state="$PREFECT_HOME/serve-$port"
 mkdir -p "$state"
 
@@ -47,7 +48,7 @@ start() {
     [ -e "$DPSYNTH_HOME/$d" ] || { echo "serve: DPSYNTH_HOME=$DPSYNTH_HOME has no $d/ (set it to the folder holding data/, schemas/ and flows/)" >&2; exit 2; }
   done
   if ! answers; then
-    launch server "$bin/prefect" server start --host 127.0.0.1 --port "$port" --no-ui --analytics-off
+    launch server "$bin/prefect" server start --host 127.0.0.1 --port "$port" --analytics-off
     for _ in $(seq 1 240); do answers && break; sleep 0.5; done
     answers || { echo "serve: the Prefect server did not answer on $url; see $state/server.log" >&2; exit 1; }
   fi
@@ -58,6 +59,7 @@ start() {
   if ! started_here worker; then
     launch worker "$bin/prefect" worker start --pool local
   fi
+  echo "serve: dashboard http://127.0.0.1:${port}/ (server, work pool local, deployments, worker running)" >&2
   echo "$url"
 }
 

@@ -21,6 +21,7 @@ _EXPORTS = {
     "load_release": "api",
     "Release": "api",
     "ReleaseVerificationError": "api",
+    "ReleaseWarning": "api",
     "Schema": "schema",
     "SchemaError": "schema",
     "load_schema": "schema",

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,22 +24,41 @@ import pandas as pd
 
 from .publish.bundle import MANIFEST, sha256_file
 from .rows.encoding import DataError
-from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, run_release
+from .pipeline import DEFAULT_DELTA, ReleaseConfig, default_workspace, no_cap_warning, run_release
 from .pipeline.config import auto_choice
 from .pipeline.messages import public_errors
 from .pipeline.stages import write_atomic
 from .privacy.budget import Charge, Ledger, stated_budget
+from .progress import Console, fmt, note, reporting
 from .privacy.rng import MIN_SEED_BYTES
 from .privacy.registry import registry_path
 from .schema import Schema, load_schema, schema_from_dict
 from .privacy.workspace import private_workspace
 from .privacy.workspace_key import opaque_key
 
-__all__ = ["Release", "ReleaseVerificationError", "load_release", "release"]
+__all__ = ["Release", "ReleaseVerificationError", "ReleaseWarning", "load_release", "release"]
 
 
 class ReleaseVerificationError(ValueError):
     """A release folder whose files, schema or ledger do not match its manifest."""
+
+
+class ReleaseWarning(UserWarning):
+    """A release went through but something deserves attention (no lifetime cap on the
+    dataset, a predicted loss to independent columns, ...): the CLI's ``warning:`` lines."""
+
+
+class _ApiConsole(Console):
+    """Progress lines on stderr (none when quiet); warnings as :class:`ReleaseWarning`."""
+
+    def warning(self, text: str) -> None:
+        """Issues ``text`` through :mod:`warnings` (the caller's filters decide what is shown)."""
+        warnings.warn(text, ReleaseWarning, stacklevel=2)
+
+    def note(self, text: str) -> None:
+        """Shown with the progress lines (the registry is also on ``Release.registry``)."""
+        if self._show:
+            super().note(text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,8 +81,19 @@ class Release:
 
     @property
     def epsilon_spent(self) -> float:
-        """The epsilon the release's ledger spent, as its manifest states it."""
+        """The epsilon the release's ledger spent, as its manifest states it (exact; shown rounded)."""
         return float(self.manifest["privacy"]["epsilon_spent"])
+
+    def __repr__(self) -> str:
+        """One short line: name, method, rows, epsilon spent of the budget (rounded), folder."""
+        privacy = self.manifest.get("privacy", {})
+        budget = privacy.get("epsilon")
+        spent = fmt(self.epsilon_spent) + (f" of {fmt(budget)}" if budget is not None else "")
+        dp = "" if privacy.get("differentially_private", True) else ", NOT DP"
+        return (f"Release({self.name!r}, method={self.manifest.get('method')!r}, rows={len(self.synthetic):,}, "
+                f"epsilon_spent={spent}{dp}, path='{self.path}')")
+
+    __str__ = __repr__
 
 
 def release(
@@ -81,6 +112,7 @@ def release(
     gate: Mapping[str, float] | None = None,
     internal_report: bool = False,
     accept_data_derived_schema: bool = False,
+    quiet: bool = False,
     **settings: Any,
 ) -> Release:
     """Runs a DP release and returns it, read back from the published folder.
@@ -97,6 +129,10 @@ def release(
     A schema still marked ``drafted_from_data`` (read from the rows) is refused, naming its
     columns, unless ``accept_data_derived_schema=True``: the release is then labelled NOT
     differentially private.
+
+    Progress (what ``auto`` chose, stage lines, counters of long stages) goes to stderr as on
+    the command line; ``quiet=True`` silences it. Warnings (e.g. a dataset without a lifetime
+    privacy cap) are issued as :class:`ReleaseWarning` either way.
     """
     ws = Path(workspace) if workspace is not None else default_workspace()
     schema_obj = _as_schema(schema)
@@ -114,11 +150,16 @@ def release(
                 workspace=ws, internal_report=internal_report, gate=gate,
                 accept_data_derived_schema=accept_data_derived_schema, **settings,
             )
-            choice = auto_choice(config)
-            if choice is not None:
-                print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
-            folder = run_release(config)
-    return replace(_read_release(folder), registry=registry_path(ws).absolute())
+            with reporting(_ApiConsole(show=not quiet)):
+                choice = auto_choice(config)
+                if choice is not None:
+                    note(choice.line())
+                folder = run_release(config)
+    out = replace(_read_release(folder), registry=registry_path(ws).absolute())
+    dataset = out.manifest.get("privacy", {}).get("dataset") or {}
+    if dataset and dataset.get("cap_epsilon") is None:
+        warnings.warn(no_cap_warning(dataset), ReleaseWarning, stacklevel=2)
+    return out
 
 
 def load_release(path: str | os.PathLike[str]) -> Release:

@@ -103,9 +103,43 @@ def _long_lived_imports() -> Iterator[None]:
 _FROZE: list[bool] = []
 
 
+def _process_seconds() -> float:
+    """Seconds since this process started (Linux: from /proc, so the interpreter's own
+    start-up and every import count), else since this module was imported."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - float(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
+def _console(args: argparse.Namespace):
+    """The progress reporter of a release command: stderr; only warnings with --quiet."""
+    from .progress import Console
+
+    return Console(show=not args.quiet, warn_prefix="dpsynth: ")
+
+
 def _cmd_release(args: argparse.Namespace) -> int:
+    from .progress import reporting
+
+    with reporting(_console(args)):
+        return _release_command(args)
+
+
+def _release_command(args: argparse.Namespace) -> int:
+    """The release itself, its progress going to the reporter :func:`_cmd_release` installed."""
+    from . import progress
     from .gate import worker as gate_worker
 
+    if args.engine != "local":
+        progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
         from .publish.bundle import MANIFEST
         from .pipeline import ReleaseConfig
@@ -128,19 +162,19 @@ def _cmd_release(args: argparse.Namespace) -> int:
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
     _say_auto(config)
-    t0 = time.perf_counter()
     folder = _run_engine(config, args.engine)
-    total = time.perf_counter() - t0
+    total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
     work = sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
-    print(f"wall {total:.2f} s: stage work {work:.2f} s, orchestration and start-up {total - work:.2f} s")
+    print(f"wall {total:.2f} s since the command started: stage work {work:.2f} s, "
+          f"start-up, imports and orchestration {max(0.0, total - work):.2f} s")
     dataset = manifest.get("privacy", {}).get("dataset") or {}
     if dataset and dataset.get("cap_epsilon") is None:
-        print(f"dpsynth: warning: dataset {dataset['name']!r} has no lifetime privacy cap "
-              f"(its releases have spent epsilon {dataset['spent_epsilon_including_this']:.4g}); "
-              f"set one with `dpsynth budget set {dataset['name']} --epsilon E --delta D`", file=sys.stderr)
+        from .pipeline import no_cap_warning
+
+        print(f"dpsynth: warning: {no_cap_warning(dataset)}", file=sys.stderr)
     print(_privacy_line(manifest))  # the last line: what the release guarantees
     return 0
 
@@ -244,29 +278,14 @@ def _print_budget(st) -> None:
 def _release_local(config) -> str:
     from .pipeline import run_release
 
-    def progress(line: str) -> None:
-        if line.startswith("warning: "):
-            print(f"dpsynth: {line}", file=sys.stderr, flush=True)
-        elif line.startswith("registry: "):  # a local path: the operator's console only
-            print(f"dpsynth: {line.removeprefix('registry: ')}", file=sys.stderr, flush=True)
-        else:
-            print(line, flush=True)
-
-    return str(run_release(config, progress=progress))
+    return str(run_release(config))
 
 
 def _release_prefect(config) -> str:
     _prefect_env()
     from .orchestration.runner import run_release_flow
 
-    result = run_release_flow(config)
-    for warning in result.get("warnings", []):
-        print(f"dpsynth: warning: {warning}", file=sys.stderr)
-    if result.get("cached"):
-        print(f"reused cached stages: {', '.join(result['cached'])}")
-    if result.get("registry"):  # a local path: the operator's console only
-        print(f"dpsynth: {result['registry']}", file=sys.stderr)
-    return result["release"]
+    return run_release_flow(config)["release"]
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
@@ -349,71 +368,16 @@ def _cmd_schema_check(args: argparse.Namespace) -> int:
 
 def _cmd_methods(args: argparse.Namespace) -> int:
     from .methods import METHODS
+    from .methods.catalog import describe_method, method_order, methods_table
 
-    for name, cls in sorted(METHODS.items()):
-        print("\n".join(_describe_method(name, cls)) + "\n")
-    print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: docs/choosing.md")
+    if args.verbose:
+        for name in method_order(METHODS):
+            print("\n".join(describe_method(name, METHODS[name])) + "\n")
+        print("Pass parameters as --param key=value (Python: params={...}). Which method for which data: "
+              "docs/choosing.md")
+        return 0
+    print("\n".join(methods_table(METHODS)))
     return 0
-
-
-def _memory_words(cls: type) -> str:
-    """How a method's memory grows with the rows (its ``measures_counts`` and ``streams_synthesis``)."""
-    measure = ("reads counts chunk by chunk (bounded; runs on Dask)" if getattr(cls, "measures_counts", False)
-               else "holds the whole input table")
-    synth = ("streams the synthetic table block by block (bounded)" if getattr(cls, "streams_synthesis", False)
-             else "holds the whole synthetic table (refused before any charge when over DPSYNTH_MAX_TABLE_BYTES)")
-    return f"measure {measure}; synthesize {synth}"
-
-
-def _describe_method(name: str, cls: type) -> list[str]:
-    """Description (first paragraph of the class docstring), guarantee (the class's
-    ``guarantee`` PrivacyStatement, which every method must declare), and each
-    parameter's type, choices and default. A parameter field may state its range in words
-    (:func:`dpsynth.methods.base.param`); it is shown instead of the type."""
-    import dataclasses
-    import inspect
-    import typing
-
-    own = cls.__dict__.get("__doc__")  # the method's own, not one inherited from MethodBase
-    doc = inspect.cleandoc(own) if own else inspect.getdoc(sys.modules[cls.__module__]) or ""
-    first = " ".join(doc.split("\n\n", 1)[0].split()).replace("``", "")
-    lines = [f"{name}: {first.split(f'ethod {name}: ', 1)[-1]}"]
-    g = cls.guarantee
-    if g.kind == "dp":  # the headline already names the relation; the detail qualifies it
-        lines.append(f"  guarantee: {g.headline()}" + (f"; {g.detail}" if g.detail else ""))
-    else:  # NOT DP: the headline carries the detail in brackets
-        lines.append(f"  guarantee: {g.headline()}")
-    lines.append("  memory: " + _memory_words(cls))
-    hints = typing.get_type_hints(cls.params_type)
-    fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
-    if not fields:
-        lines.append("  parameters: none")
-    for f in fields:
-        default = f.default if f.default is not dataclasses.MISSING else "required"
-        shown = ("none" if default is None else str(default).lower() if isinstance(default, bool)
-                 else "empty" if default == () else default)
-        rng = f.metadata.get("range")
-        lines.append(f"  --param {f.name}=  {rng or _type_text(hints[f.name])}  (default {shown})")
-    params_doc = inspect.getdoc(cls.params_type) or ""
-    if params_doc and not params_doc.startswith(cls.params_type.__name__ + "("):
-        lines += ["  " + line.replace("``", "") if line else "" for line in params_doc.splitlines()]
-    return lines
-
-
-def _type_text(typ: object) -> str:
-    """A parameter's type in words: choices for Literal, 'or none' for Optional."""
-    import types
-    import typing
-
-    origin, args = typing.get_origin(typ), typing.get_args(typ)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return f"{_type_text(inner[0])}, or none" if len(inner) == 1 else " | ".join(map(_type_text, inner))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(map(str, args))
-    if origin in (tuple, list):
-        return f"comma-separated list of {_type_text(args[0]) if args else 'text'}"
-    return {bool: "true or false", int: "whole number", float: "number", str: "text"}.get(typ, str(typ))
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
@@ -468,13 +432,14 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--method", default=None,
                    help="synthesis method (see `dpsynth methods`); default auto: chosen from the schema, "
                         "epsilon and delta only (docs/choosing.md)")
-    r.add_argument("--epsilon", required=True, type=_finite)
+    r.add_argument("--epsilon", required=True, type=_finite,
+                   help="privacy budget of this release (smaller: more private, noisier; 1 is a common choice)")
     r.add_argument("--delta", type=_finite, default=None,
                    help="default 1e-6; keep it well below 1/rows; 0 for pure epsilon-DP")
     r.add_argument("--rows", type=int, default=None, help="synthetic rows (default: the DP estimate of the input's)")
     r.add_argument("--seed-file", default=None, help="secret seed (>= 16 bytes) for a reproducible build")
     r.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter (repeatable)")
-    r.add_argument("--out", required=True, help="folder that receives the release folder")
+    r.add_argument("--out", default="releases", help="folder that receives the release folder (default: releases)")
     r.add_argument("--name", default=None, help="release name (default: SCHEMA-METHOD-epsE)")
     r.add_argument("--workspace", default=None,
                    help="private workspace, holding the privacy registry (default: $DPSYNTH_WORKSPACE, else one "
@@ -486,7 +451,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--data-docs", action="store_true",
                    help="also publish Great Expectations' Data Docs of the validation gate (data-docs/, offline)")
     r.add_argument("--internal-report", action="store_true",
-                   help="also score the release against the raw data, written only to the private workspace")
+                   help="also score the release against the real table (every 2-way and a sample of 3-way "
+                        "marginals): an HTML page in the private workspace, never published; its path is printed")
     r.add_argument("--engine", choices=("prefect", "local"), default="prefect",
                    help="prefect (default): run as a Prefect flow; local: the same stages in-process without Prefect")
     r.add_argument("--dataset", default=None,
@@ -499,6 +465,8 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--accept-data-derived-schema", action="store_true",
                    help="publish on a schema still marked drafted_from_data (read from the rows): the release "
                         "is then labelled NOT differentially private; without it such a schema is refused")
+    r.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress lines on stderr (warnings, errors and the result are still printed)")
     r.set_defaults(func=_cmd_release)
 
 
@@ -574,7 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--seed", type=int, default=None, help="seed of the Monte Carlo (public; default: fresh)")
     tp.set_defaults(func=_cmd_test_two_proportions)
 
-    m = sub.add_parser("methods", help="list methods: description, privacy guarantee, parameters with defaults")
+    m = sub.add_parser("methods", help="list methods: guarantee and when to use each (details with --verbose)")
+    m.add_argument("--verbose", "-v", action="store_true",
+                   help="each method's description, guarantee in full, and parameters with defaults and ranges")
     m.set_defaults(func=_cmd_methods)
     return ap
 

@@ -4,7 +4,9 @@ Every method returns a :class:`Measurement`. The gate, the report, the row estim
 ``verify`` and marginal correction read only its typed fields:
 
 * ``measured``: noisy marginals, each a :class:`NoisyMarginal` carrying its own
-  per-cell noise standard deviation and mechanism;
+  per-cell noise standard deviation and mechanism, and, when it was measured on merged
+  values of some columns, the public map of each such column's codes to its cells
+  (``groups``; compare a table with it through :meth:`NoisyMarginal.fold`);
 * ``records``: the record count with its noise (:class:`NoisyCount`), when the method
   measured one;
 * ``statement``: the guarantee the release really has (:class:`PrivacyStatement`);
@@ -39,6 +41,7 @@ __all__ = [
     "NoisyCount",
     "NoisyMarginal",
     "PrivacyStatement",
+    "fold_table",
     "marginal_key",
 ]
 
@@ -52,6 +55,38 @@ _MECHANISMS = ("gaussian", "laplace", "none")
 def marginal_key(attrs: tuple[str, ...]) -> str:
     """The text key of a marginal in ``measurement.parquet`` (column names joined by ``|``)."""
     return "|".join(attrs)
+
+
+def fold_table(table: np.ndarray, maps: "list[np.ndarray | None] | tuple[np.ndarray | None, ...]") -> np.ndarray:
+    """Sums a count table over columns' codes into merged cells: along axis i, code c goes to
+    cell ``maps[i][c]`` (None: the axis is kept as it is). A linear map: noise that was
+    independent per cell stays independent per merged cell (variances add)."""
+    out = np.asarray(table, dtype=np.float64)
+    for axis, g in enumerate(maps):
+        if g is None:
+            continue
+        g = np.asarray(g, dtype=np.int64)
+        if out.shape[axis] != g.size:
+            raise ValueError(f"axis {axis} has {out.shape[axis]} codes, the map {g.size}")
+        onehot = np.zeros((g.size, int(g.max()) + 1))
+        onehot[np.arange(g.size), g] = 1.0
+        out = np.moveaxis(np.tensordot(out, onehot, axes=([axis], [0])), -1, axis)
+    return out
+
+
+def _check_groups(attrs: tuple[str, ...], shape: tuple[int, ...], groups: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for a, g in groups.items():
+        if a not in attrs:
+            raise ValueError(f"marginal {attrs}: groups name column {a!r}, which it does not hold")
+        g = tuple(int(x) for x in g)
+        cells = set(g)
+        if not g or cells != set(range(max(g) + 1)):
+            raise ValueError(f"marginal {attrs}: the groups of {a!r} must map codes onto cells 0..k-1, every cell used")
+        if len(shape) == len(attrs) and shape[attrs.index(a)] != max(g) + 1:
+            raise ValueError(f"marginal {attrs}: {a!r} has {shape[attrs.index(a)]} cells but its groups {max(g) + 1}")
+        out[str(a)] = g
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +164,12 @@ class NoisyMarginal:
     * ``derived``: flat indices of cells computed from other published values (for
       example a missing code holding the record count minus the other cells); they
       carry no noise statement of their own.
+
+    ``groups`` (empty: none): for a column whose values were merged before this marginal
+    was measured (``pgm``'s compression of rare values), the map code -> cell along that
+    column's axis; the axis then has one cell per group, each the true count of its codes
+    plus noise of ``stddev`` (a sum over a partition of codes: sensitivity unchanged).
+    Compare a table over the columns' codes with :meth:`fold`.
     """
 
     attrs: tuple[str, ...]
@@ -137,6 +178,7 @@ class NoisyMarginal:
     mechanism: str = "gaussian"
     threshold: float | None = None
     derived: tuple[int, ...] = ()
+    groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.attrs or len(set(self.attrs)) != len(self.attrs):
@@ -152,6 +194,16 @@ class NoisyMarginal:
         if derived and not (0 <= derived[0] and derived[-1] < self.counts.size):
             raise ValueError(f"marginal {self.attrs}: derived cells outside 0..{self.counts.size - 1}")
         object.__setattr__(self, "derived", derived)
+        object.__setattr__(self, "groups", _check_groups(self.attrs, self.counts.shape, self.groups or {}))
+
+    def maps(self) -> list[np.ndarray | None]:
+        """Per axis, the code -> cell map (None: the axis is over the column's codes)."""
+        return [np.asarray(self.groups[a], dtype=np.int64) if a in self.groups else None for a in self.attrs]
+
+    def fold(self, table: np.ndarray) -> np.ndarray:
+        """A table over the columns' codes (axes in ``attrs`` order) summed into this
+        marginal's cells; the table itself when no column was merged."""
+        return fold_table(table, self.maps()) if self.groups else np.asarray(table, dtype=np.float64)
 
     @property
     def key(self) -> str:
@@ -171,6 +223,8 @@ class NoisyMarginal:
             out["threshold"] = self.threshold
         if self.derived:
             out["derived"] = list(self.derived)
+        if self.groups:
+            out["groups"] = {a: list(g) for a, g in self.groups.items()}
         return out
 
 
@@ -221,6 +275,12 @@ class Measurement:
     @cached_property
     def _by_attrs(self) -> dict[tuple[str, ...], NoisyMarginal]:
         return {m.attrs: m for m in self.measured}
+
+    @cached_property
+    def groups(self) -> Mapping[tuple[str, ...], Mapping[str, tuple[int, ...]]]:
+        """Column names -> the code -> cell maps of its merged columns, for every marginal
+        measured on merged values (the others are over the full cross-product of codes)."""
+        return {m.attrs: m.groups for m in self.measured if m.groups}
 
     def marginal(self, attrs: tuple[str, ...]) -> NoisyMarginal:
         """The measured marginal over ``attrs`` (KeyError when it was not measured)."""
@@ -312,6 +372,7 @@ class Measurement:
                 mechanism=str(entry["mechanism"]),
                 threshold=entry.get("threshold"),
                 derived=tuple(entry.get("derived", ())),
+                groups=entry.get("groups") or {},
             )
             for entry, counts in zip(meta["measured"], flat)
         ]

@@ -42,6 +42,14 @@ def shared_data_dir() -> Path:
     return d
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup) every test that uses the shared
+    Prefect harness runs in one group, on one worker: one server start-up, not one per worker."""
+    for item in items:
+        if "prefect_harness" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("prefect"))
+
+
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
     """One temporary Prefect API for all flow tests (starting one costs 5-45 s)."""

@@ -556,7 +556,7 @@ def test_prefect_failure_is_one_line_and_leaves_no_server(tmp_path):
     import subprocess
 
     home = tmp_path / "prefect"
-    proc = subprocess.run(_prefect_release(tmp_path, "--rows", "100", "--gate", "max_tvd_k1=0.0000001"),
+    proc = subprocess.run(_prefect_release(tmp_path, "--rows", "100", "--gate", "max_tvd_k1=0.0000001", "--quiet"),
                           capture_output=True, text=True, env=_prefect_env(home), timeout=400)
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
@@ -904,9 +904,10 @@ def test_name_claim_two_processes_at_once(tmp_path, epsilons):
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], [(p.returncode, o[1][-2000:]) for p, o in zip(procs, outs)]
     loser = [o for p, o in zip(procs, outs) if p.returncode == 2][0]
-    lines = loser[1].strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dpsynth: error: ") and "nightly" in lines[0], lines
-    assert "measure: started" not in loser[0]  # nothing measured
+    lines = loser[1].strip().splitlines()  # progress lines, then the reason: one line, the last
+    assert [ln for ln in lines if ln.startswith("dpsynth")] == lines[-1:], lines
+    assert lines[-1].startswith("dpsynth: error: ") and "nightly" in lines[-1], lines
+    assert "measure: started" not in loser[1]  # nothing measured
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["nightly"]
     assert len(_complete_measurements(tmp_path / "ws")) == 1
 
@@ -985,7 +986,7 @@ def test_registry_refuses_before_measuring_with_exit_2(tmp_path, monkeypatch, ca
     registry.charge(ws, "people", "earlier", "earlier", _release_charges(1.0), 1e-6)
     calls: list[int] = []
     monkeypatch.setattr(MarginalsMethod, "measure", lambda *a, **k: calls.append(1))
-    code = cli.main(_release_args(tmp_path, "today", 1.0) + ["--dataset", "people"])
+    code = cli.main(_release_args(tmp_path, "today", 1.0) + ["--dataset", "people", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "over the cap" in err[0] and "nothing was measured" in err[0], err
     assert calls == [] and not _complete_measurements(ws)
@@ -1076,8 +1077,8 @@ def test_registry_two_processes_racing_for_the_last_budget(tmp_path):
     assert sorted(p.returncode for p in procs) == [0, 2], [o[1][-2000:] for o in outs]
     loser = [o for p, o in zip(procs, outs) if p.returncode == 2][0]
     lines = loser[1].strip().splitlines()
-    assert len(lines) == 1 and "over the cap" in lines[0], lines
-    assert "measure: started" not in loser[0]
+    assert [ln for ln in lines if ln.startswith("dpsynth")] == lines[-1:] and "over the cap" in lines[-1], lines
+    assert "measure: started" not in loser[1]
     assert len(_complete_measurements(ws)) == 1 and len(list((tmp_path / "out").iterdir())) == 1
     assert len(registry.state(ws, "demo").releases) == 1
 
@@ -1556,7 +1557,7 @@ def test_public_message_hides_every_spelling_of_a_workspace_path(tmp_path, monke
 def _demo_release(tmp_path: Path, ws: Path, name: str, out: str = "out", engine: str = "local") -> int:
     return main(["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--method", "marginals",
                  "--epsilon", "1", "--workspace", str(ws), "--engine", engine, "--out", str(tmp_path / out),
-                 "--name", name])
+                 "--name", name, "--quiet"])
 
 
 def test_cleared_cache_remeasure_is_charged_and_refused_over_the_cap(tmp_path, capsys):

@@ -144,3 +144,40 @@ def test_from_dataframe_is_a_draft_the_api_refuses(tmp_path, demo_paths):
     privacy = rel.manifest["privacy"]
     assert privacy["differentially_private"] is False and privacy["schema"]["source"] == "data_derived"
     assert "NOT differentially private" in privacy["headline"]
+
+
+def test_release_talks_like_the_cli_and_warns(tmp_path, demo_paths, capsys):
+    """Defects: the API printed nothing, did not warn about a dataset without a lifetime
+    cap (the CLI did), and its repr was 11,777 characters with an unrounded epsilon."""
+    data, schema_path = demo_paths
+    with pytest.warns(dpsynth.ReleaseWarning, match="no lifetime privacy cap"):
+        rel = dpsynth.release(data, schema_path, method="marginals", epsilon=1.0, rows=100,
+                              out=tmp_path / "out", workspace=tmp_path / "ws", name="talks")
+    err = capsys.readouterr().err
+    assert "encode: started" in err and "validate: done in" in err and "encode: 5,000 rows" in err
+    text = repr(rel)
+    assert "\n" not in text and len(text) < 200, text
+    assert text.startswith("Release('talks', method='marginals', rows=100, epsilon_spent=")
+    assert "epsilon_spent=1 of 1," in text  # 0.99999999999998 shown rounded; the manifest keeps it exact
+    assert str(rel) == text
+
+
+def test_quiet_release_prints_nothing_but_still_warns(tmp_path, demo_paths, capsys):
+    data, schema_path = demo_paths
+    with pytest.warns(dpsynth.ReleaseWarning, match="no lifetime privacy cap"):
+        dpsynth.release(data, schema_path, method="marginals", epsilon=1.0, rows=100, out=tmp_path / "out",
+                        workspace=tmp_path / "ws", name="quiet", quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_release_with_a_capped_dataset_does_not_warn(tmp_path, demo_paths):
+    import warnings
+
+    from dpsynth.privacy import registry
+
+    registry.set_cap(tmp_path / "ws", "demo", registry.Cap(epsilon=5.0, delta=1e-5))
+    data, schema_path = demo_paths
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dpsynth.ReleaseWarning)
+        dpsynth.release(data, schema_path, method="marginals", epsilon=1.0, rows=100, out=tmp_path / "out",
+                        workspace=tmp_path / "ws", name="capped", quiet=True)

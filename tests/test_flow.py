@@ -168,3 +168,22 @@ def test_flow_reports_the_small_sample_guard_like_the_local_engine(prefect_harne
     result = _run(tmp_path, demo_paths, name="guarded")
     assert seen == ["measurement"]
     assert "expected utility below the independent baseline" in result["warnings"]
+
+
+def test_flow_prints_the_local_engines_stage_lines(prefect_harness, tmp_path, demo_paths):
+    """Defect: run from the CLI or the API the Prefect engine printed nothing until the end
+    (41 s for a first pgm release). It now says each stage, warnings and counters as the
+    local engine does, to the reporter installed by the caller."""
+    import io
+
+    from dpsynth import progress
+
+    sink = io.StringIO()
+    with progress.reporting(progress.Console(sink, warn_prefix="dpsynth: ")):
+        _run(tmp_path, demo_paths, name="talks")
+    lines = sink.getvalue().splitlines()
+    for stage in ("prepare", "encode", "measure", "synthesize", "validate"):
+        assert f"{stage}: started" in lines and any(ln.startswith(f"{stage}: done in ") for ln in lines), lines
+    assert lines.index("encode: started") < lines.index("measure: started") < lines.index("validate: started")
+    assert "encode: 5,000 rows" in lines
+    assert not any("/releases/" in ln for ln in lines)  # no private release key in a progress line

@@ -244,7 +244,8 @@ def stated_noise(name: str, table: EncodedTable, reps: int = REPS) -> tuple[list
     for r in range(reps):
         m, _ = _measure(name, table, 1000 + r)
         for nm in m.measured:
-            truth = truths.setdefault(nm.attrs, _truth(table, nm.attrs))
+            # A marginal on merged values (groups) states noise per merged cell: fold the truth.
+            truth = nm.fold(truths.setdefault(nm.attrs, _truth(table, nm.attrs)))
             cells = _tested_cells(nm, truth)
             if cells.size == 0:
                 continue  # every cell derived: nothing here is a plain noisy count

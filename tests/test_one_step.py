@@ -19,7 +19,7 @@ from dpsynth.onestep.dp import (
 from dpsynth.onestep.engine import bootstrap, iterate, one_step
 from dpsynth.onestep.families import Beta, BurrXII, Normal, burr_quantile
 from dpsynth.onestep.loglinear import LogLinear, fit_marginals, ipf, to_simplex
-from dpsynth.onestep.tulap import tulap, tulap_cdf, two_proportions_test
+from dpsynth.onestep.tulap import release_counts, tulap, tulap_cdf, two_proportions_test
 from dpsynth.privacy import Budget, Ledger, gaussian_sigma, rho_from_epsilon, total_epsilon
 from dpsynth.privacy.noise import grid_sensitivity
 from dpsynth.schema import schema_from_dict
@@ -348,6 +348,17 @@ def test_loglinear_marginal_noise_has_the_planned_scale():
 
 
 # --- Tulap test ------------------------------------------------------------------------
+
+def test_release_counts_adds_tulap_noise_and_refuses_a_non_finite_epsilon():
+    # release_counts once checked names it does not have (a NameError on every call, seen only
+    # by the slow tests)
+    rng = np.random.default_rng(3)
+    xn, yn = release_counts(60, 200, 70, 200, 1.0, rng)
+    assert math.isfinite(xn) and math.isfinite(yn) and (xn, yn) != (60.0, 70.0)
+    for eps in (math.nan, math.inf, 0.0):
+        with pytest.raises(ValueError, match="epsilon"):
+            release_counts(60, 200, 70, 200, eps, rng)
+
 
 def test_tulap_sampler_matches_its_distribution():
     rng = np.random.default_rng(14)

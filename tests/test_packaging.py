@@ -152,3 +152,34 @@ def test_a_missing_extra_is_refused_before_anything_is_read(tmp_path, monkeypatc
     assert not (tmp_path / "ws").exists() or not list((tmp_path / "ws").glob("releases/*"))
     with pytest.raises(extras.MissingExtra, match=rf"dpsynth\[{extra}\]"):
         extras.require("cvxpy" if extra == "solvers" else "distributed")
+
+
+def test_make_demo_installs_only_the_package_not_the_test_extra():
+    """Defect: `make demo` on a fresh clone installed the test extra too (2:18, a 1.3 GB
+    environment of 146 packages, most of it for the tests)."""
+    import re
+
+    text = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:(.*)$", text, re.M).group(1).split() == ["$(VENV)/.installed-demo"]
+    recipe = re.search(r"^\$\(VENV\)/\.installed-demo:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    assert re.search(r"pip install [-a-z ]*-e \.\n", recipe) and "[" not in recipe
+    full = re.search(r"^\$\(VENV\)/\.installed:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    assert '-e ".[test]"' in full and ".installed-demo" in full  # the full install satisfies the demo too
+
+
+def test_make_test_runs_in_parallel_with_the_prefect_tests_grouped():
+    import re
+    from types import SimpleNamespace
+
+    import conftest
+
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^test: .*\n((?:\t.*\n)+)", text, re.M).group(1)
+    assert "-n $(TEST_WORKERS) --dist loadgroup" in recipe
+    assert any("pytest-xdist" in r for r in _pyproject()["project"]["optional-dependencies"]["test"])
+    marks: dict[str, list] = {"flow": [], "plain": []}
+    items = [SimpleNamespace(fixturenames=("tmp_path", "prefect_harness"), add_marker=marks["flow"].append),
+             SimpleNamespace(fixturenames=("tmp_path",), add_marker=marks["plain"].append)]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [m.kwargs.get("name", m.args[0] if m.args else None) for m in marks["flow"]] == ["prefect"]
+    assert [m.name for m in marks["flow"]] == ["xdist_group"] and marks["plain"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -234,6 +235,51 @@ def test_internal_report_stays_in_the_workspace(tmp_path, demo_paths):
     assert r["tvd_by_k"]["1"]["mean"] < 0.05  # 1-way marginals are what the baseline measures
     assert r["tvd_by_k"]["2"]["mean"] > r["tvd_by_k"]["1"]["mean"]  # it learns no correlation
     assert not list(folder.rglob("*internal*"))
+
+
+def test_internal_report_page_scores_every_pair_against_the_real_table(tmp_path, demo_paths):
+    """Defect: --internal-report wrote a JSON file under the release key's folder and said
+    nothing; the data owner gets an HTML page with every 2-way and a sample of 3-way
+    marginals against the real table, and the console says where it is."""
+    import io
+    import re
+
+    from dpsynth import progress
+
+    sink = io.StringIO()
+    with progress.reporting(progress.Console(sink)):
+        folder = pipeline.run_release(_config(tmp_path, demo_paths, internal_report=True, method="pgm"))
+    page_path = tmp_path / "ws" / "internal-reports" / f"{folder.name}.html"
+    line = [ln for ln in sink.getvalue().splitlines() if ln.startswith("internal report")]
+    assert line == [f"internal report (private, computed from the raw data: never publish it): {page_path}"]
+    page = page_path.read_text()
+    assert "INTERNAL - NOT FOR PUBLICATION" in page and "do not publish it" in page
+    assert "Every 2-way marginal scored, worst first (45)" in page  # 10 columns: all 45 pairs
+    assert "Every 3-way marginal scored, worst first (120)" in page  # 120 triples <= 200: all of them
+    from dpsynth.measurement import Measurement
+
+    pairs = [nm.attrs for nm in Measurement.load(folder).measured if len(nm.attrs) == 2]
+    assert len(pairs) == 9  # MST: a spanning tree of the 10 columns
+    assert len(re.findall(r"<td>yes</td>", page)) == 9  # exactly those pairs are marked measured
+    assert not list(folder.rglob("*internal*")) and "INTERNAL" not in (folder / "report.html").read_text()
+    r = json.loads(next((tmp_path / "ws").glob("releases/*/internal-utility-report.json")).read_text())
+    assert r["scored_marginals"]["2"]["marginals"] == 45 and r["scored_marginals"]["3"]["of"] == 120
+    assert r["scored_marginals"]["2"]["mean_tvd"] < r["scored_marginals"]["2"]["independent_mean_tvd"]
+
+
+def test_internal_report_samples_triples_of_a_wide_table():
+    from dpsynth.rows.encoding import EncodedTable
+    from dpsynth.report.internal import internal_page
+    from dpsynth.schema import schema_from_dict
+
+    schema = schema_from_dict({"name": "w", "columns": [
+        {"name": f"c{i}", "type": "categorical", "values": ["a", "b"]} for i in range(14)]})
+    codes = np.random.default_rng(1).integers(0, 2, size=(500, 14)).astype(np.uint8)
+    table = EncodedTable(schema, codes)
+    page, summary = internal_page("w", "INTERNAL", table, table, {("c0", "c1")}, max_triples=50)
+    assert summary["2"]["marginals"] == 91 and summary["3"] == {**summary["3"], "marginals": 50, "of": 364}
+    assert summary["2"]["max_tvd"] == 0.0  # the same table: exact
+    assert page.count("<td>yes</td>") == 1  # only the measured pair c0 x c1
 
 
 def test_broken_synthesizer_fails_the_gate_and_publishes_nothing(tmp_path, demo_paths, monkeypatch):

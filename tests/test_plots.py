@@ -54,3 +54,26 @@ def test_nice_ticks_and_data_uri():
     assert nice_ticks(0.0) == [0.0, 1.0]
     assert nice_ticks(1.0)[-1] >= 1.0
     assert svg_data_uri("<svg/>").startswith("data:image/svg+xml;base64,")
+
+
+def test_long_labels_are_never_cut_and_the_chart_grows_to_hold_them():
+    """Defect: long category labels were cut to 18 characters with an ellipsis, and the
+    missing-value bar had no label (an empty missing token)."""
+    import re
+
+    from dpsynth.report.plots import bar_labels
+    from dpsynth.schema import schema_from_dict
+
+    long = "Associate degree, occupational program"
+    schema = schema_from_dict({"name": "s", "columns": [
+        {"name": "edu", "type": "categorical", "values": ["none", long], "missing": [""]},
+        {"name": "age", "type": "numeric", "bounds": [0, 99], "bins": 2, "missing": ["NA"]}]})
+    edu, age = schema.columns
+    assert bar_labels(edu) == ["none", long, "(missing)"]
+    assert bar_labels(age)[-1] == "(missing: NA)"
+    svg = bar_chart_svg("edu", bar_labels(edu), [(np.array([0.2, 0.5, 0.3]), "#000")])
+    assert f">{long}</text>" in svg and "…" not in svg and ">(missing)</text>" in svg
+    height = int(re.search(r'height="(\d+)"', svg).group(1))
+    assert height >= 30 + 200 + len(long) * 6  # plot area kept, the label's length added below it
+    short = bar_chart_svg("x", ["a", "b"], [(np.array([0.5, 0.5]), "#000")])
+    assert 'height="300"' in short  # short labels: the usual size

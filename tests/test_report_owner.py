@@ -264,3 +264,91 @@ def test_sds_release_report_shows_every_measured_size_and_its_tuples(tmp_path):
     params = page[page.index('id="parameters"'):page.index('id="files"')]
     assert re.search(r"<code>epsilon</code></td><td>automatic: <code>1</code>", params)
     assert "<code>epsilon=</code>" not in page and "<code>delta=</code>" not in page
+
+
+def _pgm_measurement(select: str, selected: list[list[str]]) -> Measurement:
+    one = np.array([100.0, 100.0])
+    measured = (NoisyMarginal(attrs=("a",), counts=one, stddev=1.0), NoisyMarginal(attrs=("b",), counts=one, stddev=1.0),
+                NoisyMarginal(attrs=("a", "b"), counts=np.array([[100.0, 0.0], [0.0, 100.0]]), stddev=1.0))
+    params = {"select": select, "degree": 3, "units": None, "max_model_cells": 1_000_000,
+              "max_clique_cells": 1_000_000, "iters": 1000, "refit_iters": 30, "noise_tol": 0.03,
+              "precision": "single"}
+    return Measurement(method="pgm", params=params, charges=(Charge(stage="measure", rho=0.5),),
+                       measured=measured, meta={"selected": selected})
+
+
+def _param_rows(page: str) -> dict[str, str]:
+    params = page[page.index('id="parameters"'):page.index('id="files"')]
+    return {re.sub(r"<[^>]+>", "", r[0]): re.sub(r"<[^>]+>", "", r[1])
+            for r in re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td></tr>", params)}
+
+
+def test_mst_release_lists_only_the_parameters_mst_uses():
+    """Defect: an MST release's report listed AIM's degree, units, refit_iters, max_model_cells."""
+    schema = _pair_schema()
+    aim_only = {"degree", "units", "refit_iters", "max_model_cells"}
+    for select, shown in (("mst", set()), ("aim", aim_only)):
+        m = _pgm_measurement(select, [["a", "b"]])
+        page = build_report({**_manifest(), "method": "pgm", "parameters": dict(m.params)}, schema,
+                            _diagonal(schema), m, {})
+        rows = set(_param_rows(page))
+        assert {"select", "iters", "max_clique_cells", "noise_tol", "precision"} <= rows
+        assert rows & aim_only == shown, (select, rows)
+        if select == "mst":
+            section = _text(page[page.index('id="parameters"'):page.index('id="files"')])
+            assert "Not used by this variant of the method, so not listed: degree , units , max_model_cells , refit_iters" in section
+
+
+def test_unused_params_follow_the_declared_variant():
+    from dpsynth.methods.base import unused_params
+    from dpsynth.methods.pgm import PgmParams
+    from dpsynth.methods.sds import SdsMethod
+
+    assert set(unused_params(PgmParams, {"select": "mst"})) == {"degree", "units", "refit_iters", "max_model_cells"}
+    assert set(unused_params(PgmParams, {})) == {"degree", "units", "refit_iters", "max_model_cells"}  # default mst
+    assert unused_params(PgmParams, {"select": "aim"}) == []
+    assert unused_params(SdsMethod.params_type, {}) == []  # a method that declares no variant shows everything
+
+
+def test_report_lists_the_measured_marginals_and_what_the_score_is_against():
+    """Defect: the pairs MST chose were only in measurement.json, and nothing said the utility
+    score compares with the DP measurement rather than the real table."""
+    schema = _pair_schema()
+    m = _pgm_measurement("mst", [["a", "b"]])
+    page = build_report({**_manifest(), "method": "pgm", "parameters": dict(m.params)}, schema,
+                        _diagonal(schema), m, {})
+    section = _text(page[page.index('id="measured"'):page.index('id="release"')])
+    assert "holds 2 marginals of one column and 1 of two or more columns" in section
+    assert "chosen by MST" in section and "1 a × b 2" in section
+    text = _text(page)
+    assert "The score is measured against the DP measurement of the marginals listed under Measured marginals , " \
+           "not against the real table" in text
+    assert "--internal-report" in text
+
+
+def test_report_says_when_no_relationship_was_measured():
+    schema = _pair_schema()
+    one = np.array([100.0, 100.0])
+    m = Measurement(method="marginals", params={}, charges=(Charge(stage="measure", rho=0.5),),
+                    measured=(NoisyMarginal(attrs=("a",), counts=one, stddev=1.0),
+                              NoisyMarginal(attrs=("b",), counts=one, stddev=1.0)))
+    page = build_report(_manifest(), schema, _diagonal(schema), m, {})
+    section = _text(page[page.index('id="measured"'):page.index('id="release"')])
+    assert "2 marginals of one column and 0 of two or more" in section
+    assert "No relationship between columns was measured" in section
+
+
+def test_aim_release_records_its_units_for_the_report():
+    """Defect: an AIM release's parameter table said units was 'the method's own choice, not
+    recorded'; pgm records the budget units it used (16 x columns by default)."""
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+
+    schema = _pair_schema()
+    method = get_method("pgm", {"select": "aim", "degree": "2"})
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    m = method.measure(_diagonal(schema), Ledger(budget, method.plan(schema, budget)), np.random.default_rng(0))
+    assert m.meta["units"] == 16 * 2
+    page = build_report({**_manifest(), "method": "pgm", "parameters": dict(m.params)}, schema,
+                        _diagonal(schema), m, {})
+    assert _param_rows(page)["units"] == "automatic: 32"

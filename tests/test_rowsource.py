@@ -29,12 +29,13 @@ from dpsynth.schema import schema_from_dict
 # re-recorded when the noise samplers became exact, issue 23 section 6; the sds rows
 # were refreshed when sds's measurement gained auto_length's fields, issue 9, and again when it
 # stated its 2- and 3-way tables in ``measured``: its meta, aggregates, 1-way tables and record
-# count were checked unchanged then). Every chunked,
+# count were checked unchanged then; the pgm AIM row when its meta gained "units", issue 26:
+# without that key its digest is the one recorded before, 38a5d84a...). Every chunked,
 # Parquet and Dask path below must reproduce them byte for byte.
 GOLDEN = {
     ("marginals", "{}"): "4d115ac9d6031197affcbd4bd3d0264fc4e3f490d87134f58ef6876793dcb7ae",
     ("pgm", '{"degree": 2, "select": "aim", "units": 12}'):
-        "38a5d84ac5869c6f60fe542b5b19489118b039533f0fee6e2a7dd4b3cc9ca276",
+        "fda6ad84bc414575634a0403734bc39e1ed7ac72c2fb3ab8ccb7d3fc4e57e255",
     ("pgm", '{"select": "mst"}'): "539257aff854faefdbd2581ba03b4fd4396353e6f5b326a2ff06edf156b6cb8e",
     ("sds", '{"empty_cells": "deficit", "fabrication_mode": "balanced", "percentile_percentage": 20, '
             '"reporting_length": 4}'): "38c1b382e37c2ea9d78fdcaf0e9f7f712afeba9b538893d569131d97a7ec1dbc",

@@ -54,6 +54,14 @@ def test_serve_deploys_runs_and_stops(tmp_path):
                              timeout=400, check=True).stdout.strip()
         assert url.startswith("http://127.0.0.1:")
         assert _alive(state / "server.pid") and _alive(state / "worker.pid")
+        # the dashboard answers (it was started with --no-ui: the links Prefect prints gave 404)
+        import urllib.request
+
+        base = url.removesuffix("/api")
+        for path in ("/", "/runs/flow-run/00000000-0000-0000-0000-000000000000"):  # a run link, as a browser asks
+            request = urllib.request.Request(base + path, headers={"Accept": "text/html"})
+            with urllib.request.urlopen(request, timeout=30) as page:
+                assert page.status == 200 and "html" in page.headers.get("Content-Type", ""), path
         # a deploy by hand without DPSYNTH_HOME (or with one lacking data/) fails at its build
         # step, before it touches the deployments (their last update stays as it was)
         prefect = str(Path(sys.executable).parent / "prefect")
@@ -82,14 +90,15 @@ def test_serve_deploys_runs_and_stops(tmp_path):
         )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         manifest = json.loads((home / "releases" / "served-1" / "manifest.json").read_text())
-        assert manifest["method"] == "marginals" and manifest["validation"]["success"]
+        assert manifest.get("method_requested") == "auto" and manifest["validation"]["success"]
+        assert manifest["privacy"]["dataset"]["name"] == "demo-nightly"
         art = subprocess.run(
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "artifact", "inspect", "dpsynth-release",
              "-o", "json"], env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True, timeout=120)
         assert art.returncode == 0 and "served-1" in art.stdout and "epsilon spent" in art.stdout
         from dpsynth.privacy import registry
 
-        assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo").draws] == ["served-1"]
+        assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo-nightly").draws] == ["served-1"]
         assert not (home / ".dpsynth").exists()
         # the parameterised deployment has working defaults: no parameter needed
         run2 = subprocess.run(
@@ -104,6 +113,28 @@ def test_serve_deploys_runs_and_stops(tmp_path):
     assert not (state / "server.pid").exists() and not (state / "worker.pid").exists()
     down = subprocess.run(["bash", str(SERVE), "status"], env=env, capture_output=True, text=True, timeout=60)
     assert down.stdout.strip() == "down"
+
+
+def test_scheduled_walkthrough_does_not_spend_the_nightly_budget():
+    """Defect: the README's walk-through (`make serve`, then `make demo`) charged the demo
+    release to the same dataset as the nightly deployment, whose day budget it then refused:
+    a Failed nightly run. The nightly has its own dataset; `make demo` charges the schema's."""
+    import re
+
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    nightly = next(d for d in spec["deployments"] if d["name"] == "demo-nightly")
+    demo = re.search(r"^demo:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.S | re.M).group(0)
+    passed = re.search(r"--dataset\s+(\S+)", demo)
+    demo_dataset = passed.group(1) if passed else yaml.safe_load((ROOT / "schemas" / "demo.yaml").read_text())["name"]
+    assert nightly["parameters"].get("period") == "day"
+    assert nightly["parameters"]["dataset"] != demo_dataset, (nightly["parameters"], demo_dataset)
+
+
+def test_serve_runs_the_dashboard():
+    text = SERVE.read_text()
+    assert "--no-ui" not in text and "PREFECT_UI_ENABLED=true" in text
 
 
 def _home_check() -> str:

@@ -21,6 +21,7 @@ from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..measurement import fold_table
 from ..rows.encoding import EncodedTable, code_dtype
 
 # The counting engine and the NIST score live in dpsynth.rows.counting and dpsynth.evaluation.nist_score;
@@ -161,13 +162,31 @@ def clipped_distributions(flat: np.ndarray, starts: np.ndarray, sizes: np.ndarra
     return q
 
 
+def _axis_maps(groups: Mapping[int | str, Sequence[int]], key: tuple[int | str, ...],
+               order: tuple[int, ...], cards: Sequence[int]) -> list[np.ndarray | None]:
+    """Per axis of marginal ``key``, its merged column's code -> cell map (None: not merged)."""
+    maps: list[np.ndarray | None] = []
+    for col, j in zip(key, order):
+        g = groups.get(col)
+        if g is not None:
+            g = np.asarray(g, dtype=np.int64)
+            if g.size != cards[j]:
+                raise ValueError(f"marginal {key}: the groups of {col!r} map {g.size} codes, the column has {cards[j]}")
+        maps.append(g)
+    return maps
+
+
 def tvd_vs_marginals(
     synth_codes: CodesLike,
     marginals: Mapping[tuple[int | str, ...], np.ndarray],
     cardinalities: Sequence[int] | None = None,
     names: Sequence[str] | None = None,
+    groups: Mapping[tuple[int | str, ...], Mapping[int | str, Sequence[int]]] | None = None,
 ) -> dict[tuple[int | str, ...], float]:
     """TVD of the synthetic data's marginals against DP (noisy) marginals, per key.
+
+    ``groups`` (``Measurement.groups``): for a marginal measured on merged values, each
+    merged column's code -> cell map; the synthetic table is summed into those cells first.
 
     ``marginals`` maps a tuple of column indices or names (names need ``names``, or an
     :class:`EncodedTable` as ``synth_codes``) to noisy counts over the full
@@ -185,13 +204,14 @@ def tvd_vs_marginals(
     if cardinalities is None:
         raise ValueError("cardinalities are needed (or pass an EncodedTable)")
     cards = _cards(cardinalities, arr.shape[1])
-    keyed = _keyed(marginals, cards, names)
+    keyed = _keyed(marginals, cards, names, groups)
     return _tvds(keyed, iter_marginals(arr, cards, list(keyed)), marginals)
 
 
 def _keyed(marginals: Mapping[tuple[int | str, ...], np.ndarray], cards: Sequence[int],
-           names: Sequence[str] | None) -> dict[Subset, list[tuple[tuple[int | str, ...], Subset, np.ndarray]]]:
-    """The noisy tables grouped by sorted column-index subset, with each key's column order."""
+           names: Sequence[str] | None, groups: Mapping | None) -> dict[Subset, list]:
+    """The noisy tables grouped by sorted column-index subset, with each key's column order
+    and its merged-value maps."""
     position = {n: i for i, n in enumerate(names)} if names is not None else {}
 
     def index_of(key: tuple[int | str, ...], col: int | str) -> int:
@@ -204,19 +224,20 @@ def _keyed(marginals: Mapping[tuple[int | str, ...], np.ndarray], cards: Sequenc
             raise ValueError(f"marginal {key}: column index {j} outside 0..{len(cards) - 1}")
         return j
 
-    keyed: dict[Subset, list[tuple[tuple[int | str, ...], Subset, np.ndarray]]] = {}
+    keyed: dict[Subset, list] = {}
     for key, noisy in marginals.items():
         key_t = tuple(key) if isinstance(key, (tuple, list)) else (key,)
         order = tuple(index_of(key_t, c) for c in key_t)
         if len(set(order)) != len(order):
             raise ValueError(f"marginal {key_t} repeats a column")
-        dims = tuple(cards[j] for j in order)
+        maps = _axis_maps((groups or {}).get(key) or {}, key_t, order, cards)
+        dims = tuple(cards[j] if g is None else int(g.max()) + 1 for j, g in zip(order, maps))
         table = np.asarray(noisy, dtype=np.float64)
         if table.size != math.prod(dims):
             raise ValueError(
                 f"marginal {key_t}: {table.size} cells, expected {math.prod(dims)} for shape {dims}"
             )
-        keyed.setdefault(tuple(sorted(order)), []).append((key, order, table.reshape(dims)))
+        keyed.setdefault(tuple(sorted(order)), []).append((key, order, table.reshape(dims), maps))
     return keyed
 
 
@@ -224,9 +245,10 @@ def _tvds(keyed, counted: Iterable[tuple[Subset, np.ndarray]], marginals: Mappin
     """TVD per key from the synthetic counts of each sorted subset (see :func:`tvd_vs_marginals`)."""
     keys, synths, targets = [], [], []
     for s, counts in counted:
-        for key, order, table in keyed[s]:
+        for key, order, table, maps in keyed[s]:
             keys.append(key)
-            synths.append(counts.transpose([s.index(j) for j in order]))
+            synth = counts.transpose([s.index(j) for j in order])
+            synths.append(fold_table(synth, maps) if any(g is not None for g in maps) else synth)
             targets.append(table)
     # One pass over all tables (an sds release states a thousand): each synthetic table
     # and each clipped DP table normalised to 1 (a DP table empty after clipping: uniform).
@@ -242,12 +264,13 @@ def _tvds(keyed, counted: Iterable[tuple[Subset, np.ndarray]], marginals: Mappin
     return {key: out[key] for key in marginals}
 
 
-def tvd_vs_counts(counts, marginals: Mapping[tuple[int | str, ...], np.ndarray]) -> dict[tuple[int | str, ...], float]:
+def tvd_vs_counts(counts, marginals: Mapping[tuple[int | str, ...], np.ndarray],
+                  groups: Mapping | None = None) -> dict[tuple[int | str, ...], float]:
     """:func:`tvd_vs_marginals` from exact synthetic counts gathered chunk by chunk
     (a :class:`dpsynth.gate.scan.CodeCounts` holding every needed subset), keys by column name."""
     if counts.n == 0:
         raise ValueError("synthetic table has no rows")
-    keyed = _keyed(marginals, counts.schema.cardinalities, counts.schema.names)
+    keyed = _keyed(marginals, counts.schema.cardinalities, counts.schema.names, groups)
     return _tvds(keyed, ((s, counts.counts[s]) for s in keyed), marginals)
 
 

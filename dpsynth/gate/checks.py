@@ -229,7 +229,7 @@ def _marginal_checks(
     out = _MarginalResult()
     keys = list(measurement.marginals)
     if codes.n > 0 and keys:
-        tvds = tvd_vs_counts(codes, measurement.marginals)
+        tvds = tvd_vs_counts(codes, measurement.marginals, groups=measurement.groups)
     else:  # an empty table matches no distribution
         tvds = {k: 1.0 for k in keys}
     predicted, spread = {}, {}

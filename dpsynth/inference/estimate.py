@@ -28,19 +28,32 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
+from .. import progress
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
 __all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
 
+_SHOWN_ITERS = 200  # fits of at least this many steps report them (shorter refits stay quiet)
+
+
+def _show_step(step: int, iters: int) -> None:
+    """A long fit's progress, every 25 steps (:mod:`dpsynth.progress`; silent by default)."""
+    if iters >= _SHOWN_ITERS and step % 25 == 0:
+        progress.count("fitting the model", step, iters, "steps (at most)")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Observation:
-    """A noisy marginal: counts over the cross-product of ``attrs`` (C order), noise sd."""
+    """A noisy marginal: counts over the cross-product of ``attrs`` (C order), noise sd.
+
+    ``weights`` (None: all 1): per cell, its inverse variance relative to ``stddev``^-2
+    (a cell summing k cells of noise sd ``stddev`` has weight 1/k)."""
 
     attrs: tuple[str, ...]
     counts: np.ndarray
     stddev: float
+    weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.attrs:
@@ -49,6 +62,15 @@ class Observation:
             raise ValueError(f"observation {list(self.attrs)}: stddev must be > 0, got {self.stddev!r}")
         if not np.all(np.isfinite(self.counts)):
             raise ValueError(f"observation {list(self.attrs)}: counts must be finite")
+        if self.weights is not None:
+            w = np.asarray(self.weights, dtype=np.float64)
+            if w.size != np.asarray(self.counts).size or not np.all(np.isfinite(w) & (w > 0)):
+                raise ValueError(f"observation {list(self.attrs)}: weights must be > 0, one per cell")
+
+    def variance(self) -> np.ndarray:
+        """Each cell's noise variance, shaped like ``counts``."""
+        w = 1.0 if self.weights is None else np.asarray(self.weights, dtype=np.float64).reshape(np.shape(self.counts))
+        return np.broadcast_to(self.stddev**2 / w, np.shape(self.counts))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +107,7 @@ class _Term:
     clique: int
     attrs: tuple[str, ...]  # domain order
     target: np.ndarray  # shaped by attrs, domain order
-    weight: float  # 1 / sigma^2
+    weight: float | np.ndarray  # 1 / sigma^2 (per cell, shaped as target, for a weighted observation)
     axes: tuple[int, ...] = field(default=())
     # An earlier term of the same clique whose columns hold this one's (-1: none): this
     # term's marginal is summed from that smaller table, and its gradient folded into it.
@@ -108,7 +130,8 @@ class _Layout:
         ends = np.cumsum([t.target.size for t in terms]).tolist()
         bounds = tuple(zip([0] + ends[:-1], ends))
         target = np.concatenate([t.target.ravel() for t in terms]).astype(np.float64)
-        weight = np.concatenate([np.full(t.target.size, t.weight) for t in terms])
+        weight = np.concatenate([np.broadcast_to(np.asarray(t.weight, dtype=np.float64), t.target.shape).ravel()
+                                 for t in terms])
         return cls(tuple(terms), bounds, target, weight)
 
     def view(self, flat: np.ndarray, k: int) -> np.ndarray:
@@ -120,7 +143,8 @@ class _Layout:
 def estimate_total(observations: Sequence[Observation]) -> float:
     """Inverse-variance weighted mean of the observations' sums (at least 1)."""
     sums = np.array([float(np.sum(o.counts)) for o in observations])
-    var = np.array([o.counts.size * o.stddev**2 for o in observations])
+    var = np.array([o.counts.size * o.stddev**2 if o.weights is None else float(o.variance().sum())
+                    for o in observations])
     return max(1.0, float(np.sum(sums / var) / np.sum(1.0 / var)))
 
 
@@ -133,12 +157,14 @@ def _terms(domain: Domain, tree: JunctionTree, observations: Sequence[Observatio
         counts = np.asarray(o.counts, dtype=np.float64)
         if counts.shape != domain.shape(o.attrs):
             counts = counts.reshape(domain.shape(o.attrs))
-        target = np.transpose(counts, [o.attrs.index(a) for a in canon])
+        perm = [o.attrs.index(a) for a in canon]
+        target = np.transpose(counts, perm)
+        weight = 1.0 / o.stddev**2 if o.weights is None else np.transpose(1.0 / o.variance().reshape(counts.shape), perm)
         i = tree.containing(canon)
         assert i is not None, "every measured set lies in a junction-tree clique"
         cl = tree.cliques[i]
         axes = tuple(k for k, a in enumerate(cl) if a not in set(canon))
-        terms.append(_Term(clique=i, attrs=canon, target=target, weight=1.0 / o.stddev**2, axes=axes))
+        terms.append(_Term(clique=i, attrs=canon, target=target, weight=weight, axes=axes))
     terms.sort(key=lambda t: (t.clique, -t.target.size))
     for k, t in enumerate(terms):
         holders = [j for j in range(k) if terms[j].clique == t.clique and set(t.attrs) <= set(terms[j].attrs)]
@@ -235,7 +261,7 @@ def _descend(
 
     per_clique = np.zeros(len(tree.cliques))
     for t in terms:
-        per_clique[t.clique] += t.weight
+        per_clique[t.clique] += float(np.max(t.weight))
     # Relative smoothness of the loss against the entropy: n^2 * sum of weights per clique.
     alpha0 = 1.0 / (n * n * float(per_clique.max()))
     alpha = alpha0
@@ -246,7 +272,8 @@ def _descend(
     floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * layout.target.size
     history = [best]
     y = x
-    for _ in range(opts.iters):
+    for step in range(opts.iters):
+        _show_step(step, opts.iters)
         new = state(gradient_step(y[0], y[4], alpha))
         decrease = float(np.dot(y[4], y[3] - new[3]))
         if not (y[2] - new[2] >= 0.5 * decrease and decrease >= 0.0):

@@ -36,14 +36,19 @@ def merge_observations(observations: Sequence[Observation]) -> list[Observation]
         if len(group) == 1:
             out.append(first)
             continue
-        acc = np.zeros(first.counts.shape)
-        wsum = 0.0
+        shape = np.shape(first.counts)
+        acc = np.zeros(shape)
+        wsum = np.zeros(shape)
         for o in group:
-            arr = np.transpose(np.asarray(o.counts, dtype=np.float64), [o.attrs.index(a) for a in first.attrs])
-            w = 1.0 / o.stddev**2
+            perm = [o.attrs.index(a) for a in first.attrs]
+            arr = np.transpose(np.asarray(o.counts, dtype=np.float64), perm)
+            w = np.transpose(1.0 / o.variance(), perm)
             acc += w * arr
             wsum += w
-        out.append(Observation(attrs=first.attrs, counts=acc / wsum, stddev=float(wsum**-0.5)))
+        top = float(wsum.max())
+        same = bool(np.all(wsum == top))
+        out.append(Observation(attrs=first.attrs, counts=acc / wsum, stddev=float(top**-0.5),
+                               weights=None if same else wsum / top))
     return out
 
 

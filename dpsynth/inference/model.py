@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import progress
 from .junction_tree import Clique, Domain, JunctionTree
 
 __all__ = ["GraphicalModel", "calibrate", "calibrate_full", "calibrate_probs", "expand", "log_marginal", "allocate"]
@@ -292,6 +293,13 @@ def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.nd
     return counts
 
 
+def _iid_counts(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Multinomial counts per group: rows drawn independently (the variance ``allocate`` avoids)."""
+    p = np.clip(prob, 0.0, None)
+    p = p / p.sum(axis=1, keepdims=True)
+    return rng.multinomial(n.astype(np.int64), p).astype(np.int64)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GraphicalModel:
     """Log potentials on a junction tree, calibrated, scaled to ``total`` records."""
@@ -437,36 +445,31 @@ class GraphicalModel:
         attrs, table = carried[root]
         return np.transpose(table, [attrs.index(a) for a in query])
 
-    def _sampling_steps(self) -> list[tuple[tuple[str, ...], tuple[str, ...], np.ndarray]]:
-        """Per clique in sampling order: (separator, new columns, conditional table of the new
-        columns given the separator cell), computed once per model: a streamed release
-        samples many blocks from one model."""
-        cached = self.__dict__.get("_steps")
-        if cached is not None:
-            return cached
+    def sample(self, rows: int, rng: np.random.Generator, iid: bool = False) -> np.ndarray:
+        """``rows`` records as an (rows, columns) int64 array of codes in domain order.
+
+        Per clique in sampling order, the rows are grouped by their separator cell and each
+        group's rows are split among the new columns' values by randomised rounding of their
+        expected counts (:func:`allocate`: every count within one of rows x probability).
+        ``iid``: every row drawn independently instead (for comparison only)."""
         tree, dom = self.tree, self.domain
-        steps = []
+        out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
+        perm = rng.permutation(rows)
+        sampled = 0
         for i in tree.order:
+            progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
             cl = tree.cliques[i]
             p = tree.parent[i]
             sep = tree.separator(i, p) if p >= 0 else ()
             new = tuple(a for a in cl if a not in set(sep))
             if not new:
                 continue
+            prob = self.beliefs[i]
             axes = [cl.index(a) for a in sep] + [cl.index(a) for a in new]
-            cond = np.transpose(self.beliefs[i], axes).reshape(dom.cells(sep), dom.cells(new))
+            cond = np.transpose(prob, axes).reshape(dom.cells(sep), dom.cells(new))
             rsum = cond.sum(axis=1, keepdims=True)
             uniform = np.full_like(cond, 1.0 / cond.shape[1])
-            steps.append((tuple(sep), new, np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)))
-        self.__dict__["_steps"] = steps
-        return steps
-
-    def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """``rows`` records as an (rows, columns) int64 array of codes in domain order."""
-        dom = self.domain
-        out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
-        perm = rng.permutation(rows)
-        for sep, new, cond in self._sampling_steps():
+            cond = np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)
             if sep:
                 cols = [dom.index(a) for a in sep]
                 key = np.ravel_multi_index(tuple(out[:, c] for c in cols), dom.shape(sep))
@@ -475,12 +478,14 @@ class GraphicalModel:
             # Rows in random order, grouped by separator cell: each group gets its counts.
             order = perm[np.argsort(key[perm], kind="stable")]
             n = np.bincount(key, minlength=cond.shape[0])
-            counts = allocate(n, cond, rng)
+            counts = _iid_counts(n, cond, rng) if iid else allocate(n, cond, rng)
             values = np.repeat(np.tile(np.arange(cond.shape[1]), cond.shape[0]), counts.ravel())
             decoded = np.unravel_index(values, dom.shape(new))
             for a, v in zip(new, decoded):
                 out[order, dom.index(a)] = v
+            sampled += len(new)
             perm = rng.permutation(rows)
+        progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
         return out
 
 

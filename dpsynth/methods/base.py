@@ -119,9 +119,28 @@ class MethodBase:
         self.params = self.params_type() if params is None else params
 
 
-def param(default: Any, range: str) -> Any:
-    """A parameter field with its allowed values in words (shown by ``dpsynth methods``)."""
-    return dataclasses.field(default=default, metadata={"range": range})
+def param(default: Any, range: str, *, only: Mapping[str, Any] | None = None) -> Any:
+    """A parameter field with its allowed values in words (shown by ``dpsynth methods``).
+
+    ``only``: the parameter matters only for one variant of the method, e.g.
+    ``only={"select": "aim"}``: the report leaves it out of other variants' parameters
+    (:func:`unused_params`)."""
+    metadata: dict[str, Any] = {"range": range}
+    if only:
+        metadata["only"] = dict(only)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def unused_params(params_type: type, values: Mapping[str, Any]) -> list[str]:
+    """The parameters of ``params_type`` that the variant chosen by ``values`` (a release's
+    parameters; missing ones take their defaults) does not use: those declared with
+    ``param(..., only={...})`` whose condition does not hold."""
+    if not dataclasses.is_dataclass(params_type):
+        return []
+    fields = [f for f in dataclasses.fields(params_type) if f.init]
+    current = {f.name: values.get(f.name, f.default) for f in fields}
+    return [f.name for f in fields
+            if any(str(current.get(k)) != str(v) for k, v in (f.metadata.get("only") or {}).items())]
 
 
 # --- parameters from the command line ----------------------------------------

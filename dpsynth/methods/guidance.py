@@ -63,7 +63,7 @@ def _two_way_tables(m: Measurement, schema: Schema) -> dict[tuple[int, int], np.
     saved before sds stated them, its aggregates' 2-way rows)."""
     out: dict[tuple[int, int], np.ndarray] = {}
     for attrs, counts in m.marginals.items():
-        if len(attrs) == 2:
+        if len(attrs) == 2 and attrs not in m.groups:  # a marginal on merged values has other shapes
             a, b = schema.index(attrs[0]), schema.index(attrs[1])
             out[(a, b)] = np.asarray(counts, dtype=np.float64).reshape(
                 schema.columns[a].cardinality, schema.columns[b].cardinality)

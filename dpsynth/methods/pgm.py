@@ -25,8 +25,15 @@ after two, and the last round spends every unit left, so ``measure`` spends exac
 the plan. The data-dependent choice of how many units a round takes is the fully
 adaptive composition AIM relies on (zCDP privacy filters).
 
-Synthesis is post-processing: :func:`dpsynth.inference.fit_measurement` on the noisy
-marginals, then seeded forward sampling on the junction tree.
+Compression (``compress``, MST's): after the 1-way measurements, each column's values
+whose noisy count is below ``compress_threshold`` noise sds are merged into one value;
+every later marginal is selected, measured and fitted on the merged values (a partition
+of values: sensitivity 1 still), and published with its map (``NoisyMarginal.groups``).
+
+Synthesis is post-processing: the graphical model fitted to the noisy marginals (on the
+merged values), seeded forward sampling on the junction tree with every value's rows
+allocated by randomised rounding of their expected count (``sampling``), then merged
+values spread back over their members (:mod:`dpsynth.inference.compression`).
 """
 
 from __future__ import annotations
@@ -41,17 +48,20 @@ from typing import Callable, ClassVar, Literal
 
 import numpy as np
 
+from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
-from ..inference.measurement import domain_of, fit_measurement, merge_observations
+from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
+from ..inference.junction_tree import Domain
+from ..inference.measurement import domain_of, fit_measurement, merge_observations, observations_of
 from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import exponential_charge, exponential_epsilon_for_rho, exponential_mechanism
 from ..privacy.noise import discrete_gaussian
 from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
-from ..measurement import DP_ADD_REMOVE, NoisyMarginal
+from ..measurement import DP_ADD_REMOVE, NoisyMarginal, fold_table
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 
 __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
@@ -59,6 +69,9 @@ __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 log = logging.getLogger(__name__)
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
+
+
+_AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,20 +86,28 @@ class PgmParams:
     less than this share of the noise's expected loss (0: off; see dpsynth.inference).
     ``precision``: the fits' arithmetic, float32 ("single", about twice as fast, the same
     scores on the NIST tables) or float64; the released model's beliefs are float64 either way.
+    ``compress``: merge each column's values whose noisy 1-way count is below
+    ``compress_threshold`` times its noise sd into one value before selecting and measuring
+    the larger marginals (MST's compression; 3 sds as in MST). ``sampling``: "rounded"
+    (each value's rows by randomised rounding of their expected count, per separator cell)
+    or "iid" (every row drawn independently; for comparison).
 
     What bounds AIM's time, by construction: every estimator iteration costs a few passes over
     the junction tree's cells (at most ``max_model_cells``), and there are at most
     ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters``."""
 
     select: Literal["mst", "aim"] = "mst"
-    degree: int = param(3, "2 or 3 (aim only)")
-    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)")
-    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)")
+    degree: int = param(3, "2 or 3 (aim only)", only=_AIM)
+    units: int | None = param(None, "whole number >= 1, or none (aim only; none: 16 x columns)", only=_AIM)
+    max_model_cells: int = param(1_000_000, "whole number >= 1 (aim only)", only=_AIM)
     max_clique_cells: int = param(1_000_000, "whole number >= 1; must be >= every column's code count")
     iters: int = param(1000, "whole number >= 1")
-    refit_iters: int = param(30, "whole number >= 1 (aim only)")
+    refit_iters: int = param(30, "whole number >= 1 (aim only)", only=_AIM)
     noise_tol: float = param(0.03, "number >= 0 (0: run every iteration)")
     precision: Literal["single", "double"] = param("single", "single or double (the fits' float width)")
+    compress: bool = param(True, "true or false (merge rare values before the larger marginals)")
+    compress_threshold: float = param(3.0, "number >= 0, in noise sds of the 1-way counts")
+    sampling: Literal["rounded", "iid"] = param("rounded", "rounded or iid")
 
     def __post_init__(self) -> None:
         if self.select not in ("mst", "aim"):
@@ -102,6 +123,13 @@ class PgmParams:
             raise ParamError(f"parameter 'precision' must be 'single' or 'double', got {self.precision!r}")
         if not (isinstance(self.noise_tol, (int, float)) and math.isfinite(self.noise_tol) and self.noise_tol >= 0):
             raise ParamError(f"parameter 'noise_tol' must be a number >= 0, got {self.noise_tol!r}")
+        if not isinstance(self.compress, bool):
+            raise ParamError(f"parameter 'compress' must be true or false, got {self.compress!r}")
+        t = self.compress_threshold
+        if isinstance(t, bool) or not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
+            raise ParamError(f"parameter 'compress_threshold' must be a number >= 0, got {t!r}")
+        if self.sampling not in ("rounded", "iid"):
+            raise ParamError(f"parameter 'sampling' must be 'rounded' or 'iid', got {self.sampling!r}")
 
 
 def _stage_1way(col: str) -> str:
@@ -243,6 +271,12 @@ class PgmMethod(MethodBase):
         for j, name in enumerate(names):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
+        maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
+                                 self.params.compress_threshold) if self.params.compress else {})
+        self._maps, self._domain = maps, domain_of(schema)
+        # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
+        truth = {r: (fold_table(t, [maps.get(names[j]) for j in r]) if len(r) > 1 and any(names[j] in maps for j in r)
+                     else t) for r, t in truth.items()}
         if self.params.select == "mst":
             obs += self._measure_mst(truth, schema, obs, spend, rng)
         else:
@@ -252,17 +286,25 @@ class PgmMethod(MethodBase):
             method=self.name,
             params=params_to_dict(self.params),
             charges=tuple(charges),
-            measured=tuple(NoisyMarginal(attrs=o.attrs, counts=o.counts, stddev=o.stddev, mechanism="gaussian")
+            measured=tuple(NoisyMarginal(attrs=o.attrs, counts=o.counts, stddev=o.stddev, mechanism="gaussian",
+                                         groups={a: tuple(maps[a].tolist()) for a in o.attrs
+                                                 if a in maps and len(o.attrs) > 1})
                            for o in merged),
             statement=DP_ADD_REMOVE,
-            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1]},
+            meta={"selected": [list(o.attrs) for o in obs if len(o.attrs) > 1],
+                  **({"compression": {a: g.tolist() for a, g in maps.items()}} if maps else {}),
+                  **({"units": self._units(schema)} if self.params.select == "aim" else {})},
         )
+
+    def _model_domain(self) -> Domain:
+        return compressed_domain(self._domain, self._maps)
 
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
         # Per-clique refusal only: AIM's selection keeps the whole tree within max_model_cells,
-        # MST's cliques are pairs within max_clique_cells.
+        # MST's cliques are pairs within max_clique_cells. The model lives on the merged values.
         opts = self._options(iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
-        return estimate(domain_of(schema), merge_observations(obs), options=opts, warm=warm)
+        folded = [fold_observation(o, self._maps, self._domain) for o in merge_observations(obs)]
+        return estimate(self._model_domain(), folded, options=opts, warm=warm)
 
     def _options(self, iters: int, **extra) -> EstimatorOptions:
         """Every fit's estimator options: at most ``iters`` steps, the same noise stop and precision."""
@@ -294,13 +336,14 @@ class PgmMethod(MethodBase):
         return out
 
     def _measure_aim(self, truth, schema: Schema, obs, spend, ledger: Ledger, rng) -> list[Observation]:
-        names, cards = schema.names, schema.cardinalities
+        names = schema.names
+        dom = self._model_domain()
+        cards = dom.sizes
         units = self._units(schema)
         cands = self._aim_candidates(schema)
         weights = self._aim_weights(schema, cands)
         sens = float(weights.max())
         sizes = np.array([math.prod(cards[j] for j in r) for r in cands], dtype=np.float64)
-        dom = domain_of(schema)
         model = self._fit(schema, obs, iters=300)
         out: list[Observation] = []
         next_unit, per_round, limit = 1, 1, self.params.max_model_cells
@@ -313,19 +356,21 @@ class PgmMethod(MethodBase):
                 meas_rho += spend(_stage_unit(i, "measure")).rho
             used = ledger.rho_spent / ledger.budget.rho
             next_unit += take
+            progress.count("measure: AIM rounds", next_unit - 1, units, "budget units spent")
             sigma = gaussian_sigma(1.0, meas_rho)
             eps = exponential_epsilon_for_rho(sel_rho)
             t0 = time.perf_counter()
             measured = [o.attrs for o in merge_observations(obs + out)]
             size_ok = _size_check(dom, measured, cands, names, used * limit)
             est = model.project_many([tuple(names[j] for j in r) for r in cands])
-            gap = np.array([np.abs(t - e).sum() for t, e in zip((truth[r] for r in cands), est)])
+            gap = np.array([np.abs(self._on_model(truth[r], r, names) - e).sum() for r, e in zip(cands, est)])
             score = weights * (gap - math.sqrt(2.0 / math.pi) * sigma * sizes)
             t1 = time.perf_counter()
             i = exponential_mechanism(score, eps, sens, rng, allowed=size_ok)
             t2 = time.perf_counter()
             r = cands[i]
             attrs = tuple(names[j] for j in r)
+            # A 1-way marginal is measured on the column's codes (and merged with the first).
             out.append(Observation(attrs=attrs, counts=_noisy(truth[r], sigma, rng), stddev=sigma))
             before = est[i]
             model = self._fit(schema, obs + out, iters=self.params.refit_iters, warm=model)
@@ -337,16 +382,30 @@ class PgmMethod(MethodBase):
                 per_round *= 4
         return out
 
+    def _on_model(self, table: np.ndarray, r: tuple[int, ...], names) -> np.ndarray:
+        """A 1-way table over a merged column's codes, summed into its merged values."""
+        a = names[r[0]]
+        return fold_table(table, [self._maps[a]]) if len(r) == 1 and a in self._maps else table
+
     # --- synthesis (post-processing) -------------------------------------------------
     def sampler(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> "ModelSampler":
-        """Fits the graphical model to the noisy marginals (``iters`` steps); the sampler draws
-        ``rows`` records block by block (None: the measurement's record estimate, else the
-        model's total). The fit draws nothing from ``rng``."""
-        model = fit_measurement(m, schema, options=self._options(self.params.iters))
+        """Fits the graphical model to the noisy marginals (``iters`` steps; on the merged values
+        when the measurement merged some); the sampler draws ``rows`` records block by block
+        (None: the measurement's record estimate, else the model's total), merged values spread
+        back per block. The fit draws nothing from ``rng``."""
+        maps = {a: np.asarray(g, dtype=np.int64) for a, g in (m.meta.get("compression") or {}).items()}
+        if maps:
+            full = domain_of(schema)
+            obs = [fold_observation(o, maps, full) for o in observations_of(m)]
+            model = estimate(compressed_domain(full, maps), obs, options=self._options(self.params.iters))
+        else:
+            model = fit_measurement(m, schema, options=self._options(self.params.iters))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
-        return ModelSampler(model=model, rows=n, dtype=code_dtype(schema.cardinalities))
+        return ModelSampler(model=model, rows=n, dtype=code_dtype(schema.cardinalities), iid=self.params.sampling == "iid",
+                            names=tuple(schema.names), maps=maps,
+                            counts={a: m.marginal((a,)).counts for a in maps})
 
     def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
         """The whole table at once: :meth:`sampler`'s records in one block drawn with ``rng``."""
@@ -356,15 +415,23 @@ class PgmMethod(MethodBase):
 
 @dataclass(frozen=True)
 class ModelSampler:
-    """A fitted graphical model drawing ``rows`` records, any number at a time."""
+    """A fitted graphical model drawing ``rows`` records, any number at a time (merged
+    values, when the measurement compressed some, spread back in each draw)."""
 
     model: GraphicalModel
     rows: int
     dtype: np.dtype
+    iid: bool = False
+    names: tuple[str, ...] = ()
+    maps: dict = dataclasses.field(default_factory=dict)
+    counts: dict = dataclasses.field(default_factory=dict)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` records of codes (forward sampling on the junction tree, with ``rng``)."""
-        return self.model.sample(n, rng).astype(self.dtype)
+        codes = self.model.sample(n, rng, iid=self.iid)
+        if self.maps:
+            codes = expand_codes(codes, list(self.names), self.maps, self.counts, rng)
+        return codes.astype(self.dtype)
 
 
 def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool]:

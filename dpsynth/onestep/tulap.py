@@ -64,9 +64,8 @@ def tulap_cdf(x: np.ndarray, b: float, m: float = 0.0) -> np.ndarray:
 
 def release_counts(x: int, n: int, y: int, m: int, epsilon: float, rng: np.random.Generator) -> tuple[float, float]:
     """The curator's epsilon-DP release (X + N1, Y + N2)."""
-    for what, value in (("x_noisy", x_noisy), ("y_noisy", y_noisy), ("epsilon", epsilon)):
-        if not math.isfinite(value):
-            raise ValueError(f"{what} must be a finite number, got {value!r}")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon)):
+        raise ValueError(f"epsilon must be a finite number, got {epsilon!r}")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     if not (0 <= x <= n and 0 <= y <= m):

@@ -18,8 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
+from dpsynth import progress
 from dpsynth.pipeline import (
     DEFAULT_DELTA,
     ReleaseConfig,
@@ -172,10 +173,19 @@ def release_flow(
     arguments["name"] = _resolve_name(name)
     config = ReleaseConfig.from_arguments(**arguments)
     timings: dict[str, float] = {}
+    logger = get_run_logger()
+
+    def warn(text: str) -> None:  # the run's log and, run from the CLI or the API, the console
+        logger.warning(text)
+        progress.warn(text)
+
     with private_workspace(config.workspace):  # owner-only: codes, measurements, registry, task results
-        with timed("prepare", timings):
+        with timed("prepare", timings, progress.say):
             plan = prepare(config)
-        done = run_stages(plan, prefect_runner(config.workspace), timings, started=t_flow)
+        for warning in plan.warnings:
+            warn(warning)
+        done = run_stages(plan, prefect_runner(config.workspace), timings, warn=warn, started=t_flow)
+    progress.note(done.registry)  # run from the CLI or the API: its console
     if deployment.id:  # a deployed run: the worker's console is the operator's (the CLI prints its own)
         print(f"dpsynth: {done.registry}", file=sys.stderr, flush=True)
     _release_artifact(done.folder)

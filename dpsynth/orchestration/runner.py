@@ -10,7 +10,8 @@ Two things Prefect does on its own do not fit the CLI's contract:
 * on a failure Prefect's console handlers print the task's and the flow's tracebacks
   (30-100 lines). :func:`quiet_failures` filters, on the console only, records at
   ERROR and above and any record that carries a traceback; the CLI prints its own one
-  line. Logs sent to the Prefect API are unchanged.
+  line. It also drops the flow and task runs' own records (a warning would otherwise
+  show twice: the CLI's reporter says it). Logs sent to the Prefect API are unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Iterator
 
 __all__ = ["quiet_failures", "run_release_flow", "temporary_server"]
@@ -43,6 +45,8 @@ def _die_with_parent(parent: int) -> None:
 
 class _ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+            return False  # the run's own lines: the CLI's reporter says them (dpsynth.progress)
         return record.levelno < logging.ERROR and not record.exc_info
 
 
@@ -75,9 +79,14 @@ def temporary_server() -> Iterator[str | None]:
     """Yields an API URL: the configured one, or a temporary server that dies with us."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from dpsynth import progress
+
     if PREFECT_API_URL.value():
+        progress.say(f"using the Prefect server at {PREFECT_API_URL.value()}")
         yield PREFECT_API_URL.value()
         return
+    progress.say("starting the Prefect engine (a temporary server; `make serve` keeps one running)...")
+    t0 = time.perf_counter()
     from prefect.server.api import server as server_module
 
     parent = os.getpid()
@@ -97,10 +106,12 @@ def temporary_server() -> Iterator[str | None]:
         server.start()
     finally:
         server_module.subprocess.Popen = real_popen
+    progress.say(f"Prefect engine ready in {time.perf_counter() - t0:.1f} s")
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
+        progress.say("stopping the temporary Prefect server")
         _drain_api_logs()  # else the log worker reports a failed send after the stop
         server.stop()
         quiet.setLevel(level)

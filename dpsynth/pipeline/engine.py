@@ -15,8 +15,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
+from .. import progress as _progress
 from ..methods.guidance import assess
 from ..measurement import Measurement
 from ..privacy.registry import DatasetState, DrawRefused, charge, near_twin_warning, registry_path
@@ -32,6 +33,7 @@ __all__ = [
     "charge_dataset",
     "claim_name",
     "local_runner",
+    "no_cap_warning",
     "registry_line",
     "run_release",
     "run_stages",
@@ -118,6 +120,14 @@ def utility_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
     return advice.message if advice is not None and advice.below_baseline else None
 
 
+def no_cap_warning(dataset: Mapping[str, Any]) -> str:
+    """The warning for a release of a dataset without a lifetime cap (the manifest's
+    ``privacy.dataset``; names and rounded figures only)."""
+    return (f"dataset {dataset['name']!r} has no lifetime privacy cap (its releases have spent epsilon "
+            f"{_progress.fmt(dataset['spent_epsilon_including_this'])}); set one with "
+            f"`dpsynth budget set {dataset['name']} --epsilon E --delta D`")
+
+
 def charge_dataset(plan: ReleasePlan) -> DatasetState:
     """Charges the release's noise draw to its dataset's lifetime registry before it measures.
 
@@ -156,7 +166,7 @@ class StageRunner(Protocol):
     Stages and their arguments: ``encode(plan) -> codes path``, ``measure(plan, codes,
     draw) -> measurement folder`` (``draw``: the registry's grant), ``synthesize(plan, measurement) -> synthetic folder``,
     ``validate(plan, synthetic, measurement) -> gate summary``,
-    ``internal_report(plan, codes, synthetic)``, ``publish(plan, measurement,
+    ``internal_report(plan, codes, synthetic, measurement) -> page path``, ``publish(plan, measurement,
     synthetic, summary, timings, dataset) -> release folder``.
     """
 
@@ -198,7 +208,9 @@ def run_stages(
     def step(stage: str, *args: Any) -> Any:
         out, seconds, hit = runner(stage, *args)
         timings[stage] = seconds
-        cached.extend([stage] if hit else [])
+        if hit:
+            cached.append(stage)
+            _progress.say(f"{stage}: reused from the cache (no noise redrawn)")
         return out
 
     with claim_name(plan):
@@ -223,7 +235,8 @@ def run_stages(
             summary = step("validate", plan, synthetic, measurement)
         if plan.config.internal_report:
             with spent_on_failure("internal report", ws):
-                step("internal_report", plan, codes, synthetic)
+                page = step("internal_report", plan, codes, synthetic, measurement)
+            _progress.say(f"internal report (private, computed from the raw data: never publish it): {page}")
         if started is not None:
             work = sum(timings.values())
             timings["orchestration"] = round(max(0.0, time.perf_counter() - started - work), 6)
@@ -270,14 +283,20 @@ def run_release(config: ReleaseConfig, progress: Say | None = None) -> Path:
     ``progress`` receives one line per stage start and end (names and seconds only),
     each warning as ``warning: ...``, and at the end which registry was charged as
     ``registry: ...`` (a local path: for the operator's console, never a published file).
+    Without it they go to the current reporter of :mod:`dpsynth.progress` (none by default:
+    silent), as the counters of long stages do; the registry line as a note.
     """
-    say = progress or _quiet
+    say = progress or _progress.say
+    warn = (lambda text: say(f"warning: {text}")) if progress is not None else _progress.warn
     timings: dict[str, float] = {}
     with private_workspace(config.workspace):
         with timed("prepare", timings, say):
             plan = prepare(config)
         for warning in plan.warnings:
-            say(f"warning: {warning}")
-        done = run_stages(plan, local_runner(say), timings, warn=lambda advice: say(f"warning: {advice}"))
-    say(f"registry: {done.registry}")
+            warn(warning)
+        done = run_stages(plan, local_runner(say), timings, warn=warn)
+    if progress is not None:
+        progress(f"registry: {done.registry}")
+    else:
+        _progress.note(done.registry)
     return done.folder

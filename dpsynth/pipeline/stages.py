@@ -214,12 +214,27 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
             f"correct_marginals needs a measurement with marginals; method {m.method!r} has none"
         )
     schema = synth.schema
-    targets = {
-        tuple(schema.index(c) for c in attrs): np.clip(np.asarray(counts, dtype=float), 0.0, None)
-        for attrs, counts in m.marginals.items()
-    }
-    result = correct_marginals(synth.codes.astype(np.int64), targets, rng=rng, method="qp")
-    return EncodedTable(schema=schema, codes=np.asarray(result.samples).astype(synth.codes.dtype))
+    codes = synth.codes.astype(np.int64)
+    # A marginal measured on merged values constrains the merged codes: each such column
+    # is added once as a column of its cells, and the resampled rows keep only the schema's.
+    merged: dict[tuple[str, tuple[int, ...]], int] = {}
+    extra: list[np.ndarray] = []
+    targets = {}
+    for nm in m.measured:
+        cols = []
+        for a in nm.attrs:
+            if a not in nm.groups:
+                cols.append(schema.index(a))
+                continue
+            if (a, nm.groups[a]) not in merged:
+                merged[(a, nm.groups[a])] = codes.shape[1] + len(extra)
+                extra.append(np.asarray(nm.groups[a], dtype=np.int64)[codes[:, schema.index(a)]])
+            cols.append(merged[(a, nm.groups[a])])
+        targets[tuple(cols)] = np.clip(np.asarray(nm.counts, dtype=float), 0.0, None)
+    wide = np.column_stack([codes, *extra]) if extra else codes
+    result = correct_marginals(wide, targets, rng=rng, method="qp")
+    out = np.asarray(result.samples)[:, :codes.shape[1]]
+    return EncodedTable(schema=schema, codes=out.astype(synth.codes.dtype))
 
 
 def start_gate_warm_up() -> None:
@@ -291,22 +306,34 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
 INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
 
 
-def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path) -> Path:
-    """Utility against the raw data, written only to the private workspace."""
+def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path,
+                          measurement_dir: Path | None = None) -> Path:
+    """Utility against the raw data, written only to the private workspace: a JSON summary
+    in the release's folder and, for the data owner, an HTML page with every 2-way and a
+    sample of 3-way marginals (``internal-reports/<release name>.html``, whose path names
+    no private key). Returns the page's path."""
     from ..evaluation.metrics import complete_share, tvd_by_k
+    from ..report.internal import internal_page
 
     real = EncodedTable.from_parquet(codes_path, plan.schema)
     synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
     ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
     missing = plan.schema.missing_codes
+    measured = ({nm.attrs for nm in Measurement.load(measurement_dir).measured}
+                if measurement_dir is not None else set())
+    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real, synth, measured)
     report = {
         "label": INTERNAL_LABEL,
         "release": plan.name,
         "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
         "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+        "scored_marginals": by_marginal,
     }
-    path = plan.release_dir() / "internal-utility-report.json"
-    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(plan.release_dir() / "internal-utility-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    folder = plan.config.workspace / "internal-reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{plan.name}.html"
+    write_atomic(path, page)
     return path
 
 

@@ -260,6 +260,28 @@ def verify_release(folder: str | Path, key: bytes | None = None) -> list[str]:
         problems += _check_table(folder, manifest)
     if "schema.yaml" in good:
         problems += _check_schema_source(folder, manifest)
+    if measurement is not None and "schema.yaml" in good:
+        problems += _check_groups(folder, measurement)
+    return problems
+
+
+def _check_groups(folder: Path, measurement: Mapping[str, Any]) -> list[str]:
+    """A marginal on merged values must map every code of its column (the schema's
+    cardinality) onto cells 0..k-1, all used, k its axis's length."""
+    try:
+        schema = load_schema(folder / "schema.yaml")
+    except SchemaError:
+        return []  # reported by _check_table
+    cards = {c.name: c.cardinality for c in schema.columns}
+    problems = []
+    for e in measurement.get("measured", []):
+        attrs, shape = list(e.get("attrs", [])), list(e.get("shape", []))
+        for a, g in (e.get("groups") or {}).items():
+            ok = (a in attrs and a in cards and isinstance(g, list) and len(g) == cards[a]
+                  and all(isinstance(x, int) for x in g) and set(g) == set(range(max(g) + 1))
+                  and len(shape) == len(attrs) and shape[attrs.index(a)] == max(g) + 1)
+            if not ok:
+                problems.append(f"measurement.json: marginal {e.get('key')} has an invalid map of merged codes for {a!r}")
     return problems
 
 

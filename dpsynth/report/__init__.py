@@ -3,8 +3,8 @@
 :func:`build_report` renders, in this order: the privacy statement in plain words (red
 and first when the release is NOT differentially private, with the dataset's lifetime
 spend from the privacy registry), the overall utility score beside the
-independent-columns baseline, the accuracy for every measured marginal size, the
-release summary, every parameter with its effective value, the published files, the
+independent-columns baseline (against the DP measurement, not the real table), the
+accuracy for every measured marginal size, which marginals were measured, the release summary, every parameter with its effective value, the published files, the
 privacy ledger, the validation gate and the plots.
 
 Modules: :mod:`.privacy` (statement, ledger), :mod:`.accuracy` (utility score,
@@ -25,7 +25,7 @@ from ..rows.encoding import EncodedTable
 from ..gate.scan import CodeCounts
 from ..measurement import Measurement
 from ..schema import Schema
-from .accuracy import accuracy_section, measurement_words, utility, validation_section
+from .accuracy import accuracy_section, measured_section, measurement_words, utility, validation_section
 from .html import CSS, esc
 from .plots import plots_section
 from .privacy import PRIVACY_META, ledger_section, privacy_box, privacy_meta_tags, release_label
@@ -91,6 +91,7 @@ def build_report(
         privacy_box(manifest, measurement),
         _guidance_section(measurement, schema),
         accuracy_section(codes, measurement, gate),
+        measured_section(measurement),
         _tables_note(measurement),
         summary_section(manifest, schema, codes.n, measurement),
         parameters_section(manifest, measurement),

@@ -23,7 +23,7 @@ from ..gate.scan import CodeCounts
 from ..measurement import Measurement, marginal_key
 from .html import esc, kv_table, mark, num, over, table
 
-__all__ = ["Utility", "accuracy_section", "measurement_words", "utility", "validation_section"]
+__all__ = ["Utility", "accuracy_section", "measured_section", "measurement_words", "utility", "validation_section"]
 
 
 def measurement_words(m: Measurement) -> str:
@@ -84,7 +84,7 @@ def _synthetic_tvds(codes: CodeCounts, m: Measurement, gate: Mapping[str, Any],
     if missing and codes.n > 0:
         from ..evaluation.metrics import tvd_vs_counts
 
-        out |= tvd_vs_counts(codes, {k: m.marginals[k] for k in missing})
+        out |= tvd_vs_counts(codes, {k: m.marginals[k] for k in missing}, groups=m.groups)
     return out
 
 
@@ -102,7 +102,8 @@ def utility(codes: "CodeCounts | EncodedTable", m: Measurement, gate: Mapping[st
         target = _distribution(m.marginals[key]).ravel()
         product = ones[key[0]]
         for a in key[1:]:
-            product = np.multiply.outer(product, ones[a]).ravel()
+            product = np.multiply.outer(product, ones[a])
+        product = m.marginal(key).fold(product).ravel()  # merged values: the same cells as the target
         if product.size != target.size:
             continue  # a marginal whose shape does not match its columns' codes: not scored
         base = 0.5 * float(np.abs(product - target).sum())
@@ -136,10 +137,51 @@ def _score_box(u: Utility, m: Measurement) -> str:
         "product of the measured 1-way marginals, i.e. a table that keeps every column's distribution but no "
         "relationship between columns. Both are computed from the published measurement only, never from "
         f"the raw data; 1 means identical to the measurement{noise}.</p>"
+        f'<p class="note"><strong>What it does not say.</strong> The score is measured against the {words} '
+        f"of the marginals listed under <a href=\"#measured\">Measured marginals</a>, not against the real table: "
+        "relationships between columns that the method did not measure are not scored, and a table fitted "
+        "to its own measurement scores well on it by construction. The data owner can score the release "
+        "against the real table with <code>--internal-report</code> (a private page in the workspace, never "
+        "published).</p>"
         + table(["k", "marginals", "synthetic mean TVD", "baseline mean TVD", "score", "baseline score"],
                 rows, numeric=(1, 2, 3, 4, 5))
         + "</section>"
     )
+
+
+def _chosen_words(m: Measurement) -> str:
+    """How the multi-column marginals came to be measured (from the method's public metadata)."""
+    variant = str((m.params or {}).get("select", "")).upper()
+    if m.meta.get("selected") is not None:
+        how = f" by {variant}" if variant else ""
+        return (f"chosen{how} from the candidates with part of the privacy budget (the choice itself is "
+                "differentially private and charged on the ledger), then measured with noise")
+    return "fixed by the method's parameters, then measured with noise"
+
+
+def measured_section(m: Measurement) -> str:
+    """Which marginals the method measured: the 1-way count and every multi-column marginal."""
+    ones = [nm.attrs for nm in m.measured if len(nm.attrs) == 1]
+    multi = [nm.attrs for nm in m.measured if len(nm.attrs) >= 2]
+    selected = [tuple(a) for a in m.meta.get("selected") or []]
+    order = {a: i for i, a in enumerate(selected)}
+    multi.sort(key=lambda a: (order.get(a, len(order)), len(a), a))
+    out = [f'<h2 id="measured">Measured marginals</h2><p>The {measurement_words(m)} holds '
+           f"{num(len(ones))} marginal{'s' if len(ones) != 1 else ''} of one column and {num(len(multi))} of "
+           f"two or more columns.</p>"]
+    if not multi:
+        out.append('<p class="note">No relationship between columns was measured: the synthetic table keeps '
+                   "each column's distribution only.</p>")
+        return "".join(out)
+    out.append(f'<p class="note">The marginals of two or more columns were {_chosen_words(m)}. Everything the '
+               "synthetic table knows about how columns relate comes from these tables (and what the method "
+               "infers from them).</p>")
+    items = [[num(i + 1), " &times; ".join(f"<code>{esc(a)}</code>" for a in attrs), num(len(attrs))]
+             for i, attrs in enumerate(multi)]
+    listing = table(["#", "columns", "k"], items, numeric=(0, 2))
+    out.append(listing if len(multi) <= 40 else
+               f"<details><summary>All {len(multi)} multi-column marginals</summary>{listing}</details>")
+    return "".join(out)
 
 
 def accuracy_section(codes: CodeCounts, m: Measurement, gate: Mapping[str, Any]) -> str:

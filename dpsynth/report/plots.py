@@ -20,7 +20,7 @@ from .html import num as _num
 from .html import over as _over
 from .html import short as _short
 
-__all__ = ["plots_section"]
+__all__ = ["bar_labels", "plots_section"]
 
 _MAX_BARS = 60
 #: Columns with more codes than this get a plot across the whole page width.
@@ -39,9 +39,18 @@ def _distribution(counts: np.ndarray) -> np.ndarray:
     return x / total if total > 0 else np.zeros_like(x)
 
 
+def bar_labels(col: Column) -> list[str]:
+    """Each code's label in full (never cut), the missing-value code named as such."""
+    labels = list(col.labels())
+    if col.nullable:
+        token = col.missing[0]
+        labels[-1] = f"(missing: {token})" if token.strip() else "(missing)"
+    return labels
+
+
 def _column_plot(col: Column, synth: np.ndarray, dp: np.ndarray | None) -> str:
     """One column's synthetic distribution beside its DP marginal, as SVG (:mod:`dpsynth.report.svg`)."""
-    labels = [_short(lab) for lab in col.labels()]
+    labels = bar_labels(col)
     series = [(dp, DP_COLOUR), (synth, SYNTH_COLOUR)] if dp is not None else [(synth, SYNTH_COLOUR)]
     return bar_chart_svg(_short(col.name, 80), labels, series, show_labels=len(labels) <= _MAX_BARS,
                          width=1100 if len(labels) > _WIDE_CODES else 560)

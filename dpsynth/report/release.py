@@ -99,12 +99,24 @@ def _automatic(name: str, m: Measurement) -> str:
     return f"automatic: <code>{_value(chosen)}</code>"
 
 
+def _unused(method: str, params: Mapping[str, Any]) -> list[str]:
+    """The method's parameters that the chosen variant does not use (``param(only=...)``)."""
+    from ..methods import METHODS
+    from ..methods.base import unused_params
+
+    cls = METHODS.get(method)
+    return [] if cls is None else unused_params(cls.params_type, params)
+
+
 def parameters_section(manifest: Mapping[str, Any], m: Measurement) -> str:
-    """Every parameter with its effective value and whether it is the default."""
+    """Each parameter the chosen variant uses, with its effective value and whether it is
+    the default; the other variants' parameters are named in a note, not listed."""
     params = dict(manifest.get("parameters", m.params) or {})
-    defaults = _defaults(str(manifest.get("method", m.method)))
+    method = str(manifest.get("method", m.method))
+    defaults = _defaults(method)
+    unused = _unused(method, params)
     rows = []
-    for name in sorted(params):
+    for name in sorted(n for n in params if n not in unused):
         v = params[name]
         shown = _automatic(name, m) if v is None else f"<code>{_value(v)}</code>"
         if name not in defaults:
@@ -122,6 +134,9 @@ def parameters_section(manifest: Mapping[str, Any], m: Measurement) -> str:
         body = "<p>The method has no parameters.</p>"
     else:
         body = table(["parameter", "effective value", "source"], rows + extra)
+    if unused:
+        body += ('<p class="note">Not used by this variant of the method, so not listed: '
+                 + ", ".join(f"<code>{esc(n)}</code>" for n in unused) + ".</p>")
     return ('<h2 id="parameters">Parameters</h2><p class="note">Each parameter of the method with the value this '
             "release used: <em>default</em> when it was not set, <em>automatic</em> when the method chooses it "
             "from the budget or the public schema.</p>" + body)

@@ -83,11 +83,18 @@ def bar_chart_svg(
     width: int = 560,
     height: int = 300,
 ) -> str:
-    """Grouped bars: one group per label, one bar per ``(values, colour)`` series."""
+    """Grouped bars: one group per label, one bar per ``(values, colour)`` series.
+
+    Labels are never cut: slanted when there are many or long ones, vertical when one is
+    longer than 12 characters, and the chart grows downwards to hold the longest."""
     n = len(labels)
-    slanted = show_labels and (n > 6 or max((len(s) for s in labels), default=0) > 8)
+    longest = max((len(s) for s in labels), default=0)
+    slanted = show_labels and (n > 6 or longest > 8)
+    vertical = slanted and longest > 12
     left, right, top = 56.0, width - 10.0, 30.0
     bottom = height - (78.0 if slanted else 26.0 if show_labels else 12.0)
+    if slanted:  # room for the longest label: ~6.6 px a character, along the text's slope
+        height = int(math.ceil(bottom + 14.0 + longest * 6.6 * (1.0 if vertical else 0.643)))
     values = [np.nan_to_num(np.asarray(v, dtype=np.float64).ravel()[:n], nan=0.0) for v, _ in series]
     ticks = nice_ticks(max((float(v.max()) for v in values if v.size), default=0.0))
     scale = (bottom - top) / ticks[-1]
@@ -112,8 +119,8 @@ def bar_chart_svg(
         for i, lab in enumerate(labels):
             x = left + (i + 0.5) * slot
             if slanted:
-                parts.append(f'<text transform="translate({_f(x + 3)} {_f(bottom + 12)}) rotate(-40)" '
-                             f'text-anchor="end" fill="{_INK}">{_x(lab)}</text>')
+                parts.append(f'<text transform="translate({_f(x + 4 if vertical else x + 3)} {_f(bottom + 8)}) '
+                             f'rotate({-90 if vertical else -40})" text-anchor="end" fill="{_INK}">{_x(lab)}</text>')
             else:
                 parts.append(f'<text x="{_f(x)}" y="{_f(bottom + 16)}" text-anchor="middle" fill="{_INK}">'
                              f"{_x(lab)}</text>")

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .. import progress
 from .encoding import DataError, _csv_header, check_file, code_dtype, encode_column, file_sha256
 from .rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, row_group_runs
 from ..schema import Schema
@@ -124,6 +125,7 @@ def encode_part(job: tuple[InputPart, str], schema: Schema, chunk_rows: int) -> 
                 cols = [np.asarray(encode_column(c, batch.column(c.name)), dtype=dtype) for c in schema.columns]
                 writer.write_batch(pa.record_batch(cols, schema=arrow_schema))
                 rows += batch.num_rows
+                progress.advance("encode", batch.num_rows, "rows")  # in this process only (not on Dask workers)
     except DataError:
         raise
     except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:

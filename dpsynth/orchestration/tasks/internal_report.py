@@ -14,9 +14,9 @@ from ._common import stage
 
 
 @task(name="internal-report", cache_policy=NO_CACHE, persist_result=False)
-def internal_report_task(plan: ReleasePlan, codes: Path, synthetic: Path) -> dict[str, Any]:
+def internal_report_task(plan: ReleasePlan, codes: Path, synthetic: Path, measurement: Path) -> dict[str, Any]:
     """Utility against raw data: private workspace only, never published."""
     timings: dict[str, float] = {}
-    with stage("internal-report", timings, plan.config.workspace):
-        path = internal_report_stage(plan, Path(codes), Path(synthetic))
-    return {"report": str(path), "seconds": timings["internal-report"]}
+    with stage("internal_report", timings, plan.config.workspace):
+        path = internal_report_stage(plan, Path(codes), Path(synthetic), Path(measurement))
+    return {"report": str(path), "seconds": timings["internal_report"]}

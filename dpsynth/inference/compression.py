@@ -1,0 +1,105 @@
+"""Compression of rare values: merge a column's values whose noisy 1-way count is small.
+
+MST's domain compression (McKenna, Miklau, Sheldon 2021), as post-processing of noisy
+1-way counts: in each column, the values whose noisy count is below ``threshold`` are
+merged into one value for the model, so marginals of several columns are measured and
+fitted on fewer cells (a partition of a column's values: a count table on merged values
+still moves by one in one cell when a record is added or removed). Synthetic records on
+merged values are spread back over their members by the members' noisy 1-way counts
+(clipped at 0; uniformly when those are all 0), with the same randomised rounding as the
+sampler, so each member gets its expected share of the rows within one.
+
+A map is an int array over a column's codes: code -> merged code, the kept values first
+in code order, the merged value last. Everything here reads only public (DP) values.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..measurement import fold_table
+from .estimate import Observation
+from .junction_tree import Domain
+from .model import allocate
+
+__all__ = ["compression_maps", "compressed_domain", "fold_observation", "expand_codes"]
+
+
+def compression_maps(
+    one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float
+) -> dict[str, np.ndarray]:
+    """Per column whose noisy 1-way counts hold at least two values below ``threshold``
+    times its noise sd, the map merging those values into one (other columns: no entry)."""
+    maps: dict[str, np.ndarray] = {}
+    for name, counts in one_way.items():
+        y = np.asarray(counts, dtype=np.float64).ravel()
+        rare = y < threshold * float(sigmas[name])
+        if int(rare.sum()) < 2:
+            continue
+        g = np.empty(y.size, dtype=np.int64)
+        kept = int((~rare).sum())
+        g[~rare] = np.arange(kept)
+        g[rare] = kept
+        maps[name] = g
+    return maps
+
+
+def compressed_domain(domain: Domain, maps: Mapping[str, np.ndarray]) -> Domain:
+    """The domain with each merged column's size its number of merged codes."""
+    sizes = tuple(int(maps[n].max()) + 1 if n in maps else s for n, s in zip(domain.names, domain.sizes))
+    return Domain(names=domain.names, sizes=sizes)
+
+
+def fold_observation(o: Observation, maps: Mapping[str, np.ndarray], domain: Domain) -> Observation:
+    """``o`` on the merged codes: every axis still over a merged column's original codes is
+    summed into its merged cells, each cell's weight the inverse of its summed variance."""
+    shape = tuple(np.shape(o.counts))
+    counts = np.asarray(o.counts, dtype=np.float64).reshape(domain.shape(o.attrs)) if len(shape) != len(o.attrs) \
+        else np.asarray(o.counts, dtype=np.float64)
+    axes = [maps[a] if a in maps and counts.shape[i] == maps[a].size else None for i, a in enumerate(o.attrs)]
+    if all(g is None for g in axes):
+        return o
+    var = fold_table(np.asarray(o.variance(), dtype=np.float64).reshape(counts.shape), axes)
+    folded = fold_table(counts, axes)
+    return Observation(attrs=o.attrs, counts=folded, stddev=o.stddev, weights=o.stddev**2 / var)
+
+
+def _member_shares(g: np.ndarray, one_way: np.ndarray, merged: int) -> tuple[np.ndarray, np.ndarray]:
+    """The members of merged code ``merged`` and their shares (clipped noisy counts, or uniform)."""
+    members = np.flatnonzero(g == merged)
+    w = np.clip(np.asarray(one_way, dtype=np.float64).ravel()[members], 0.0, None)
+    total = w.sum()
+    return members, (w / total if total > 0 else np.full(members.size, 1.0 / members.size))
+
+
+def expand_codes(
+    codes: np.ndarray,
+    names: Sequence[str],
+    maps: Mapping[str, np.ndarray],
+    one_way: Mapping[str, np.ndarray],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Records on merged codes -> records on the columns' own codes (a new array).
+
+    A kept value maps back to its code; the rows holding a merged value are shuffled and
+    split among its members by randomised rounding of rows x share (``allocate``)."""
+    out = np.array(codes, dtype=np.int64, copy=True)
+    for j, name in enumerate(names):
+        g = maps.get(name)
+        if g is None:
+            continue
+        col = codes[:, j].astype(np.int64)
+        kept = np.flatnonzero(np.bincount(g) == 1)  # merged codes with one member: a kept value
+        inverse = np.full(int(g.max()) + 1, -1, dtype=np.int64)
+        inverse[g[np.isin(g, kept)]] = np.flatnonzero(np.isin(g, kept))
+        out[:, j] = inverse[col]
+        for merged in np.flatnonzero(np.bincount(g) > 1):
+            rows = np.flatnonzero(col == merged)
+            if rows.size == 0:
+                continue
+            members, share = _member_shares(g, one_way[name], int(merged))
+            counts = allocate(np.array([rows.size]), share[None, :], rng)[0]
+            out[rng.permutation(rows), j] = np.repeat(members, counts)
+    return out

@@ -1,0 +1,249 @@
+"""pgm's compression of rare values and the sampler's allocation of rows.
+
+Compression: the map (values below the threshold merged, the rest kept in code order),
+folding (sums, and the variance of a merged cell), spreading back (only onto members,
+each member's rows within one of its share), the measurement contract (each larger
+marginal carries its map; save/load keeps it; the gate, the report, correction and
+verify read it). Allocation: per separator cell, every value's rows within one of
+their expected count; the same seed gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpsynth.evaluation.metrics import tvd_vs_marginals
+from dpsynth.inference import Domain, Observation, estimate
+from dpsynth.inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
+from dpsynth.inference.measurement import merge_observations
+from dpsynth.measurement import Measurement, NoisyMarginal, fold_table
+from dpsynth.methods.pgm import PgmMethod, PgmParams
+from dpsynth.privacy import Budget, Ledger
+from dpsynth.rows.encoding import EncodedTable
+from dpsynth.schema import schema_from_dict
+
+
+def _rare_table(rows: int = 4000, seed: int = 0) -> EncodedTable:
+    """Three columns; c0 has 12 codes of which 5 never occur and 3 are rare; c1 follows c0."""
+    rng = np.random.default_rng(seed)
+    cards = [12, 6, 4]
+    s = schema_from_dict({"name": "t", "columns": [
+        {"name": f"c{j}", "type": "categorical", "values": [str(i) for i in range(c)]} for j, c in enumerate(cards)]})
+    p0 = np.array([30, 0, 25, 0, 20, 0.05, 0, 15, 0.05, 0, 10, 0.05], dtype=float)
+    c0 = rng.choice(12, rows, p=p0 / p0.sum())
+    c1 = np.where(rng.random(rows) < 0.8, c0 % 6, rng.integers(0, 6, rows))
+    c2 = np.where(rng.random(rows) < 0.7, c1 % 4, rng.integers(0, 4, rows))
+    return EncodedTable(schema=s, codes=np.column_stack([c0, c1, c2]).astype(np.uint8))
+
+
+def _measure(table: EncodedTable, seed: int = 1, **params) -> tuple[PgmMethod, Measurement]:
+    m = PgmMethod(PgmParams(**params))
+    b = Budget(epsilon=1.0, delta=1e-9)
+    ledger = Ledger(b, m.plan(table.schema, b))
+    return m, m.measure(table, ledger, np.random.default_rng(seed))
+
+
+# --- the map, folding, spreading back ----------------------------------------------------------
+
+
+def test_values_below_the_threshold_are_merged_into_one_last_value():
+    y = np.array([100.0, 2.0, 50.0, -1.0, 0.0, 40.0])
+    maps = compression_maps({"a": y, "b": np.array([100.0, 1.0, 80.0])}, {"a": 1.0, "b": 1.0}, threshold=3.0)
+    assert maps["a"].tolist() == [0, 3, 1, 3, 3, 2]  # kept in code order, the merged value last
+    assert "b" not in maps  # a single rare value: nothing to merge
+    assert compression_maps({"a": y}, {"a": 1.0}, threshold=0.0) == {}
+    dom = compressed_domain(Domain(names=("a", "b"), sizes=(6, 3)), maps)
+    assert dom.sizes == (4, 3)
+
+
+def test_folding_sums_cells_and_weighs_a_merged_cell_by_its_variance():
+    g = np.array([0, 2, 1, 2, 2, 1])
+    table = np.arange(12.0).reshape(6, 2)
+    folded = fold_table(table, [g, None])
+    assert folded.shape == (3, 2)
+    assert folded[2].tolist() == [table[[1, 3, 4], 0].sum(), table[[1, 3, 4], 1].sum()]
+    o = Observation(attrs=("a",), counts=np.arange(6.0), stddev=2.0)
+    f = fold_observation(o, {"a": g}, Domain(names=("a",), sizes=(6,)))
+    assert f.counts.tolist() == [0.0, 2.0 + 5.0, 1.0 + 3.0 + 4.0]
+    np.testing.assert_allclose(f.variance(), [4.0, 8.0, 12.0])  # k cells of variance 4
+    # Merging a weighted and a plain observation weighs each cell by its own variance.
+    plain = Observation(attrs=("a",), counts=np.array([1.0, 1.0, 1.0]), stddev=2.0)
+    merged = merge_observations([f, plain])[0]
+    np.testing.assert_allclose(merged.counts, [(0 / 4 + 1 / 4) / (2 / 4), (7 / 8 + 1 / 4) / (1 / 8 + 1 / 4),
+                                               (8 / 12 + 1 / 4) / (1 / 12 + 1 / 4)])
+    np.testing.assert_allclose(merged.variance(), [2.0, 1 / (1 / 8 + 1 / 4), 1 / (1 / 12 + 1 / 4)])
+
+
+def test_spreading_back_hits_only_members_each_within_one_of_its_share():
+    g = np.array([0, 3, 1, 3, 3, 2, 3])  # kept: 0 -> 0, 2 -> 1, 5 -> 2; merged 3 = {1, 3, 4, 6}
+    one_way = np.array([500.0, 6.0, 300.0, -2.0, 2.0, 200.0, 0.0])
+    rng = np.random.default_rng(3)
+    merged_rows = 1001
+    codes = np.concatenate([np.zeros(50), np.ones(40), np.full(30, 2), np.full(merged_rows, 3)]).astype(np.int64)[:, None]
+    out = expand_codes(codes, ["a"], {"a": g}, {"a": one_way}, rng)
+    assert out[:50, 0].tolist() == [0] * 50 and out[50:90, 0].tolist() == [2] * 40 and out[90:120, 0].tolist() == [5] * 30
+    spread = np.bincount(out[120:, 0], minlength=7)
+    assert spread[[0, 2, 5]].sum() == 0  # only members of the merged value
+    share = np.array([6.0, 0.0, 2.0, 0.0]) / 8.0  # noisy counts clipped at 0
+    assert np.all(np.abs(spread[[1, 3, 4, 6]] - merged_rows * share) < 1.0)
+    again = expand_codes(codes, ["a"], {"a": g}, {"a": one_way}, np.random.default_rng(3))
+    assert np.array_equal(out, again)
+    # All members at or below 0: uniform.
+    flat = expand_codes(codes, ["a"], {"a": g}, {"a": np.array([500.0, -1, 300, 0, -5, 200, 0])}, rng)
+    assert np.all(np.abs(np.bincount(flat[120:, 0], minlength=7)[[1, 3, 4, 6]] - merged_rows / 4) < 1.0)
+
+
+# --- the measurement contract ---------------------------------------------------------------------
+
+
+def test_pgm_measures_larger_marginals_on_merged_values_and_states_the_map():
+    table = _rare_table()
+    _, m = _measure(table)
+    maps = m.meta["compression"]
+    assert set(maps) == {"c0"}  # the 5 empty and 3 rare codes of c0
+    g = np.array(maps["c0"])
+    assert g.size == 12 and g.max() + 1 < 12
+    assert m.marginal(("c0",)).counts.shape == (12,) and not m.marginal(("c0",)).groups  # 1-way on the codes
+    pairs = [nm for nm in m.measured if "c0" in nm.attrs and len(nm.attrs) > 1]
+    assert pairs
+    for nm in pairs:
+        assert nm.groups == {"c0": tuple(g.tolist())}
+        assert nm.counts.shape[nm.attrs.index("c0")] == g.max() + 1
+    assert m.groups == {nm.attrs: nm.groups for nm in pairs}
+
+
+def test_compress_false_measures_on_the_codes(tmp_path):
+    _, m = _measure(_rare_table(), compress=False)
+    assert "compression" not in m.meta and not m.groups
+    assert all(nm.counts.shape == tuple(12 if a == "c0" else 6 if a == "c1" else 4 for a in nm.attrs) for nm in m.measured)
+
+
+def test_the_map_survives_save_and_load(tmp_path):
+    _, m = _measure(_rare_table())
+    m.save(tmp_path)
+    back = Measurement.load(tmp_path)
+    assert back.groups == m.groups
+    meta = json.loads((tmp_path / "measurement.json").read_text())
+    assert any("groups" in e for e in meta["measured"])
+    with pytest.raises(ValueError, match="groups"):
+        NoisyMarginal(attrs=("a", "b"), counts=np.zeros((3, 2)), stddev=1.0, groups={"a": (0, 1, 1, 3)})
+    with pytest.raises(ValueError, match="groups"):
+        NoisyMarginal(attrs=("a", "b"), counts=np.zeros((3, 2)), stddev=1.0, groups={"a": (0, 1, 1, 1)})
+
+
+@pytest.mark.parametrize("compress", [True, False])
+@pytest.mark.parametrize("select", ["mst", "aim"])
+def test_synthesis_stays_in_the_domain_and_repeats_with_the_seed(select, compress):
+    table = _rare_table()
+    method, m = _measure(table, select=select, compress=compress, units=6)
+    a = method.synthesize(m, table.schema, 3000, np.random.default_rng(5)).codes
+    b = method.synthesize(m, table.schema, 3000, np.random.default_rng(5)).codes
+    assert np.array_equal(a, b)
+    assert np.all(a >= 0) and np.all(a < np.array(table.schema.cardinalities))
+    # The 5 codes of c0 that never occur get (almost) no rows; the merged ones few.
+    real = np.bincount(table.codes[:, 0], minlength=12) / table.n
+    synth = np.bincount(a[:, 0], minlength=12) / a.shape[0]
+    assert 0.5 * np.abs(real - synth).sum() < 0.05
+
+
+def test_the_gate_and_the_report_compare_on_merged_cells():
+    table = _rare_table()
+    method, m = _measure(table)
+    synth = method.synthesize(m, table.schema, None, np.random.default_rng(2))
+    key = next(k for k in m.groups)
+    nm = m.marginal(key)
+    tvd = tvd_vs_marginals(synth, {key: nm.counts}, groups=m.groups)[key]
+    idx = [table.schema.index(a) for a in key]
+    full = np.zeros([table.schema.cardinalities[j] for j in idx])
+    np.add.at(full, tuple(synth.codes[:, j].astype(np.int64) for j in idx), 1.0)
+    p = nm.fold(full).ravel() / synth.n
+    q = np.clip(nm.counts.ravel(), 0, None) / np.clip(nm.counts, 0, None).sum()
+    assert tvd == pytest.approx(0.5 * np.abs(p - q).sum())
+    with pytest.raises(ValueError, match="cells"):  # without the map the shapes do not match
+        tvd_vs_marginals(synth, {key: nm.counts})
+    from dpsynth.gate.checks import _marginal_checks
+    from dpsynth.report.accuracy import utility
+
+    res = _marginal_checks(synth, m, float(table.n), {})
+    assert any(e["marginal"] == "|".join(key) and e["tvd"] == pytest.approx(tvd) for e in res.errors)
+    u = utility(synth, m, {})
+    assert sum(v[0] for v in u.by_k.values()) == sum(1 for nm in m.measured if len(nm.attrs) >= 2)
+
+
+def test_marginal_correction_and_the_guard_read_merged_marginals():
+    from dpsynth.methods.guidance import assess
+    from dpsynth.pipeline.stages import correct_to_measurement
+
+    table = _rare_table(2000)
+    method, m = _measure(table)
+    synth = method.synthesize(m, table.schema, None, np.random.default_rng(2))
+    fixed = correct_to_measurement(synth, m, np.random.default_rng(4))
+    assert fixed.codes.shape == synth.codes.shape
+    assert np.all(fixed.codes < np.array(table.schema.cardinalities))
+    assess(m, table.schema)  # no crash on marginals whose shapes are the merged ones
+
+
+@pytest.mark.slow
+def test_release_on_merged_values_passes_the_gate_and_verifies(tmp_path, demo_paths):
+    from dpsynth import pipeline
+    from dpsynth.publish.verify import _check_groups, verify_release
+
+    data, schema = demo_paths
+    folder = pipeline.run_release(pipeline.ReleaseConfig(
+        data=data, schema=schema, method="pgm", epsilon=1.0, out=tmp_path / "out", workspace=tmp_path / "ws"))
+    meta = json.loads((folder / "measurement.json").read_text())
+    merged = [e for e in meta["measured"] if e.get("groups")]
+    assert merged, "the demo table at epsilon 1 has rare values to merge"
+    assert verify_release(folder) == []
+    e = merged[0]
+    col = next(iter(e["groups"]))
+    e["groups"][col] = e["groups"][col][:-1]  # a map that misses a code
+    assert any("merged codes" in p for p in _check_groups(folder, meta))
+    (folder / "measurement.json").write_text(json.dumps(meta))
+    assert verify_release(folder)  # the file no longer matches its hash
+
+
+# --- allocation of rows ------------------------------------------------------------------------
+
+
+def _chain_model():
+    rng = np.random.default_rng(0)
+    dom = Domain(names=("a", "b"), sizes=(4, 5))
+    joint = rng.dirichlet(np.ones(20)).reshape(4, 5) * 1000
+    obs = [Observation(attrs=("a", "b"), counts=joint, stddev=1.0)]
+    return estimate(dom, obs), joint / joint.sum()
+
+
+def test_rows_are_allocated_within_one_of_their_expected_count_per_group():
+    model, _ = _chain_model()
+    n = 997
+    codes = model.sample(n, np.random.default_rng(1))
+    first = model.tree.order[0]
+    clique = model.tree.cliques[first]
+    p = model.beliefs[first] / model.beliefs[first].sum()
+    # The root clique's cells: every count within one of n * p.
+    got = np.zeros(p.shape)
+    np.add.at(got, tuple(codes[:, model.domain.index(a)] for a in clique), 1)
+    assert np.all(np.abs(got - n * p) < 1.0)
+    assert np.array_equal(codes, model.sample(n, np.random.default_rng(1)))
+
+
+def test_iid_sampling_has_the_multinomial_spread_and_allocation_does_not():
+    model, _ = _chain_model()
+    clique = model.tree.cliques[model.tree.order[0]]
+    p = model.beliefs[model.tree.order[0]]
+    p = (p / p.sum()).ravel()
+    n, reps = 2000, 40
+    dev = {"rounded": [], "iid": []}
+    for r in range(reps):
+        for mode in dev:
+            codes = model.sample(n, np.random.default_rng(100 + r), iid=mode == "iid")
+            cell = np.ravel_multi_index(tuple(codes[:, model.domain.index(a)] for a in clique), model.domain.shape(clique))
+            dev[mode].append(np.sum((np.bincount(cell, minlength=p.size) - n * p) ** 2))
+    # Multinomial: E sum (x - np)^2 = n (1 - sum p^2); rounded: below the number of cells.
+    expected = n * (1 - np.sum(p**2))
+    assert max(dev["rounded"]) < p.size  # every cell within one
+    assert np.mean(dev["iid"]) > 0.5 * expected  # fails if iid were the rounded allocation
