@@ -193,7 +193,7 @@ def test_the_vectorised_csv_writer_writes_what_pandas_wrote(tmp_path, demo_paths
 def test_methods_say_which_hold_the_whole_table(capsys):
     from dpsynth.cli import main
 
-    assert main(["methods"]) == 0
+    assert main(["methods", "--verbose"]) == 0
     blocks = {b.split(":", 1)[0]: b for b in capsys.readouterr().out.split("\n\n")}
     for name in ("pgm", "marginals"):
         assert "synthesize streams the synthetic table block by block" in blocks[name]
