@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype, decode, write_csv
 from ..schema import Schema
 
@@ -147,6 +148,7 @@ def write_synthetic(folder: Path, schema: Schema, sampler: BlockSampler, sample_
     draw, values_rng = BlockRngs(sample_rng), BlockRngs(decode_rng)
     dtype = code_dtype(schema.cardinalities)
     writers = _Writers(folder, schema)
+    done = 0
     try:
         for chunk in _chunks(sizes, chunk_rows, block_rows):
             blocks = [np.asarray(sampler.sample(sizes[i], draw(i))).astype(dtype, copy=False) for i in chunk]
@@ -156,6 +158,8 @@ def write_synthetic(folder: Path, schema: Schema, sampler: BlockSampler, sample_
                                      f"expected {(sizes[i], len(schema.columns))}")
                 enc = EncodedTable(schema=schema, codes=np.ascontiguousarray(codes))
                 writers.write(enc.codes, decode(enc, values_rng(i)))
+                done += sizes[i]
+                progress.count("writing the synthetic table", done, sum(sizes), "rows")
     finally:
         writers.close()
     return Written(rows=sum(sizes), row_groups=len(sizes))
