@@ -18,6 +18,16 @@ every 0.1 s and reports each one's peak and the peak of their sum.
     python benchmarks/scale.py --rows 1000000,10000000
     python benchmarks/scale.py --rows 100000000 --modes serial    # one locked run each
 
+Whole releases (``--modes release-pgm,release-sds``, issue 25): the CLI's ``dpsynth release
+--engine local`` from the raw Parquet folder through encode, measure, synthesize (streamed
+to Parquet and CSV), validate (the gate worker, a child process), publish and report, at
+epsilon 1 with a fixed seed, in a fresh process under ``nice``. Wall time, the manifest's
+stage timings and the peak resident memory of the whole process tree (the CLI process
+plus the gate worker, sampled every 0.1 s; their sum's peak is the figure that counts).
+The load average is recorded per cell: the machine is shared.
+
+    python benchmarks/scale.py --rows 1000000,10000000 --modes release-pgm,release-sds
+
 Results merge into benchmarks/results/scale.json by (rows, mode).
 """
 
@@ -164,23 +174,67 @@ def _sample(proc, peaks: dict, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
+def _children_cpu() -> float:
+    """User + system seconds of every waited-for descendant (the run, and its gate worker,
+    which the run waits for)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str], Path]:
+    """The CLI release of ``mode`` (release-<method>) and its scratch folder."""
+    scratch = work / f"release-{rows}-{mode}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    (scratch / "schema.yaml").write_text(schema().to_yaml())
+    (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret")
+    cmd = ["nice", sys.executable, "-m", "dpsynth.cli", "release", "--engine", "local", "--data", str(data),
+           "--schema", str(scratch / "schema.yaml"), "--method", mode.split("-", 1)[1], "--epsilon", "1",
+           "--out", str(scratch / "out"), "--workspace", str(scratch / "ws"), "--seed-file", str(scratch / "seed"),
+           "--name", "scale"]
+    return cmd, scratch
+
+
+def _release_result(res: dict, scratch: Path, stdout: str, stderr: str) -> None:
+    """The manifest's stage timings and rows into ``res``; the error's last line if it failed."""
+    manifest = scratch / "out" / "scale" / "manifest.json"
+    if manifest.exists():
+        m = json.loads(manifest.read_text())
+        res["stages_s"] = {k: round(float(v), 2) for k, v in m.get("timings", {}).items()}
+        res["synthetic_rows"] = m.get("rows")
+        res["published"] = True
+        res["validation"] = m.get("validation", {}).get("success")
+    else:
+        res["published"] = False
+        lines = [x for x in (stderr or "").splitlines() if x.strip()]
+        res["refusal"] = lines[-1][:400] if lines else ""
+
+
 def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit: float) -> dict:
     codes = work / f"codes-{rows}-{mode}"
-    cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
-           "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
+    scratch = None
+    if mode.startswith("release-"):
+        cmd, scratch = _release_cmd(rows, mode, data, work)
+    else:
+        cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
+               "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
     peaks: dict = {}
     stop = threading.Event()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    load_before = os.getloadavg()
+    cpu_before = _children_cpu()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if scratch else None, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     sampler = threading.Thread(target=_sample, args=(proc, peaks, stop), daemon=True)
     sampler.start()
     try:
-        stdout, _ = proc.communicate(timeout=limit)
+        stdout, stderr = proc.communicate(timeout=limit)
         error = None if proc.returncode == 0 else f"exit {proc.returncode}"
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)  # the run and its Dask workers: a session of their own
-        stdout, _ = proc.communicate()
+        stdout, stderr = proc.communicate()
         error = f"stopped at the time limit of {limit:.0f} s"
     wall = time.perf_counter() - t0
     stop.set()
@@ -193,9 +247,17 @@ def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit
     mb = 1 << 20
     workers = {k: v for k, v in peaks.items() if k.startswith("child-")}
     res["process_wall_s"] = round(wall, 3)
+    res["cpu_s"] = round(_children_cpu() - cpu_before, 1)  # user + system of the run's process tree
+    res["loadavg_before"] = [round(x, 2) for x in load_before]
     res["peak_rss_mb"] = {"driver": round(peaks.get("driver", 0) / mb),
                           "workers": sorted(round(v / mb) for v in workers.values()),
                           "all_processes_sum": round(peaks.get("sum", 0) / mb)}
+    if scratch is not None:
+        _release_result(res, scratch, stdout, stderr)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if error is not None:
+            res["error"] = error
+        return res
     if error is not None:
         res["error"] = error
         return res
@@ -240,10 +302,12 @@ def main() -> None:
         if not args.keep_data:
             shutil.rmtree(data, ignore_errors=True)
     ordered = sorted(results.values(), key=lambda r: (r["rows"], r["mode"]))
+    _release_table([r for r in ordered if r["mode"].startswith("release-")])
+    ordered_measure = [r for r in ordered if not r["mode"].startswith("release-")]
     headers = ["rows", "mode", "encode s", "sds s", "pgm s", "total s", "rows/s", "driver MB", "worker MB",
                "sum MB", "same"]
     table = []
-    for r in ordered:
+    for r in ordered_measure:
         if "error" in r:
             pk = r["peak_rss_mb"]
             table.append([r["rows"], r["mode"], r.get("encode_s", ""), r.get("sds_measure_s", ""),
@@ -258,8 +322,26 @@ def main() -> None:
                       r["encode_plus_measure_s"], r["rows_per_s"], pk["driver"], max(pk["workers"], default=0),
                       pk["all_processes_sum"], same])
     print_table(headers, table)
-    write_json("scale", {"columns": CAT + NUM, "targets": {"10M_encode_plus_measure_s": 60, "peak_mb": 2048},
+    write_json("scale", {"columns": CAT + NUM, "targets": {"10M_encode_plus_measure_s": 60, "peak_mb": 2048,
+                                                           "10M_release_default_s": 120, "10M_release_sds_s": 300,
+                                                           "release_peak_mb": 2048},
                          "results": ordered})
+
+
+def _release_table(rows: list[dict]) -> None:
+    """Whole releases: wall, stages, peak RSS of the process tree, published or not, load."""
+    headers = ["rows", "mode", "wall s", "CPU s", "encode", "measure", "synth", "validate", "publish", "peak MB (tree)",
+               "CLI MB", "gate MB", "published", "load"]
+    table = []
+    for r in rows:
+        st, pk = r.get("stages_s", {}), r["peak_rss_mb"]
+        table.append([r["rows"], r["mode"], r["process_wall_s"], r.get("cpu_s", ""), st.get("encode", ""), st.get("measure", ""),
+                      st.get("synthesize", ""), st.get("validate", ""), st.get("publish", ""),
+                      pk["all_processes_sum"], pk["driver"], max(pk["workers"], default=0),
+                      "yes" if r.get("published") else "NO: " + (r.get("error") or r.get("refusal", ""))[:60],
+                      r.get("loadavg_before", [""])[0]])
+    if table:
+        print_table(headers, table)
 
 
 if __name__ == "__main__":

@@ -151,13 +151,16 @@ def _release_command(args: argparse.Namespace) -> int:
         # other core while this one imports Prefect, prepares and runs the method; its
         # output goes nowhere.
         gate_worker.start()
+        settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
+        settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
+        config = ReleaseConfig.from_arguments(**settings)
         if args.engine != "local":
+            from .pipeline.config import check_public
+
+            check_public(config)  # a public error is refused now, not after Prefect's start-up
             _prefect_env()
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
-    settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
-    settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
-    config = ReleaseConfig.from_arguments(**settings)
     _say_auto(config)
     folder = _run_engine(config, args.engine)
     total = _process_seconds()

@@ -7,8 +7,10 @@ budget is spent (exit 2); a problem found after measuring would waste the budget
 
 * :func:`check_options`: every post-processing option is compatible with the method,
   decided from the method class, not from a measurement;
-* :func:`check_rows`: the synthetic table fits in memory (``--rows`` against a stated
-  limit, ``DPSYNTH_MAX_TABLE_BYTES``);
+* :func:`check_rows`: the synthetic table of a method that holds it whole fits in memory
+  (``--rows``, or the input's row count from Parquet metadata, against a stated limit,
+  ``DPSYNTH_MAX_TABLE_BYTES``); methods that stream their synthesis are not limited;
+* :func:`check_disk`: the synthetic files of ``--rows`` fit the disk's free space;
 * :func:`noise_warnings`: an epsilon so large that the counts are effectively exact
   is allowed, but said out loud (CLI warning and a manifest note).
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .privacy.budget import Charge
@@ -27,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_TABLE_BYTES",
     "EXACT_NOISE_SD",
     "PrecheckError",
+    "check_disk",
     "check_options",
     "check_rows",
     "max_table_bytes",
@@ -100,18 +105,58 @@ def _gib(x: float) -> str:
     return f"{x / (1 << 30):.3g} GiB"
 
 
-def check_rows(rows: int | None, schema: Schema) -> None:
-    """Refuses a ``--rows`` whose synthetic table would not fit the memory limit."""
-    if rows is None:
+def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input_rows: int | None = None,
+               bytes_per_cell: int | None = None) -> None:
+    """Refuses a synthetic table that would not fit the memory limit.
+
+    A method that streams its synthesis (``streams``: it holds one block at a time) is
+    never refused. Otherwise the table is ``--rows`` records, or about the input's when
+    ``rows`` is None and its row count is known from metadata (``input_rows``)."""
+    if streams:
         return
-    need = int(rows) * len(schema.columns) * BYTES_PER_CELL
+    n = rows if rows is not None else input_rows
+    if n is None:
+        return
+    per_cell = bytes_per_cell or BYTES_PER_CELL
+    need = int(n) * len(schema.columns) * per_cell
     limit = max_table_bytes()
     if need > limit:
-        most = max(1, limit // (len(schema.columns) * BYTES_PER_CELL))
+        most = max(1, limit // (len(schema.columns) * per_cell))
+        what = f"--rows {rows}" if rows is not None else f"a synthetic table as large as the input ({n} rows)"
         raise PrecheckError(
-            f"--rows {rows} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
-            f"~{BYTES_PER_CELL} bytes per cell), over the limit of {_gib(limit)} "
-            f"(DPSYNTH_MAX_TABLE_BYTES): ask for at most {most} rows"
+            f"{what} needs about {_gib(need)} for the synthetic table ({len(schema.columns)} columns, "
+            f"~{per_cell} bytes per cell), over the limit of {_gib(limit)} "
+            f"(DPSYNTH_MAX_TABLE_BYTES); this method holds the whole synthetic table in memory: ask for "
+            f"at most --rows {most}, or use a method that streams it (`dpsynth methods`: pgm, marginals)"
+        )
+
+
+#: Disk bytes per synthetic cell, written twice (the workspace's synthetic folder and the
+#: published copy): codes (~1), values in Parquet (~8) and CSV (~10), rounded up.
+DISK_BYTES_PER_CELL = 48
+
+
+def _existing(path: Path) -> Path:
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_disk(rows: int | None, schema: Schema, folders: Sequence[Path]) -> None:
+    """Refuses a ``--rows`` whose synthetic files would not fit the free space of the disk
+    holding the workspace and the output folder (streamed methods hold no table in memory,
+    but write every row)."""
+    if rows is None:
+        return
+    need = int(rows) * len(schema.columns) * DISK_BYTES_PER_CELL
+    free = min(shutil.disk_usage(_existing(f)).free for f in folders)
+    if need > free:
+        most = max(1, free // (len(schema.columns) * DISK_BYTES_PER_CELL))
+        raise PrecheckError(
+            f"--rows {rows} needs about {_gib(need)} of disk for the synthetic files (workspace and "
+            f"published copy, ~{DISK_BYTES_PER_CELL} bytes per cell), more than the {_gib(free)} free: ask for at "
+            f"most --rows {most}, or free disk space"
         )
 
 

@@ -124,11 +124,20 @@ def test_integer_column_whose_bin_holds_no_integer_exits_2(tmp_path, capsys):
     assert _nothing_measured(tmp_path)
 
 
-def test_huge_rows_are_refused_before_measuring(tmp_path):
-    """Defect 3: --rows 1000000000 measured, then failed allocating the synthetic table."""
+def test_huge_rows_are_refused_before_measuring(tmp_path, monkeypatch):
+    """Defect 3: --rows 1000000000 measured, then failed allocating the synthetic table.
+    A method that holds its table is refused for memory; one that streams it (issue 25)
+    for disk space: 10^9 rows would not fit the disk either."""
     with pytest.raises(PrecheckError, match=r"--rows 1000000000.*limit of 4 GiB.*DPSYNTH_MAX_TABLE_BYTES"):
+        pipeline.run_release(_config(tmp_path, method="one-step", rows=1_000_000_000))
+    assert _nothing_measured(tmp_path)
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(200 << 30, 100 << 30, 100 << 30))
+    with pytest.raises(PrecheckError, match=r"--rows 1000000000 needs about 447 GiB of disk.*100 GiB free"):
         pipeline.run_release(_config(tmp_path, rows=1_000_000_000))
     assert _nothing_measured(tmp_path)
+    pipeline.prepare(_config(tmp_path, rows=1_000_000))  # 0.45 GiB: fits
 
 
 def test_sds_plan_refuses_a_domain_it_cannot_hold(tmp_path, monkeypatch):
@@ -153,10 +162,60 @@ def test_failure_after_measuring_exits_1_and_says_the_budget_is_spent(tmp_path, 
     def broken(self, *a, **k):
         raise ValueError("synthesis broke")
 
-    monkeypatch.setattr(MarginalsMethod, "synthesize", broken)
+    monkeypatch.setattr(MarginalsMethod, "sampler", broken)  # marginals streams: its sampler is built first
     assert _cli(tmp_path, "--name", "x", "--rows", "50") == 1
     err = _error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "budget of this release was spent" in err[0] and "synthesis broke" in err[0]
+
+
+@pytest.mark.parametrize("extra", [("--method", "pgmm"), ("--method", "pgm", "--param", "select=tree"),
+                                   ("--method", "pgm", "--epsilon", "-1")])
+def test_a_public_error_is_refused_before_prefect_starts(tmp_path, capsys, monkeypatch, extra):
+    """Issue 25: a typo on the Prefect engine took 11 s (Prefect's start-up) to be refused."""
+    import dpsynth.cli as cli
+
+    def started():
+        raise AssertionError("Prefect was started before the public checks")
+
+    monkeypatch.setattr(cli, "_prefect_env", started)
+    args = ["release", "--data", str(DEMO), "--schema", str(DEMO_SCHEMA), "--epsilon", "1",
+            "--out", str(tmp_path / "out"), "--workspace", str(tmp_path / "ws"), "--engine", "prefect"]
+    assert main(args + list(extra)) == 2
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "Prefect was started" not in err[0]
+    assert _nothing_measured(tmp_path)
+
+
+def test_a_csv_cut_in_its_last_row_is_refused_before_any_charge(tmp_path):
+    """An interrupted copy: the last row lacks fields and a line end. Refused by prepare,
+    naming the file and the field count, quoting no value."""
+    cut = tmp_path / "cut.csv"
+    raw = DEMO.read_bytes()
+    cut.write_bytes(raw[: raw.index(b"\n", len(raw) // 2) + 12])  # 12 bytes into a row
+    with pytest.raises(DataError, match=r"cut\.csv: its last line is incomplete \(\d of 10 fields") as err:
+        pipeline.prepare(_config(tmp_path, data=cut))
+    last = raw[: raw.index(b"\n", len(raw) // 2) + 12].rsplit(b"\n", 1)[-1].decode()
+    assert last.split(",")[0] not in str(err.value).split(":", 2)[-1]  # no value of the row
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(raw.rstrip(b"\n"))  # no final line end but a whole last row: accepted
+    pipeline.prepare(_config(tmp_path, data=whole))
+
+
+def test_a_parquet_folder_with_one_corrupt_file_names_it_and_measures_nothing(tmp_path):
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    t = pacsv.read_csv(DEMO)
+    pq.write_table(t.slice(0, 2500), folder / "a.parquet")
+    pq.write_table(t.slice(2500), folder / "b.parquet")
+    data = bytearray((folder / "b.parquet").read_bytes())
+    data[len(data) // 3 : len(data) // 3 + 200] = b"\0" * 200  # the footer intact: only reading rows finds it
+    (folder / "b.parquet").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"b\.parquet: cannot be read as parquet"):
+        pipeline.run_release(_config(tmp_path, data=folder))
+    assert _nothing_measured(tmp_path) and not (tmp_path / "out").exists()
 
 
 # --- B. verify as a real check -------------------------------------------------------------

@@ -31,7 +31,8 @@ def _column(name: str, in_domain: str, not_null: bool) -> list[tuple]:
 #: The gate's expectations on the demo table before the change, in order (name, column, GE type).
 BEFORE = [
     ("columns_match_schema", None, "expect_table_columns_to_match_ordered_list"),
-    ("row_count", None, "expect_table_row_count_to_be_between"),
+    # the row count is asserted on the statistics table since the gate reads the table in chunks
+    ("row_count", None, "expect_column_values_to_be_between"),
     *_column("region", _SET, True), *_column("age", _BETWEEN, True), *_column("sex", _SET, True),
     *_column("education", _SET, True), *_column("employment", _SET, True), *_column("income", _BETWEEN, False),
     *_column("hours_per_week", _BETWEEN, False), *_column("smoker", _SET, False), *_column("health", _SET, True),

@@ -283,16 +283,17 @@ def test_internal_report_samples_triples_of_a_wide_table():
 
 
 def test_broken_synthesizer_fails_the_gate_and_publishes_nothing(tmp_path, demo_paths, monkeypatch):
-    original = MarginalsMethod.synthesize
+    from dpsynth.methods.marginals import IndependentSampler
 
-    def swapped(self, m, schema, rows, rng):
-        out = original(self, m, schema, rows, rng)
-        codes = out.codes.copy()
-        i, j = schema.index("region"), schema.index("health")  # both have 4 codes
+    original = IndependentSampler.sample  # marginals streams its synthesis block by block
+
+    def swapped(self, n, rng):
+        codes = original(self, n, rng).copy()
+        i, j = self.schema.index("region"), self.schema.index("health")  # both have 4 codes
         codes[:, [i, j]] = codes[:, [j, i]]
-        return type(out)(schema=schema, codes=codes)
+        return codes
 
-    monkeypatch.setattr(MarginalsMethod, "synthesize", swapped)
+    monkeypatch.setattr(IndependentSampler, "sample", swapped)
     with pytest.raises(pipeline.ValidationFailed, match="region") as err:
         pipeline.run_release(_config(tmp_path, demo_paths, epsilon=5.0))
     assert "nothing was published" in str(err.value)

@@ -60,6 +60,7 @@ __all__ = [
     "tvd_by_k",
     "summarize_by_k",
     "tvd_vs_marginals",
+    "tvd_vs_counts",
     "clipped_distributions",
     "independent_baseline",
     "fabricated_suppressed",
@@ -203,6 +204,14 @@ def tvd_vs_marginals(
     if cardinalities is None:
         raise ValueError("cardinalities are needed (or pass an EncodedTable)")
     cards = _cards(cardinalities, arr.shape[1])
+    keyed = _keyed(marginals, cards, names, groups)
+    return _tvds(keyed, iter_marginals(arr, cards, list(keyed)), marginals)
+
+
+def _keyed(marginals: Mapping[tuple[int | str, ...], np.ndarray], cards: Sequence[int],
+           names: Sequence[str] | None, groups: Mapping | None) -> dict[Subset, list]:
+    """The noisy tables grouped by sorted column-index subset, with each key's column order
+    and its merged-value maps."""
     position = {n: i for i, n in enumerate(names)} if names is not None else {}
 
     def index_of(key: tuple[int | str, ...], col: int | str) -> int:
@@ -215,7 +224,7 @@ def tvd_vs_marginals(
             raise ValueError(f"marginal {key}: column index {j} outside 0..{len(cards) - 1}")
         return j
 
-    keyed: dict[Subset, list[tuple[tuple[int | str, ...], Subset, np.ndarray]]] = {}
+    keyed: dict[Subset, list] = {}
     for key, noisy in marginals.items():
         key_t = tuple(key) if isinstance(key, (tuple, list)) else (key,)
         order = tuple(index_of(key_t, c) for c in key_t)
@@ -229,9 +238,13 @@ def tvd_vs_marginals(
                 f"marginal {key_t}: {table.size} cells, expected {math.prod(dims)} for shape {dims}"
             )
         keyed.setdefault(tuple(sorted(order)), []).append((key, order, table.reshape(dims), maps))
+    return keyed
 
+
+def _tvds(keyed, counted: Iterable[tuple[Subset, np.ndarray]], marginals: Mapping) -> dict:
+    """TVD per key from the synthetic counts of each sorted subset (see :func:`tvd_vs_marginals`)."""
     keys, synths, targets = [], [], []
-    for s, counts in iter_marginals(arr, cards, list(keyed)):
+    for s, counts in counted:
         for key, order, table, maps in keyed[s]:
             keys.append(key)
             synth = counts.transpose([s.index(j) for j in order])
@@ -249,6 +262,16 @@ def tvd_vs_marginals(
     dist = np.clip(0.5 * np.add.reduceat(np.abs(p - q), starts), 0.0, 1.0)
     out = dict(zip(keys, dist.tolist()))
     return {key: out[key] for key in marginals}
+
+
+def tvd_vs_counts(counts, marginals: Mapping[tuple[int | str, ...], np.ndarray],
+                  groups: Mapping | None = None) -> dict[tuple[int | str, ...], float]:
+    """:func:`tvd_vs_marginals` from exact synthetic counts gathered chunk by chunk
+    (a :class:`dpsynth.gate.scan.CodeCounts` holding every needed subset), keys by column name."""
+    if counts.n == 0:
+        raise ValueError("synthetic table has no rows")
+    keyed = _keyed(marginals, counts.schema.cardinalities, counts.schema.names, groups)
+    return _tvds(keyed, ((s, counts.counts[s]) for s in keyed), marginals)
 
 
 # --- baselines and coverage ----------------------------------------------------

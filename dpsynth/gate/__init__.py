@@ -6,8 +6,6 @@ decision 8). Two suites run on an ephemeral GE context:
 
 ``synthetic_records`` (on the decoded synthetic table)
     * ``columns_match_schema``: the schema's columns, in schema order, nothing else;
-    * ``row_count``: exactly ``expected_rows`` when the release asked for a number of
-      rows, otherwise within a band around the measurement's DP row estimate;
     * per column: ``exists``; ``type`` (categorical: a string dtype; numeric with
       ``integer: true``: an integer dtype, so every value is whole; other numeric: a
       float or integer dtype; datetime: a ``datetime64`` dtype); ``in_domain``
@@ -16,13 +14,20 @@ decision 8). Two suites run on an ephemeral GE context:
       are allowed exactly where ``Column.nullable``).
 
 ``dp_marginal_accuracy`` (on a small derived table of statistics)
+    * ``row_count``: exactly ``expected_rows`` when the release asked for a number of
+      rows, otherwise within a band around the measurement's DP row estimate;
     * ``codes_match_table``: the table re-encoded with the schema gives back the codes
       the marginals were computed from (catches a decoder that shifts labels);
     * per marginal size k: ``max_tvd_k<k>`` (every measured k-way marginal's TVD is
       within its threshold, computed from that marginal's own stated ``stddev``) and
       ``mean_tvd_k<k>`` (the mean TVD over the k-way marginals is within its threshold).
 
-The package: :mod:`.thresholds` (threshold maths, row estimate), :mod:`.checks` (the
+The synthetic table is read once, chunk by chunk (:mod:`.scan`): the record checks
+run on a few witness values per column that give the whole table's verdicts (distinct
+labels; smallest and largest values; a missing value if any), the marginal checks on
+exact counts summed over chunks. Memory is one chunk whatever the row count.
+
+The package: :mod:`.scan` (the chunked pass), :mod:`.thresholds` (threshold maths, row estimate), :mod:`.checks` (the
 plan of every expectation, computed once), :mod:`.ge` (the GE run and the summary),
 :mod:`.docs` (sanitised, offline Data Docs), :mod:`.session` (the GE context), :mod:`.worker`
 (the GE process beside the release) and :mod:`.validation` (record validity against the schema).
@@ -39,6 +44,10 @@ _EXPORTS = {
     "GateError": "thresholds",
     "RowEstimate": "thresholds",
     "run_gate": "ge",
+    "run_gate_scan": "ge",
+    "CodeCounts": "scan",
+    "file_chunks": "scan",
+    "scan_table": "scan",
     "write_data_docs": "ge",
     "predicted_tvd": "thresholds",
     "predicted_tvd_sd": "thresholds",

@@ -20,9 +20,10 @@ import pyarrow as pa
 
 from ..rows.encoding import EncodedTable, encode_column
 from ..measurement import Measurement, marginal_key
-from ..evaluation.metrics import tvd_vs_marginals
+from ..evaluation.metrics import tvd_vs_counts
 from ..schema import Column, Schema
 from .validation import column_domain
+from .scan import CodeCounts, Scan, frame_chunks, scan_table
 from .thresholds import (
     DEFAULT_MIN_FACTOR,
     DEFAULT_SD_FACTOR,
@@ -35,7 +36,7 @@ from .thresholds import (
     predicted_tvds,
 )
 
-__all__ = ["Plan", "prepare", "RECORDS_SUITE", "MARGINALS_SUITE"]
+__all__ = ["Plan", "measured_subsets", "prepare", "prepare_scan", "RECORDS_SUITE", "MARGINALS_SUITE"]
 
 RECORDS_SUITE = "synthetic_records"
 MARGINALS_SUITE = "dp_marginal_accuracy"
@@ -52,7 +53,11 @@ _DATETIME_TYPES = ["datetime64[s]", "datetime64[ms]", "datetime64[us]", "datetim
 
 @dataclass
 class Check:
-    """One expectation: its label, suite, GE expectation type and arguments, and what it observed."""
+    """One expectation: its label, suite, GE expectation type and arguments, and what it observed.
+
+    GE evaluates record checks on the table's witness values (:mod:`dpsynth.gate.scan`),
+    so its element and unexpected counts are of those few rows: ``counts`` holds the exact
+    counts over the whole table, gathered chunk by chunk, shown in their place."""
 
     name: str
     column: str | None
@@ -61,6 +66,7 @@ class Check:
     kwargs: dict[str, Any]
     observed: dict[str, Any] = field(default_factory=dict)
     dtype: str | None = None
+    counts: dict[str, Any] | None = None  # exact whole-table counts, shown instead of GE's
 
     @property
     def label(self) -> str:
@@ -70,7 +76,9 @@ class Check:
 
 @dataclass
 class Plan:
-    """Everything the GE run needs: the table, the statistics table and every check."""
+    """Everything the GE run needs: the table's witness values (``table``: a few rows whose
+    record checks give the whole table's verdicts), the statistics table and every check;
+    ``counts``: the synthetic marginal counts the checks were computed from."""
 
     schema: Schema
     table: pd.DataFrame
@@ -79,6 +87,7 @@ class Plan:
     marginal_errors: list[dict[str, Any]]
     thresholds: dict[str, Any]
     statistics: dict[str, Any]
+    counts: CodeCounts | None = None
 
 
 def _for_ge(df: pd.DataFrame) -> pd.DataFrame:
@@ -123,30 +132,29 @@ def _reencode(col: Column, series: pd.Series) -> np.ndarray:
     return np.asarray(encode_column(col, arr), dtype=np.int64)
 
 
-def _code_mismatch(table: pd.DataFrame, codes: EncodedTable) -> np.ndarray:
-    """Per schema column, the share of cells whose value does not re-encode to its code."""
-    out = np.ones(len(codes.schema.columns), dtype=np.float64)
+def _mismatch_counts(table: pd.DataFrame, codes: EncodedTable) -> np.ndarray | None:
+    """Per schema column, the cells whose value does not re-encode to its code (all of a
+    column missing or repeated in the table); None when the row counts differ."""
     if len(table) != codes.n:
-        return out
-    if codes.n == 0:
-        return np.zeros_like(out)
+        return None
+    out = np.full(len(codes.schema.columns), float(codes.n))
     for j, col in enumerate(codes.schema.columns):
         if col.name not in table.columns or table.columns.tolist().count(col.name) != 1:
             continue
+        if codes.n == 0:
+            out[j] = 0.0
+            continue
         expected = _roundtrip_codes(col, codes.codes[:, j].astype(np.int64))
-        out[j] = float(np.mean(_reencode(col, table[col.name]) != expected))
+        out[j] = float(np.count_nonzero(_reencode(col, table[col.name]) != expected))
     return out
 
 
-def _record_checks(table: pd.DataFrame, schema: Schema) -> list[Check]:
+def _record_checks(found: list[str], dtypes: Mapping[str, str], schema: Schema, scanned: Scan) -> list[Check]:
     """Per column: exists, type, in_domain and (when the schema allows no missing) not_null."""
     checks: list[Check] = []
     for col in schema.columns:
         checks.append(Check("exists", col.name, RECORDS_SUITE, "ExpectColumnToExist", {"column": col.name}))
-        if col.name not in table.columns:
-            continue
-        series = table[col.name]
-        if isinstance(series, pd.DataFrame):  # a duplicated column name: nothing to check per column
+        if found.count(col.name) != 1:  # absent, or a duplicated name: nothing to check per column
             continue
         dom = column_domain(col)
         if dom.values is not None:
@@ -163,23 +171,25 @@ def _record_checks(table: pd.DataFrame, schema: Schema) -> list[Check]:
         checks.append(
             Check(
                 "type", col.name, RECORDS_SUITE, "ExpectColumnValuesToBeInTypeList",
-                {"column": col.name, "type_list": list(types)}, dtype=str(series.dtype),
+                {"column": col.name, "type_list": list(types)}, dtype=dtypes[col.name],
             )
         )
-        checks.append(Check("in_domain", col.name, RECORDS_SUITE, in_domain[0], in_domain[1]))
+        checks.append(Check("in_domain", col.name, RECORDS_SUITE, in_domain[0], in_domain[1],
+                            counts=scanned.column_counts(col.name, "in_domain")))
         if not dom.nullable:
             checks.append(
-                Check("not_null", col.name, RECORDS_SUITE, "ExpectColumnValuesToNotBeNull", {"column": col.name})
+                Check("not_null", col.name, RECORDS_SUITE, "ExpectColumnValuesToNotBeNull", {"column": col.name},
+                      counts=scanned.column_counts(col.name, "not_null"))
             )
     return checks
 
 
 def _table_checks(
-    table: pd.DataFrame, names: list[str], expected_rows: int | None, estimate: RowEstimate | None,
+    found: list[str], n: int, names: list[str], expected_rows: int | None, estimate: RowEstimate | None,
     over: Mapping[str, float],
 ) -> tuple[list[Check], float | None]:
-    """Columns in schema order and the row count (exact, or a band around the DP estimate)."""
-    found = list(table.columns)
+    """Columns in schema order and the row count (exact, or a band around the DP estimate;
+    asserted on the statistics table's ``rows`` column, the table being read in chunks)."""
     columns = Check(
         "columns_match_schema", None, RECORDS_SUITE, "ExpectTableColumnsToMatchOrderedList",
         {"column_list": names},
@@ -195,9 +205,9 @@ def _table_checks(
     )
     lo, hi, tol = _row_band(expected_rows, estimate, over)
     rows = Check(
-        "row_count", None, RECORDS_SUITE, "ExpectTableRowCountToBeBetween",
-        {"min_value": lo, "max_value": hi},
-        {"rows": len(table), "min": lo, "max": hi},
+        "row_count", None, MARGINALS_SUITE, "ExpectColumnValuesToBeBetween",
+        {"column": "rows", "min_value": lo, "max_value": hi},
+        {"rows": n, "min": lo, "max": hi}, counts={},
     )
     return [columns, rows], tol
 
@@ -212,14 +222,14 @@ class _MarginalResult:
 
 
 def _marginal_checks(
-    codes: EncodedTable, measurement: Measurement, records: float, over: Mapping[str, float]
+    codes: CodeCounts, measurement: Measurement, records: float, over: Mapping[str, float]
 ) -> _MarginalResult:
     """``max_tvd_k<k>`` and ``mean_tvd_k<k>`` for every size k of every measured marginal,
     each marginal against the threshold its own stated noise scale gives."""
     out = _MarginalResult()
     keys = list(measurement.marginals)
     if codes.n > 0 and keys:
-        tvds = tvd_vs_marginals(codes, measurement.marginals, groups=measurement.groups)
+        tvds = tvd_vs_counts(codes, measurement.marginals, groups=measurement.groups)
     else:  # an empty table matches no distribution
         tvds = {k: 1.0 for k in keys}
     predicted, spread = {}, {}
@@ -260,6 +270,15 @@ def _marginal_checks(
     return out
 
 
+def measured_subsets(schema: Schema, measurement: Measurement) -> list[tuple[int, ...]]:
+    """Sorted column-index subsets of every 1-way marginal and every measured marginal:
+    the counts the gate and the report read from the synthetic codes."""
+    names = set(schema.names)
+    keys = [tuple(sorted(schema.index(a) for a in key)) for key in measurement.marginals
+            if all(isinstance(a, str) and a in names for a in key)]
+    return list(dict.fromkeys([(j,) for j in range(len(schema.columns))] + keys))
+
+
 def prepare(
     synthetic: pd.DataFrame,
     codes: EncodedTable,
@@ -267,19 +286,30 @@ def prepare(
     expected_rows: int | None,
     thresholds: Mapping[str, float] | None,
 ) -> Plan:
-    """Every check and statistic of the gate, computed once (GE only evaluates them)."""
+    """Every check and statistic of the gate on an in-memory table (one chunk of :func:`prepare_scan`)."""
     if not isinstance(synthetic, pd.DataFrame):
         raise GateError(f"synthetic must be a pandas DataFrame, got {type(synthetic).__name__}")
+    found = scan_table(frame_chunks(synthetic, codes), codes.schema, measured_subsets(codes.schema, measurement))
+    return prepare_scan(found, measurement, expected_rows, thresholds)
+
+
+def prepare_scan(
+    found: Scan,
+    measurement: Measurement,
+    expected_rows: int | None,
+    thresholds: Mapping[str, float] | None,
+) -> Plan:
+    """Every check and statistic of the gate, from one pass over the synthetic table
+    (:func:`dpsynth.gate.scan.scan`); GE only evaluates them."""
     if expected_rows is not None and (isinstance(expected_rows, bool) or int(expected_rows) < 0):
         raise GateError(f"expected_rows must be a whole number >= 0, got {expected_rows!r}")
     over = _overrides(thresholds)
-    schema = codes.schema
-    table = _for_ge(synthetic)
+    schema = found.schema
     estimate = dp_row_estimate(measurement)
-    checks, tol = _table_checks(table, schema.names, expected_rows, estimate, over)
-    checks += _record_checks(table, schema)
+    checks, tol = _table_checks(found.columns, found.rows, schema.names, expected_rows, estimate, over)
+    checks += _record_checks(found.columns, found.dtypes, schema, found)
 
-    mismatch = _code_mismatch(table, codes)
+    mismatch = found.mismatch_share()
     max_share = over.get("max_code_mismatch_share", 0.0)
     checks.append(Check(
         "codes_match_table", None, MARGINALS_SUITE, "ExpectColumnMaxToBeBetween",
@@ -287,8 +317,9 @@ def prepare(
         {"columns_mismatched": int(np.count_nonzero(mismatch > 0)),
          "max_mismatch_share": float(mismatch.max()) if mismatch.size else 0.0},
     ))
-    records = estimate.value if estimate is not None else float(max(1, codes.n))
-    marg = _marginal_checks(codes, measurement, records, over)
+    counts = found.code_counts()
+    records = estimate.value if estimate is not None else float(max(1, counts.n))
+    marg = _marginal_checks(counts, measurement, records, over)
     checks += marg.checks
     resolved: dict[str, Any] = {"sd_factor": over.get("sd_factor", DEFAULT_SD_FACTOR),
                                 "min_factor": over.get("min_factor", DEFAULT_MIN_FACTOR), **marg.thresholds}
@@ -297,19 +328,19 @@ def prepare(
     resolved["max_code_mismatch_share"] = float(max_share)
     resolved["overridden"] = sorted(over)
 
-    stat_columns = {"code_mismatch": mismatch, **marg.columns}
+    stat_columns = {"rows": np.array([float(found.rows)]), "code_mismatch": mismatch, **marg.columns}
     length = max(len(v) for v in stat_columns.values())
     stats = pd.DataFrame(
         {c: np.concatenate([v, np.full(length - len(v), np.nan)]) for c, v in stat_columns.items()}
     )
     statistics = {
-        "rows": len(table),
+        "rows": found.rows,
         "rows_expected": None if expected_rows is None else int(expected_rows),
         "rows_dp_estimate": None if estimate is None else round(float(estimate.value), 3),
         "rows_dp_estimate_source": None if estimate is None else estimate.source,
-        "columns": len(table.columns),
+        "columns": len(found.columns),
         "marginals": len(measurement.measured),
         "noise_scale_source": "measurement" if measurement.measured else None,
         "marginal_tvd_by_k": marg.by_k,
     }
-    return Plan(schema, table, stats, checks, marg.errors, resolved, statistics)
+    return Plan(schema, found.witness_frame(), stats, checks, marg.errors, resolved, statistics, counts)

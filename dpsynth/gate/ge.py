@@ -28,12 +28,13 @@ import pandas as pd
 
 from ..rows.encoding import EncodedTable
 from ..measurement import Measurement
-from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare
+from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan, prepare, prepare_scan
+from .scan import CodeCounts, Scan
 from .docs import _GE_COUNTS, _GE_PERCENTS, _empty_folder, _raised, _render_docs
 from .session import RESULT_FORMAT, context, validate_frame
 from .thresholds import GateError, _positive_number
 
-__all__ = ["run_gate", "write_data_docs"]
+__all__ = ["run_gate", "run_gate_scan", "write_data_docs"]
 
 
 def _members(plan: Plan, suite_name: str) -> list[int]:
@@ -125,7 +126,7 @@ def _summarise(plan: Plan, results: Mapping[int, Any]) -> dict[str, Any]:
             observed["error"] = True
         else:
             success = bool(r.success)
-            observed.update(_ge_counts(r.result))
+            observed.update(check.counts if check.counts is not None else _ge_counts(r.result))
             if _raised(r):
                 success = False
                 observed["error"] = True
@@ -186,6 +187,23 @@ def run_gate(
     plan = prepare(synthetic, codes, measurement, expected_rows, thresholds)
     summary, _ = _run(plan, docs, run_name, always=False)
     return summary
+
+
+def run_gate_scan(
+    found: Scan,
+    measurement: Measurement,
+    expected_rows: int | None,
+    thresholds: Mapping[str, float] | None = None,
+    *,
+    docs: str | Path | None = None,
+    run_name: str = "dpsynth-gate",
+) -> tuple[dict[str, Any], CodeCounts | None]:
+    """:func:`run_gate` on one chunked pass over the synthetic table
+    (:func:`dpsynth.gate.scan.scan`, e.g. of :func:`dpsynth.gate.scan.file_chunks`), in
+    memory bounded by a chunk; also returns the synthetic marginal counts (for the report)."""
+    plan = prepare_scan(found, measurement, expected_rows, thresholds)
+    summary, _ = _run(plan, docs, run_name, always=False)
+    return summary, plan.counts
 
 
 def write_data_docs(

@@ -18,6 +18,14 @@ them; it is refused before any charge for a class that does not say True), and
 ``measures_counts: ClassVar[bool]``: whether ``measure`` also accepts a
 :class:`dpsynth.rows.rowsource.RowSource` and reads only counts from it (memory bounded by
 the source's chunk size; runs on a Dask cluster). Other methods get the whole table.
+
+``streams_synthesis: ClassVar[bool]``: whether the method also offers
+``sampler(measurement, schema, rows, rng)``, a fitted sampler drawing the synthetic
+table block by block (:class:`dpsynth.pipeline.synthetic.BlockSampler`), so that
+synthesize holds one block at a time. Other methods build the whole table in memory
+(``synthesize``), and a release refuses, before any charge, a table that would not fit
+(``DPSYNTH_MAX_TABLE_BYTES``; ``synthesis_bytes_per_cell``, when a method states it, is
+its measured peak per cell, else :data:`dpsynth.precheck.BYTES_PER_CELL`).
 """
 
 from __future__ import annotations
@@ -95,6 +103,8 @@ class MethodBase:
     takes_rows_as: ClassVar[str | None] = None
     provides_marginals: ClassVar[bool] = False
     measures_counts: ClassVar[bool] = False
+    streams_synthesis: ClassVar[bool] = False
+    synthesis_bytes_per_cell: ClassVar[int | None] = None  # peak bytes per cell when holding the table
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules it needs (dpsynth.extras)
     #: Runs under a pure epsilon-DP budget (delta 0): its plan then holds pure-epsilon charges only.
     pure_epsilon: ClassVar[bool] = False

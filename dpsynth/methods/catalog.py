@@ -76,6 +76,15 @@ def _plain(text: str) -> str:
     return text.replace("``", "")
 
 
+def memory_words(cls: type) -> str:
+    """How a method's memory grows with the rows (its ``measures_counts`` and ``streams_synthesis``)."""
+    measure = ("reads counts chunk by chunk (bounded; runs on Dask)" if getattr(cls, "measures_counts", False)
+               else "holds the whole input table")
+    synth = ("streams the synthetic table block by block (bounded)" if getattr(cls, "streams_synthesis", False)
+             else "holds the whole synthetic table (refused before any charge when over DPSYNTH_MAX_TABLE_BYTES)")
+    return f"measure {measure}; synthesize {synth}"
+
+
 def describe_method(name: str, cls: type) -> list[str]:
     """Description (first paragraph of the class docstring), guarantee (the class's
     ``guarantee`` PrivacyStatement, which every method must declare), and each
@@ -94,6 +103,7 @@ def describe_method(name: str, cls: type) -> list[str]:
         lines.append(f"  guarantee: {g.headline()}" + (f"; {g.detail}" if g.detail else ""))
     else:  # NOT DP: the headline carries the detail in brackets
         lines.append(f"  guarantee: {g.headline()}")
+    lines.append("  memory: " + memory_words(cls))
     hints = typing.get_type_hints(cls.params_type)
     fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
     if not fields:

@@ -24,7 +24,7 @@ from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
 
-__all__ = ["MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
+__all__ = ["IndependentSampler", "MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +65,7 @@ class MarginalsMethod(MethodBase):
     params_type: ClassVar[type] = MarginalsParams
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
+    streams_synthesis: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
 
     def plan(self, schema: Schema, budget: Budget) -> tuple[Charge, ...]:
@@ -100,9 +101,27 @@ class MarginalsMethod(MethodBase):
             measured=tuple(measured),
         )
 
+    def sampler(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> "IndependentSampler":
+        """Draws ``rows`` records block by block (None: the DP estimate); draws nothing from ``rng``."""
+        n = estimate_rows(m) if rows is None else rows
+        return IndependentSampler(schema=schema, marginals={k[0]: v for k, v in m.marginals.items()}, rows=int(n))
+
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
     ) -> EncodedTable:
         """Each column drawn from its clipped noisy histogram; rows default to the DP estimate."""
-        n = estimate_rows(m) if rows is None else rows
-        return sample_independent(schema, {k[0]: v for k, v in m.marginals.items()}, n, rng)
+        s = self.sampler(m, schema, rows, rng)
+        return EncodedTable(schema=schema, codes=s.sample(s.rows, rng))
+
+
+@dataclass(frozen=True)
+class IndependentSampler:
+    """Columns drawn independently from their noisy histograms, any number of records at a time."""
+
+    schema: Schema
+    marginals: dict[str, np.ndarray]
+    rows: int
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records of codes (:func:`sample_independent`)."""
+        return sample_independent(self.schema, self.marginals, n, rng).codes

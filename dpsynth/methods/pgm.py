@@ -50,7 +50,7 @@ import numpy as np
 
 from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype
-from ..inference import EstimatorOptions, Observation, estimate
+from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
 from ..inference.junction_tree import UnionFind, triangulate
 from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
@@ -64,7 +64,7 @@ from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal, fold_table
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, param, params_to_dict
 
-__all__ = ["PgmParams", "PgmMethod"]
+__all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +177,7 @@ class PgmMethod(MethodBase):
     params_type: ClassVar[type] = PgmParams
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
+    streams_synthesis: ClassVar[bool] = True
 
     # --- planning (public information only) --------------------------------------
     def _check_domain(self, schema: Schema) -> None:
@@ -387,10 +388,11 @@ class PgmMethod(MethodBase):
         return fold_table(table, [self._maps[a]]) if len(r) == 1 and a in self._maps else table
 
     # --- synthesis (post-processing) -------------------------------------------------
-    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+    def sampler(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> "ModelSampler":
         """Fits the graphical model to the noisy marginals (``iters`` steps; on the merged values
-        when the measurement merged some) and samples ``rows`` records from it (None: the
-        measurement's record estimate, else the model's total), merged values spread back."""
+        when the measurement merged some); the sampler draws ``rows`` records block by block
+        (None: the measurement's record estimate, else the model's total), merged values spread
+        back per block. The fit draws nothing from ``rng``."""
         maps = {a: np.asarray(g, dtype=np.int64) for a, g in (m.meta.get("compression") or {}).items()}
         if maps:
             full = domain_of(schema)
@@ -401,10 +403,35 @@ class PgmMethod(MethodBase):
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
-        codes = model.sample(n, rng, iid=self.params.sampling == "iid")
-        if maps:
-            codes = expand_codes(codes, schema.names, maps, {a: m.marginal((a,)).counts for a in maps}, rng)
-        return EncodedTable(schema=schema, codes=codes.astype(code_dtype(schema.cardinalities)))
+        return ModelSampler(model=model, rows=n, dtype=code_dtype(schema.cardinalities), iid=self.params.sampling == "iid",
+                            names=tuple(schema.names), maps=maps,
+                            counts={a: m.marginal((a,)).counts for a in maps})
+
+    def synthesize(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> EncodedTable:
+        """The whole table at once: :meth:`sampler`'s records in one block drawn with ``rng``."""
+        s = self.sampler(m, schema, rows, rng)
+        return EncodedTable(schema=schema, codes=s.sample(s.rows, rng))
+
+
+@dataclass(frozen=True)
+class ModelSampler:
+    """A fitted graphical model drawing ``rows`` records, any number at a time (merged
+    values, when the measurement compressed some, spread back in each draw)."""
+
+    model: GraphicalModel
+    rows: int
+    dtype: np.dtype
+    iid: bool = False
+    names: tuple[str, ...] = ()
+    maps: dict = dataclasses.field(default_factory=dict)
+    counts: dict = dataclasses.field(default_factory=dict)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records of codes (forward sampling on the junction tree, with ``rng``)."""
+        codes = self.model.sample(n, rng, iid=self.iid)
+        if self.maps:
+            codes = expand_codes(codes, list(self.names), self.maps, self.counts, rng)
+        return codes.astype(self.dtype)
 
 
 def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool]:

@@ -28,7 +28,7 @@ from ..rows.rowsource import DEFAULT_CHUNK_ROWS
 from ..methods import METHODS, get_method, params_to_dict
 from ..methods.auto import AUTO, Choice, choose
 from ..methods.base import Method, ParamError, convert_param
-from ..precheck import check_installed, check_options, check_rows, noise_warnings
+from ..precheck import check_disk, check_installed, check_options, check_rows, noise_warnings
 from ..privacy.budget import Budget, Charge, Ledger, check_delta, delta_warning, is_pure
 from ..privacy.rng import read_seed_file, seed_tag, stage_rng
 from ..privacy.registry import check_dataset_name, check_period
@@ -297,13 +297,40 @@ def _public_delta_warning(method_params: Mapping[str, Any], charges: tuple[Charg
     return (note,) if note else ()
 
 
-def prepare(config: ReleaseConfig) -> ReleasePlan:
-    """All public checks: schema, method, parameters, post-processing options, budget
-    plan, memory of the synthetic table, seed, the input's columns and types, name.
+def parquet_rows(data: str | Path) -> int | None:
+    """The input's row count from Parquet metadata (no row read), or None (CSV, or unreadable:
+    the input checks that follow name the problem)."""
+    try:
+        files = input_files(data)
+        if not all(f.suffix.lower() == ".parquet" for f in files):
+            return None
+        import pyarrow.parquet as pq
 
-    Raises before any budget is spent; reads no row (only the file's header or Parquet
-    schema, and its hash).
-    """
+        return sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)
+    except Exception:  # noqa: BLE001 - a public pre-check only; the file checks report errors
+        return None
+
+
+@dataclass(frozen=True)
+class PublicChecks:
+    """What :func:`check_public` established (and :func:`prepare` builds the plan from)."""
+
+    schema: Schema
+    method: Method
+    options: dict[str, Any]
+    budget: Budget
+    charges: tuple[Charge, ...]
+    seed: bytes | None
+    name: str
+    method_params: Mapping[str, Any]
+    choice: Any = None  # auto's choice (dpsynth.methods.auto.Choice), None for a named method
+
+
+def check_public(config: ReleaseConfig) -> PublicChecks:
+    """Every public check of :func:`prepare` except hashing the input: schema, method,
+    parameters, post-processing options, budget plan, memory of the synthetic table, seed,
+    the input's columns and types (and a CSV cut in its last row), name. Cheap: the CLI
+    runs it before starting Prefect, so a typo is refused at once on every engine."""
     schema = load_schema(config.schema)
     # a data-derived domain (`schema infer` without DP): refused before any row is read or
     # anything charged, unless the caller opted in to a release labelled NOT DP
@@ -323,7 +350,11 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
                          f"pass --method auto (the default) or one of {pure}, or a --delta above 0")
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
-    check_rows(config.rows, schema)
+    streams = getattr(method, "streams_synthesis", False) and not options.get("correct_marginals")
+    check_rows(config.rows, schema, streams=streams,
+               input_rows=None if streams or config.rows is not None else parquet_rows(config.data),
+               bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None))
+    check_disk(config.rows, schema, [config.workspace, Path(config.out)])
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing
@@ -337,18 +368,31 @@ def prepare(config: ReleaseConfig) -> ReleasePlan:
     target = Path(config.out) / name
     if target.exists():
         raise ReleaseError(f"release {target} already exists: releases are never overwritten; pass another --name")
+    return PublicChecks(schema=schema, method=method, options=options, budget=budget, charges=tuple(charges),
+                        seed=seed, name=name, method_params=method_params, choice=choice)
+
+
+def prepare(config: ReleaseConfig) -> ReleasePlan:
+    """All public checks (:func:`check_public`), then the input's hash: the release plan.
+
+    Raises before any budget is spent; reads no row (only the file's header or Parquet
+    schema, and its hash).
+    """
+    c = check_public(config)
+    schema, method, options, budget, charges, seed, name = (c.schema, c.method, c.options, c.budget, c.charges,
+                                                            c.seed, c.name)
     return ReleasePlan(
         config=config,
         schema=schema,
         method_name=method.name,
         params=params_to_dict(method.params),
         options=options,
-        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(method_params, charges,
+        warnings=noise_warnings(charges, budget.epsilon) + _public_delta_warning(c.method_params, charges,
                                                                                      budget.delta),
         budget=budget,
         charges=charges,
         name=name,
-        choice=choice,
+        choice=c.choice,
         seed=seed,
         data_sha256=input_sha256(config.data),
     )

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
-import pandas as pd
 import pyarrow.parquet as pq
 
 from ..publish.bundle import fsync_path, publish_release, read_sign_key
 from ..rows.encode_parts import encode_to_parts
-from ..rows.encoding import EncodedTable, decode, write_csv
+from ..rows.encoding import EncodedTable
 from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
@@ -173,22 +172,34 @@ def synthetic_folder(plan: ReleasePlan) -> Path:
     return plan.release_dir() / ("synthetic" if rows is None else f"synthetic-rows{int(rows)}")
 
 
-def synthesize_stage(plan: ReleasePlan, measurement_dir: Path) -> Path:
-    """Post-processing of the measurement only: synthetic codes, then values (cached per
-    row count, :func:`synthetic_folder`)."""
+def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: int | None = None) -> Path:
+    """Post-processing of the measurement only: synthetic codes, then values, streamed to
+    ``synthetic-codes.parquet``, ``synthetic.parquet`` and ``synthetic.csv`` in blocks
+    (:mod:`dpsynth.pipeline.synthetic`; cached per row count, :func:`synthetic_folder`);
+    ``chunk_rows`` (default the config's) bounds the codes held at once and never changes
+    the bytes.
+
+    A method that streams (``streams_synthesis``) draws block by block; the others, and
+    ``correct_marginals`` (a reweighting of the whole table), build the table in memory first.
+    """
+    from .synthetic import TableSampler, write_synthetic
+
     folder = synthetic_folder(plan)
     if (folder / COMPLETE).exists():
         return folder
     m = Measurement.load(measurement_dir)
     rng = plan.rng("synthesize")
-    synth = plan.method().synthesize(m, plan.schema, plan.config.rows, rng)
-    if plan.options.get("correct_marginals"):
-        synth = correct_to_measurement(synth, m, plan.rng("correct"))
+    method = plan.method()
+    if getattr(method, "streams_synthesis", False) and not plan.options.get("correct_marginals"):
+        sampler = method.sampler(m, plan.schema, plan.config.rows, rng)
+    else:
+        synth = method.synthesize(m, plan.schema, plan.config.rows, rng)
+        if plan.options.get("correct_marginals"):
+            synth = correct_to_measurement(synth, m, plan.rng("correct"))
+        sampler = TableSampler(synth)
     with complete_folder(folder) as tmp:
-        synth.to_parquet(tmp / "synthetic-codes.parquet")
-        table = decode(synth, plan.rng("decode"))
-        table.to_parquet(tmp / "synthetic.parquet", index=False, compression="zstd")
-        write_csv(table, plan.schema, tmp / "synthetic.csv")
+        write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
+                        chunk_rows=chunk_rows or plan.config.chunk_rows)
     return folder
 
 
@@ -246,13 +257,16 @@ def start_gate_warm_up() -> None:
 def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows: int | None,
                thresholds: Mapping[str, float] | None, docs: Path | None, run_name: str) -> dict[str, Any]:
     """The gate on a synthetic folder and its measurement folder (what the validate stage
-    sends to the gate worker); returns the gate's summary."""
-    from ..gate import run_gate
+    sends to the gate worker), reading the synthetic files row group by row group
+    (:func:`dpsynth.gate.file_chunks`); returns the gate's summary."""
+    from ..gate import file_chunks, run_gate_scan, scan_table
+    from ..gate.checks import measured_subsets
 
     m = Measurement.load(measurement_dir)
-    codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", schema)
-    table = pd.read_parquet(synthetic_dir / "synthetic.parquet")
-    return run_gate(table, codes, m, rows, thresholds, docs=docs, run_name=run_name)
+    chunks = file_chunks(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet", schema)
+    found = scan_table(chunks, schema, measured_subsets(schema, m))
+    summary, _ = run_gate_scan(found, m, rows, thresholds, docs=docs, run_name=run_name)
+    return summary
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
@@ -383,12 +397,14 @@ def publish_stage(
     }
 
     def report(full_manifest: Mapping[str, Any]) -> str:
+        from ..gate.scan import CodeCounts
         from ..report import build_report
 
-        codes = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
+        m = Measurement.load(measurement_dir)
+        # the charts and accuracy tables need counts only: read the codes chunk by chunk
+        counts = CodeCounts.of_file(synthetic_dir / "synthetic-codes.parquet", plan.schema, m, plan.config.chunk_rows)
         sizes = {rel: _size(Path(src)) for rel, src in files.items()}
-        return build_report(full_manifest, plan.schema, codes, Measurement.load(measurement_dir), validation,
-                            files=sizes)
+        return build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},

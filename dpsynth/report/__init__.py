@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..rows.encoding import EncodedTable
+from ..gate.scan import CodeCounts
 from ..measurement import Measurement
 from ..schema import Schema
 from .accuracy import accuracy_section, measured_section, measurement_words, utility, validation_section
@@ -58,7 +59,7 @@ def _tables_note(m: Measurement) -> str:
 def build_report(
     manifest: Mapping[str, Any],
     schema: Schema,
-    codes: EncodedTable,
+    codes: EncodedTable | CodeCounts,
     measurement: Measurement,
     gate: Mapping[str, Any],
     files: Mapping[str, int] | None = None,
@@ -66,10 +67,12 @@ def build_report(
     """The release report as one self-contained HTML page (a string).
 
     ``manifest``: the release manifest (or the part known so far: missing keys show as
-    "—"); ``codes``: the synthetic codes; ``gate``: the summary of
+    "—"); ``codes``: the synthetic codes, or their counts gathered chunk by chunk
+    (:class:`dpsynth.gate.scan.CodeCounts`, what a release passes); ``gate``: the summary of
     :func:`dpsynth.gate.run_gate`; ``files``: the published files' sizes in bytes (name
     in the release folder -> size; without it the usual files are listed without sizes).
     """
+    codes = CodeCounts.of(codes, measurement)
     title = f"dpsynth release report: {manifest.get('name', schema.name)}"
     privacy = manifest.get("privacy", {})
     status = "passed" if gate.get("success") else "failed"

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..rows.encoding import EncodedTable
+from ..gate.scan import CodeCounts
 from ..measurement import Measurement, marginal_key
 from .html import esc, kv_table, mark, num, over, table
 
@@ -74,21 +75,23 @@ class Utility:
         return None if self.baseline_tvd is None else 1.0 - self.baseline_tvd
 
 
-def _synthetic_tvds(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any],
+def _synthetic_tvds(codes: CodeCounts, m: Measurement, gate: Mapping[str, Any],
                     keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
     """The gate's TVDs where it computed them; the rest computed here."""
     known = {str(e.get("marginal")): float(e["tvd"]) for e in gate.get("marginal_errors") or [] if "tvd" in e}
     out = {k: known[marginal_key(k)] for k in keys if marginal_key(k) in known}
     missing = [k for k in keys if k not in out]
     if missing and codes.n > 0:
-        from ..evaluation.metrics import tvd_vs_marginals
+        from ..evaluation.metrics import tvd_vs_counts
 
-        out |= tvd_vs_marginals(codes, {k: m.marginals[k] for k in missing}, groups=m.groups)
+        out |= tvd_vs_counts(codes, {k: m.marginals[k] for k in missing}, groups=m.groups)
     return out
 
 
-def utility(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> Utility:
-    """Scores on every measured marginal of k >= 2 columns whose columns all have a 1-way DP marginal."""
+def utility(codes: "CodeCounts | EncodedTable", m: Measurement, gate: Mapping[str, Any]) -> Utility:
+    """Scores on every measured marginal of k >= 2 columns whose columns all have a 1-way DP marginal
+    (``codes``: the synthetic codes or their counts)."""
+    codes = CodeCounts.of(codes, m)
     ones = {nm.attrs[0]: _distribution(nm.counts).ravel() for nm in m.measured if len(nm.attrs) == 1}
     keys = [nm.attrs for nm in m.measured if len(nm.attrs) >= 2 and all(a in ones for a in nm.attrs)]
     if not keys or codes.n == 0:
@@ -181,7 +184,7 @@ def measured_section(m: Measurement) -> str:
     return "".join(out)
 
 
-def accuracy_section(codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> str:
+def accuracy_section(codes: CodeCounts, m: Measurement, gate: Mapping[str, Any]) -> str:
     """The utility score and the accuracy for every measured marginal size k."""
     u = utility(codes, m, gate)
     stats = gate.get("statistics") or {}

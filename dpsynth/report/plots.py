@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..rows.encoding import EncodedTable
+from ..gate.scan import CodeCounts
 from ..measurement import Measurement
 from .svg import bar_chart_svg, svg_data_uri, tvd_strip_svg
 from ..schema import Column, Schema
@@ -60,7 +60,7 @@ def _tvd_plot(errors: Sequence[Mapping[str, Any]]) -> str | None:
     return tvd_strip_svg(errors)
 
 
-def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Mapping[str, Any]) -> str:
+def plots_section(schema: Schema, codes: CodeCounts, m: Measurement, gate: Mapping[str, Any]) -> str:
     """The report's Plots section: error by marginal size, then one chart per column."""
     errors = list(gate.get("marginal_errors") or [])
     one_way_tvd = {e["marginal"]: float(e["tvd"]) for e in errors if int(e.get("k", 0)) == 1}
@@ -80,7 +80,7 @@ def plots_section(schema: Schema, codes: EncodedTable, m: Measurement, gate: Map
     limits = {e["marginal"]: e.get("threshold") for e in errors if int(e.get("k", 0)) == 1}
     figures = []
     for j, col in enumerate(schema.columns):
-        counts = np.bincount(codes.codes[:, j].astype(np.int64), minlength=col.cardinality)[: col.cardinality]
+        counts = np.asarray(codes.one_way(j))[: col.cardinality]
         synth = _distribution(counts)
         dp_raw = m.marginals.get((col.name,))
         dp = _distribution(dp_raw) if dp_raw is not None and np.size(dp_raw) == col.cardinality else None

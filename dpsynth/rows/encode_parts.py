@@ -15,6 +15,8 @@ on storage every worker reads and writes). The result is a
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,8 +129,10 @@ def encode_part(job: tuple[InputPart, str], schema: Schema, chunk_rows: int) -> 
     except DataError:
         raise
     except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
-        # Arrow's messages can quote a row: report only the kind of failure.
-        raise DataError(f"input {part.path}: cannot be read as {part.kind} ({type(exc).__name__})") from None
+        # Arrow's messages can quote a row: report only the kind of failure, and a field count.
+        found = re.search(r"Expected \d+ columns, got \d+", str(exc))
+        detail = f": {found.group(0).lower()} in a row (a cut or malformed line)" if found else ""
+        raise DataError(f"input {part.path}: cannot be read as {part.kind} ({type(exc).__name__}){detail}") from None
     return rows
 
 

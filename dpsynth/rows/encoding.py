@@ -21,7 +21,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Sequence
 
 import numpy as np
 import pandas as pd
@@ -180,6 +180,30 @@ def _csv_header(p: Path) -> list[str]:
         raise DataError(f"input {p}: cannot be read as csv ({type(exc).__name__})") from None
 
 
+def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
+    """Refuses a CSV file cut in its last row: no line end at the end of the file, and a last
+    line with fewer fields than the header (only the count is read and reported, no value)."""
+    import csv
+    import io
+
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        f.seek(max(0, size - tail))
+        data = f.read()
+    if not data or data.endswith((b"\n", b"\r")):
+        return
+    last = data.rsplit(b"\n", 1)[-1]
+    if last == data and size > tail:
+        return  # one line longer than the tail: cannot tell, the encoder will
+    try:
+        row = next(csv.reader(io.StringIO(last.decode("utf-8", errors="replace"))), [])
+    except csv.Error:
+        row = []
+    if len(row) < fields:
+        raise DataError(f"input {p}: its last line is incomplete ({len(row)} of {fields} fields and no line end): "
+                        "the file looks cut (an interrupted copy or download?); copy it again")
+
+
 def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
     """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
     dupes = sorted({c for c in found if list(found).count(c) > 1})
@@ -211,7 +235,9 @@ def check_file(path: str | Path, schema: Schema) -> None:
         for col in schema.columns:
             check_type(col, arrow_schema.field(col.name).type)
     elif suffix == ".csv":
-        check_columns(_csv_header(p), schema, str(p))
+        header = _csv_header(p)
+        check_columns(header, schema, str(p))
+        _check_last_line(p, len(header))
 
 
 def _label_kinds(col: Column) -> set[str]:
@@ -452,31 +478,70 @@ def csv_text(text: str) -> str:
     return text
 
 
-def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path) -> None:
+def _csv_field(text: str) -> str:
+    """One CSV field as the csv module's minimal quoting writes it (lines end in ``\\n``)."""
+    if any(ch in text for ch in ',"\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _quote_all(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _float_text(x: np.ndarray) -> np.ndarray:
+    """``repr`` of each float (object array of str). Arrow's shortest form (10x faster) is
+    ``repr``'s for non-integers with 1e-4 <= |x| < 1e10; numpy's ``str`` (equal to ``repr``,
+    slower) formats the rest."""
+    text = np.asarray(pc.cast(pa.array(x), pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+    ax = np.abs(x)
+    with np.errstate(invalid="ignore"):
+        slow = ~((ax >= 1e-4) & (ax < 1e10) & (x != np.floor(x)))
+    if slow.any():
+        text[slow] = x[slow].astype(str).astype(object)
+    return text
+
+
+def _csv_text(col: Column, s: pd.Series, field=_csv_field) -> np.ndarray:
+    """A column's CSV fields (object array of str), vectorised: labels escaped
+    (:func:`csv_text`) and quoted once per distinct value."""
+    null = s.isna().to_numpy()
+    if col.type == "numeric" and not col.integer:
+        text = _float_text(s.to_numpy(dtype=np.float64, na_value=0.0))
+    elif col.type == "numeric":
+        text = s.to_numpy(dtype=np.int64, na_value=0).astype(str).astype(object)
+    elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
+        text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
+    else:
+        codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
+        labels = np.array([field(csv_text(str(u))) for u in uniques] + [""], dtype=object)
+        text = labels[np.where(codes < 0, len(uniques), codes)]
+    if field is not _csv_field and col.type != "categorical":
+        text = np.array([field(v) for v in text], dtype=object)
+    text[null] = field(csv_text(col.missing[0]) if col.nullable else "")
+    return text
+
+
+def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
     """CSV in the input's conventions: a missing cell is written as the column's first token.
 
-    Numbers are written as numbers; a text cell (a category label, a missing token) that a
-    spreadsheet would evaluate is escaped by :func:`csv_text`. ``synthetic.parquet`` keeps
-    the exact values.
-    """
-    out = {}
-    for col in schema.columns:
-        s = df[col.name]
-        null = s.isna().to_numpy()
-        if col.type == "numeric" and not col.integer:
-            text = np.array([repr(float(v)) for v in s.to_numpy(dtype=np.float64, na_value=0.0)], dtype=object)
-        elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
-            text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
-        else:
-            text = s.astype(object).to_numpy().copy()
-        if col.type == "categorical":  # a few labels: escape each once, replace only if one changes
-            labels = {v: csv_text(v) for v in (*col.values, col.other_label)}
-            if any(k != v for k, v in labels.items()):
-                text = np.array(pd.Series(text, dtype=object).map(lambda v: labels.get(v, v)), dtype=object)
-        text[null] = csv_text(col.missing[0]) if col.nullable else ""
-        out[col.name] = text
-    frame = pd.DataFrame(out)
-    # Lines end in "\n", so the csv module would leave a "\r" inside a label unquoted and
-    # break the row: a table holding one is written with every cell quoted.
+    Numbers are written as numbers (floats as ``repr``); a text cell (a category label, a
+    missing token) that a spreadsheet would evaluate is escaped by :func:`csv_text`
+    (``synthetic.parquet`` keeps the exact values). The csv module's minimal quoting and
+    ``\\n`` line ends, or every cell quoted when a label or token holds a ``\\r`` (the csv
+    module would leave it unquoted and break the row). ``path`` may be an open text file
+    (a streamed table appends its blocks with ``header=False``)."""
     has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
-    frame.to_csv(path, index=False, lineterminator="\n", quoting=csv.QUOTE_ALL if has_cr else csv.QUOTE_MINIMAL)
+    field = _quote_all if has_cr else _csv_field
+    cols = [_csv_text(col, df[col.name], field) for col in schema.columns]
+    lines = [",".join(field(c.name) for c in schema.columns)] if header else []
+    if len(cols) == 1:  # the csv module quotes a row that is one empty field
+        lines += ['""' if v == "" else v for v in cols[0]]
+    else:
+        lines += [",".join(row) for row in zip(*cols)]
+    text = "".join(line + "\n" for line in lines)
+    if isinstance(path, (str, Path)):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    else:
+        path.write(text)

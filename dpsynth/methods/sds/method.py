@@ -33,6 +33,9 @@ class SdsMethod(MethodBase):
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
+    # The complete sampler, the pair refit's pool (up to 4x the rows) and the raking hold
+    # several int64 copies of the table: 5.9 GB peak at 1M x 20 (benchmarks/scale.py).
+    synthesis_bytes_per_cell: ClassVar[int] = 320
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()

@@ -1,0 +1,236 @@
+"""One pass over a synthetic table, chunk by chunk, gathering what the gate and the report need.
+
+The gate never needs the whole synthetic table at once: every record check is decided
+by a few witness values per column (the distinct labels of a categorical column; the
+smallest and largest value of a numeric or datetime column; one missing value if there
+is any), the marginal checks by exact counts (summed chunk by chunk), and the re-encoding
+check by per-column mismatch counts. :func:`scan` gathers them from ``(values, codes)``
+chunks: one in-memory chunk (:func:`frame_chunks`), or the row groups of the synthetic
+Parquet files (:func:`file_chunks`), so memory is one chunk whatever the row count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from ..rows.counting import Subset, column_major, count_marginals
+from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
+from ..schema import Schema
+from .validation import _outside, column_domain
+
+__all__ = ["CodeCounts", "Scan", "file_chunks", "frame_chunks", "scan_table"]
+
+#: A categorical column's witness keeps at most this many distinct values beyond its
+#: domain (a broken table with more fails ``in_domain`` all the same).
+_EXTRA_LABELS = 1000
+
+
+@dataclass(frozen=True)
+class CodeCounts:
+    """Exact counts of some marginals of a synthetic table of codes, and its row count.
+
+    ``counts`` maps sorted column-index subsets to int64 tables (axes in index order)."""
+
+    schema: Schema
+    n: int
+    counts: Mapping[Subset, np.ndarray]
+
+    def table(self, attrs: Sequence[str]) -> np.ndarray:
+        """Counts over the named columns, axes in the order given."""
+        order = [self.schema.index(a) for a in attrs]
+        key = tuple(sorted(order))
+        return np.transpose(self.counts[key], [key.index(j) for j in order])
+
+    def one_way(self, j: int) -> np.ndarray:
+        """Counts of column ``j``'s codes."""
+        return self.counts[(j,)]
+
+    @classmethod
+    def of(cls, codes: "EncodedTable | CodeCounts", measurement: Any) -> "CodeCounts":
+        """Counts of an in-memory table's 1-way marginals and ``measurement``'s marginals
+        (a :class:`CodeCounts` is returned as it is)."""
+        if isinstance(codes, CodeCounts):
+            return codes
+        from .checks import measured_subsets
+
+        subsets = measured_subsets(codes.schema, measurement)
+        cards = codes.schema.cardinalities
+        counted = count_marginals(column_major(codes.codes, cards), cards, subsets) if codes.n else {
+            s: np.zeros(tuple(cards[j] for j in s), dtype=np.int64) for s in subsets}
+        return cls(schema=codes.schema, n=codes.n, counts=counted)
+
+    @classmethod
+    def of_file(cls, path: Path, schema: Schema, measurement: Any, chunk_rows: int) -> "CodeCounts":
+        """Counts of a synthetic codes file, read ``chunk_rows`` rows at a time."""
+        from ..rows.rowsource import RowSource, count_marginals as count_source
+        from .checks import measured_subsets
+
+        source = RowSource.from_parquet(path, schema, chunk_rows=chunk_rows)
+        return cls(schema=schema, n=source.rows, counts=count_source(source, measured_subsets(schema, measurement)))
+
+
+@dataclass
+class Scan:
+    """What one pass over the synthetic table gathered (see the module docstring)."""
+
+    schema: Schema
+    columns: list[str] = field(default_factory=list)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    witness: dict[str, pd.Series] = field(default_factory=dict)
+    mismatch: np.ndarray | None = None
+    counts: dict[Subset, np.ndarray] = field(default_factory=dict)
+    codes_rows: int = 0
+    misaligned: bool = False
+    nulls: dict[str, int] = field(default_factory=dict)
+    head: pd.DataFrame | None = None  # the first row (columns not checked one by one are padded with it)
+    outside: dict[str, int | None] = field(default_factory=dict)
+
+    def column_counts(self, name: str, check: str) -> dict[str, Any] | None:
+        """Exact counts over the whole table of a record check (``in_domain`` or
+        ``not_null``) on column ``name``, in GE's terms; None when not counted."""
+        if name not in self.nulls or self.outside.get(name) is None:
+            return None
+        rows, nulls = self.rows, self.nulls[name]
+        if check == "not_null":
+            return {"element_count": rows, "unexpected_count": nulls,
+                    "unexpected_fraction": nulls / rows if rows else 0.0}
+        bad = int(self.outside[name] or 0)
+        present = rows - nulls
+        return {"element_count": rows, "missing_count": nulls, "unexpected_count": bad,
+                "missing_fraction": nulls / rows if rows else 0.0,
+                "unexpected_fraction": bad / present if present else 0.0}
+
+    def code_counts(self) -> CodeCounts:
+        """The marginal counts and row count of the codes."""
+        return CodeCounts(schema=self.schema, n=self.codes_rows, counts=self.counts)
+
+    def mismatch_share(self) -> np.ndarray:
+        """Per schema column, the share of cells whose value does not re-encode to its code
+        (1 for a column missing or repeated in the table, or when the row counts differ)."""
+        d = len(self.schema.columns)
+        if self.rows != self.codes_rows or self.mismatch is None or self.misaligned:
+            return np.ones(d)
+        if self.rows == 0:
+            return np.zeros(d)
+        return self.mismatch / self.rows
+
+    def witness_frame(self) -> pd.DataFrame:
+        """A small table with the synthetic table's columns (same order, names, dtypes) whose
+        record checks give the whole table's verdicts: each column's witness values, padded
+        by repeating its first one."""
+        length = max((len(s) for s in self.witness.values()), default=0)
+        cols = []
+        for i, name in enumerate(self.columns):
+            s = self.witness.get(name)
+            if s is None or self.columns.count(name) != 1:  # not a schema column, or repeated
+                s = self.head.iloc[: min(length, 1), i] if self.head is not None else pd.Series([], dtype=object)
+            s = s.reset_index(drop=True)
+            if len(s) < length:
+                pad = s.iloc[[0] * (length - len(s))] if len(s) else pd.Series([None] * length, dtype=s.dtype)
+                s = pd.concat([s, pad], ignore_index=True)
+            cols.append(s.rename(i))
+        frame = pd.concat(cols, axis=1) if cols else pd.DataFrame(index=range(length))
+        frame.columns = list(self.columns)
+        return frame
+
+
+def _reduce(col_kind: str, s: pd.Series, limit: int) -> pd.Series:
+    """The witness values of ``s``: distinct values (categorical), or min, max and one null."""
+    nulls = s[s.isna()].iloc[:1]
+    present = s[s.notna()]
+    if col_kind == "values":
+        return pd.concat([present.drop_duplicates().iloc[:limit], nulls], ignore_index=True)
+    if len(present) == 0:
+        return nulls.reset_index(drop=True)
+    try:
+        ends = present.iloc[[present.argmin(), present.argmax()]]
+    except TypeError:  # values of mixed kinds: keep them all (the type check fails anyway)
+        ends = present.drop_duplicates().iloc[:limit]
+    return pd.concat([ends, nulls], ignore_index=True)
+
+
+def _outside_count(s: pd.Series, dom: Any) -> int | None:
+    """Non-missing values outside the domain (None when they cannot be compared)."""
+    try:
+        return _outside(s, dom)
+    except (TypeError, ValueError):
+        return None
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
+
+
+def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema,
+         subsets: Sequence[Subset]) -> Scan:
+    """One pass over ``(values, codes)`` chunks of the same rows: columns and dtypes (of
+    the first chunk), row counts, witness values, re-encoding mismatches and the exact
+    counts of ``subsets`` (sorted column-index tuples) of the codes."""
+    from .checks import _for_ge, _mismatch_counts
+
+    out = Scan(schema=schema)
+    cards = schema.cardinalities
+    keys = tuple(dict.fromkeys(tuple(sorted(s)) for s in subsets))
+    out.counts = {s: np.zeros(tuple(cards[j] for j in s), dtype=np.int64) for s in keys}
+    domains = {c.name: dataclasses.replace(column_domain(c), integer=False) for c in schema.columns}
+    kinds = {name: ("values" if d.values is not None else "range") for name, d in domains.items()}
+    first = True
+    for table, codes in chunks:
+        table = _for_ge(table)
+        if first:
+            out.columns = [str(c) for c in table.columns]
+            out.dtypes = {str(c): str(t) for c, t in zip(table.columns, table.dtypes)}
+            out.head = table.iloc[:1]
+            first = False
+        out.rows += len(table)
+        out.codes_rows += len(codes)
+        for name in out.columns:
+            if out.columns.count(name) != 1 or name not in kinds:
+                continue
+            s = table[name]
+            limit = schema.column(name).cardinality + _EXTRA_LABELS
+            prev = out.witness.get(name)
+            joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
+            out.witness[name] = _reduce(kinds[name], joined, limit)
+            out.nulls[name] = out.nulls.get(name, 0) + int(s.isna().sum())
+            out.outside[name] = _add(out.outside.get(name, 0), _outside_count(s, domains[name]))
+        mm = _mismatch_counts(table, EncodedTable(schema=schema, codes=codes))
+        if mm is None:  # a chunk whose values and codes differ in length: every column mismatched
+            out.misaligned = True
+        out.mismatch = mm if out.mismatch is None or mm is None else out.mismatch + mm
+        if len(codes) and keys:
+            for s, c in count_marginals(column_major(codes, cards), cards, list(keys)).items():
+                out.counts[s] += c
+    return out
+
+
+def frame_chunks(table: pd.DataFrame, codes: EncodedTable) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+    """An in-memory table and its codes as one chunk."""
+    yield table, codes.codes
+
+
+def file_chunks(codes_path: Path, table_path: Path, schema: Schema) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+    """The synthetic Parquet files row group by row group (the synthesize stage writes one
+    row group per block to both files, so their row groups hold the same rows)."""
+    cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
+    missing = [c for c in schema.names if c not in cf.schema_arrow.names]
+    if missing:
+        raise DataError(f"{codes_path.name}: synthetic codes lack columns {missing}")
+    if cf.metadata.num_row_groups != tf.metadata.num_row_groups:
+        raise DataError(f"{codes_path.name} and {table_path.name} have different row groups")
+    dtype = code_dtype(schema.cardinalities)
+    for g in range(cf.metadata.num_row_groups):
+        ct = cf.read_row_group(g, columns=schema.names)
+        codes = np.empty((ct.num_rows, len(schema.columns)), dtype=dtype)
+        for j, name in enumerate(schema.names):
+            codes[:, j] = ct.column(name).to_numpy()
+        validate_codes(codes, schema)
+        yield tf.read_row_group(g).to_pandas(), codes
