@@ -74,8 +74,8 @@ def ceiling_text(c: dict[str, Any] | None) -> str:
 
     def one(v: Any) -> str:
         if isinstance(v, dict):
-            return "/".join(f"{x:.3f}" for x in v.values())
-        return f"{v:.1f}"
+            return "/".join(one(x) for x in v.values())
+        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
 
     return f"{one(c['binned'])} / {one(c['resample'])}"
 
