@@ -32,3 +32,18 @@ def test_a_wrong_table_scores_below_the_resample_floor() -> None:
     shuffled = np.column_stack([np.random.default_rng(j).permutation(codes[:, j]) for j in range(codes.shape[1])])
     c = ceilings(codes, code_score(cards), seed=0)
     assert code_score(cards)(codes, shuffled) < c["resample"]
+
+
+def test_add_ceilings_keeps_the_results_file_as_it_was(tmp_path, monkeypatch) -> None:
+    import json
+
+    import benchmarks._common as common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    before = {"machine": {"python": "x", "cpus": 1}, "runs": {"a|1": {"score": 900.0}}, "ceilings": {"old": 1}}
+    (tmp_path / "bench.json").write_text(json.dumps(before))
+    common.add_ceilings("bench", {"t": {"binned": 1000.0, "resample": 950.0}})
+    after = json.loads((tmp_path / "bench.json").read_text())
+    assert after["machine"] == before["machine"] and after["runs"] == before["runs"]
+    assert after["ceilings"] == {"old": 1, "t": {"binned": 1000.0, "resample": 950.0}}
+    assert list(after) == ["machine", "runs", "ceilings"]
