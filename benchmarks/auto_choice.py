@@ -288,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for c in payload.get("cells", []):
             c["ceiling"] = payload["ceilings"].get(c["table"])
         write_json("auto_choice", {k: v for k, v in payload.items() if k != "machine"})
-        print_table(("table", "ceiling binned/resample"), [(t, ceiling_text(v)) for t, v in payload["ceilings"].items()])
+        print_table(("table", "ceiling binned/resample"),
+                    [(t, ceiling_text(v)) for t, v in payload["ceilings"].items()])
         return 0
     if args.half:
         run_half(args.half, args.timeout, args.only, args.configs, args.epsilon)

@@ -244,7 +244,8 @@ def main() -> None:
 
         found = {d: ceiling(d, load(d)) for d in datasets}
         for d, c in found.items():
-            print(f"\n{d}: ceilings"), print_table(["", "tvd1", "tvd2", "tvd3", "k-marginal", "", ""], ceiling_rows(c))
+            print(f"\n{d}: ceilings")
+            print_table(["", "tvd1", "tvd2", "tvd3", "k-marginal", "", ""], ceiling_rows(c))
         if args.ceilings_only:
             add_ceilings(args.out, found)
             return

@@ -57,8 +57,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import (RESULTS, SHARED_DATA, add_ceilings, ceiling_text, ceilings as table_ceilings,  # noqa: E402
-                                code_score, print_table, write_json)
+from benchmarks._common import (RESULTS, SHARED_DATA, add_ceilings, ceiling_text,  # noqa: E402
+                                ceilings as table_ceilings, code_score, print_table, write_json)
 
 DELTA = 1e-9
 # shared/data sits next to the project checkout; a worktree may sit one level deeper.

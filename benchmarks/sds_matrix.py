@@ -423,7 +423,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
     by = {(c["table"], c["epsilon"], c["method"]): c for c in cells}
     keys = sorted({(c["half"], c["table"], c["epsilon"]) for c in cells},
                   key=lambda k: (("nist", "tuning", "held-out").index(k[0]), k[1], k[2]))
-    headers = ["table", "eps", *methods, "exact-indep", "ceiling binned/resample", "noise2/indep2", "sds>exact", "sds>marg", "publish", "guard",
+    headers = ["table", "eps", *methods, "exact-indep", "ceiling binned/resample", "noise2/indep2",
+               "sds>exact", "sds>marg", "publish", "guard",
                "levels", "cpu_s"]
     for half in ("nist", "tuning", "held-out"):
         rows = []
@@ -449,7 +450,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
                          f"{sum(by[(table, eps, m)].get('cpu_s', 0.0) for m in methods if (table, eps, m) in by):.0f}"])
         if rows:
             print(f"\n== {half} ==  NIST: k-marginal (higher is better); generated: mean TVD k=1/2/3 (lower is "
-                  "better). ceiling: the real codes themselves / n rows resampled from them (i.i.d. floor). sds>exact / sds>marg: sds beats the exact-independent baseline (true 1-way "
+                  "better). ceiling: the real codes themselves / n rows resampled from them (i.i.d. floor). "
+                  "sds>exact / sds>marg: sds beats the exact-independent baseline (true 1-way "
                   "marginals, no noise) / the DP 'marginals' method (generated: on both 2- and 3-way); "
                   "'within noise': the TVD sds's planned 2-way noise alone adds (noise2, public) is at least "
                   "the exact baseline's 2-way TVD from the truth (indep2): issue 9's exemption. "
