@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 # target: (module, attribute) wrapped; when: "before" or "after" the original call
 KILL_POINTS = {
     "measure": ("dpsynth.measurement", "Measurement.save", "after"),  # written, not marked complete
-    "synthesize": ("dpsynth.pipeline.stages", "decode", "before"),
+    "synthesize": ("dpsynth.pipeline.synthetic", "decode", "before"),  # the first block decoded
     "validate": ("dpsynth.gate.worker", "call", "before"),  # the gate runs in its GE worker process
     "publish": ("dpsynth.publish.bundle", "_before_rename", "before"),  # bundle complete, not renamed
 }

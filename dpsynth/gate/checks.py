@@ -222,10 +222,12 @@ class _MarginalResult:
 
 
 def _marginal_checks(
-    codes: CodeCounts, measurement: Measurement, records: float, over: Mapping[str, float]
+    codes: CodeCounts | EncodedTable, measurement: Measurement, records: float, over: Mapping[str, float]
 ) -> _MarginalResult:
     """``max_tvd_k<k>`` and ``mean_tvd_k<k>`` for every size k of every measured marginal,
-    each marginal against the threshold its own stated noise scale gives."""
+    each marginal against the threshold its own stated noise scale gives (from counts
+    gathered chunk by chunk, or from a table in memory, counted here)."""
+    codes = CodeCounts.of(codes, measurement)
     out = _MarginalResult()
     keys = list(measurement.marginals)
     if codes.n > 0 and keys:
