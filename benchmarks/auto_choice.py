@@ -18,11 +18,17 @@ and missing cells). A few pure-epsilon cells (delta 0) compare the pure-epsilon 
 (``marginals`` with discrete Laplace noise, ``microaggregation-dp``) with ``auto``'s
 choice at delta 1e-6 on the same table: what a pure policy gives up.
 
+Beside each cell, the table's non-private ceilings (``ceilings`` in the JSON, per table,
+benchmarks._common.ceilings, on the same triples): ``binned`` (the real codes themselves: 1000)
+and ``resample``, n rows drawn with replacement from the real codes (seed 0), the i.i.d.
+sampling floor that a method sampling n rows from even a perfect model pays.
+
 Usage::
 
     nice python benchmarks/auto_choice.py --half tuning     # its cells into results/auto_choice.json ("raw")
     nice python benchmarks/auto_choice.py --half held-out
     python benchmarks/auto_choice.py --report               # every cell: table + "cells" in the same file
+    nice python benchmarks/auto_choice.py --ceilings-only   # adds every table's ceilings, runs no method
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
+from benchmarks._common import RESULTS, add_ceilings, ceiling_text, ceilings, print_table, write_json  # noqa: E402
 from benchmarks.sds_matrix import SHARED_DATA, make_table, nist_tables  # noqa: E402
 
 DELTA = 1e-6
@@ -193,6 +199,19 @@ def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence
     return cells
 
 
+def table_ceilings(half: str, only: str | None = None) -> dict[str, Any]:
+    """Ceilings (binned, i.i.d. resample) of every table of one half, scored as the cells are."""
+    out: dict[str, Any] = {}
+    for index, (spec, _, _) in enumerate(HALVES[half]):
+        if only and only != spec:
+            continue
+        schema, codes = load_table(spec, index + (0 if half == "tuning" else 100))
+        subs = triples(len(schema.columns), seed=index)
+        out[spec] = ceilings(codes, lambda real, other: score(schema, real, other, subs))
+        print(f"{half} {spec} ceilings: {ceiling_text(out[spec])}", flush=True)
+    return out
+
+
 def auto_label(cell: dict[str, Any]) -> tuple[str, str]:
     """The configuration label ``auto`` picks for a cell, and its reason."""
     from dpsynth.methods.auto import choose_for
@@ -214,6 +233,7 @@ def report(halves: Sequence[str]) -> None:
         if f.is_file():
             raw[half] = json.loads(f.read_text())
     cells = [c for half in halves for c in raw.get(half, {}).get("cells", [])]
+    ceils = payload.get("ceilings", {})
     rows, out = [], []
     by_table = {(c["table"], c["epsilon"]): c for c in cells if c["delta"] > 0}
     for c in cells:
@@ -224,7 +244,7 @@ def report(halves: Sequence[str]) -> None:
         a = conf.get(label, {}).get("score")
         entry = {**{k: c[k] for k in ("half", "table", "rows", "columns", "epsilon", "delta")},
                  "auto": label, "auto_score": a, "auto_seconds": conf.get(label, {}).get("seconds"),
-                 "best": best, "best_score": scored.get(best), "configs": conf}
+                 "best": best, "best_score": scored.get(best), "configs": conf, "ceiling": ceils.get(c["table"])}
         if c["delta"] > 0:
             entry["gap_to_best"] = None if a is None or best is None else round(scored[best] - a, 1)
             mst = scored.get("pgm-mst")
@@ -241,10 +261,12 @@ def report(halves: Sequence[str]) -> None:
                and entry.get("gap_to_best") is not None else
                f"gives up {entry['gives_up']}" if c["delta"] == 0 and entry.get("gives_up") is not None else "n/a")
         rows.append((c["half"], c["table"], f"{c['rows']}x{c['columns']}", f"{c['epsilon']:g}", f"{c['delta']:g}",
-                     f"{label} {a:.1f}" if a is not None else f"{label} -", gap, shown))
-    print_table(("half", "table", "shape", "eps", "delta", "auto", "gap", "configs: score (seconds)"), rows)
+                     f"{label} {a:.1f}" if a is not None else f"{label} -", gap,
+                     ceiling_text(ceils.get(c["table"])), shown))
+    print_table(("half", "table", "shape", "eps", "delta", "auto", "gap", "ceiling binned/resample",
+                 "configs: score (seconds)"), rows)
     write_json("auto_choice", {"metric": "1000 x (1 - mean 3-way TVD) on codes, one seed",
-                               "delta": DELTA, "cells": out, "raw": raw})
+                               "delta": DELTA, "cells": out, "raw": raw, "ceilings": ceils})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,7 +278,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epsilon", type=float, default=None, help="run only this epsilon")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to the JSON, run no method")
     args = ap.parse_args(argv)
+    if args.ceilings_only or args.half:
+        for half in [args.half] if args.half else sorted(HALVES):
+            add_ceilings("auto_choice", table_ceilings(half, args.only))
+    if args.ceilings_only:  # beside the reported cells as they are (no re-run, no re-scoring)
+        payload = _load()
+        for c in payload.get("cells", []):
+            c["ceiling"] = payload["ceilings"].get(c["table"])
+        write_json("auto_choice", {k: v for k, v in payload.items() if k != "machine"})
+        print_table(("table", "ceiling binned/resample"),
+                    [(t, ceiling_text(v)) for t, v in payload["ceilings"].items()])
+        return 0
     if args.half:
         run_half(args.half, args.timeout, args.only, args.configs, args.epsilon)
     if args.report or not args.half:

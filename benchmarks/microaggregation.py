@@ -14,7 +14,12 @@ TVD) for adult), wall time and peak memory, each run in its own process.
 Part 3 (defaults): the effect of t, alpha, b and the budget split on adult and
 national2019 at epsilon 1.
 
+Beside parts 2 and 3, each table's non-private ceilings (``ceilings``; benchmarks._common.ceilings
+as in one_step_releases.py): ``binned``, the real codes themselves (decoded for NIST's score),
+and ``resample``, n rows drawn with replacement from them (seed 0), the i.i.d. sampling floor.
+
     PYTHONPATH=. python benchmarks/microaggregation.py [--parts 1,2,3] [--quick]
+    PYTHONPATH=. python benchmarks/microaggregation.py --ceilings-only   # adds them to the JSON only
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.sds_vs_pacsynth as svp  # noqa: E402
-from benchmarks._common import SHARED_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import SHARED_DATA, add_ceilings, print_table, write_json  # noqa: E402
 from benchmarks.sds_vs_pacsynth import evaluate, load_datasets, peak_rss_mb, release_delta  # noqa: E402
 
 # The shared data folder beside the repository, or where DPSYNTH_SHARED_DATA points.
@@ -230,9 +235,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--methods", default="", help="part 2: only these labels (comma-separated), e.g. pgm")
     ap.add_argument("--out", default="microaggregation", help="name of the JSON in benchmarks/results/")
+    ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to the JSON only")
     args = ap.parse_args()
     parts = {int(p) for p in args.parts.split(",")}
     datasets = [d for d in args.data.split(",") if d]
+    if args.ceilings_only or parts & {2, 3}:
+        from benchmarks.one_step_releases import ceiling, ceiling_rows
+
+        found = {d: ceiling(d, load(d)) for d in datasets}
+        for d, c in found.items():
+            print(f"\n{d}: ceilings")
+            print_table(["", "tvd1", "tvd2", "tvd3", "k-marginal", "", ""], ceiling_rows(c))
+        if args.ceilings_only:
+            add_ceilings(args.out, found)
+            return
     payload: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     t0 = time.perf_counter()
     if 1 in parts:
@@ -241,6 +257,8 @@ def main() -> None:
         payload["side_by_side"] = part2(datasets, {m for m in args.methods.split(",") if m} or None)
     if 3 in parts:
         payload["defaults"] = part3(datasets)
+    if parts & {2, 3}:
+        payload["ceilings"] = found
     payload["total_s"] = time.perf_counter() - t0
     write_json(args.out, payload)
 

@@ -7,6 +7,10 @@ Prints mean TVD by k (1, 2, 3), the k-marginal score (NIST SDNist on national201
 1000 x (1 - mean 3-way TVD) elsewhere) and seconds; for one-step also the worst ratio of a
 measured marginal's TVD to its gate threshold (below 1 passes). Writes
 ``benchmarks/results/one_step_releases.json`` (a run on some datasets updates their entries).
+Beside the methods, each dataset's non-private ceilings (``ceilings``, benchmarks._common.ceilings):
+``binned``, the real codes themselves (decoded for NIST's score), and ``resample``, n rows drawn
+with replacement from the real codes (seed 0), the i.i.d. sampling floor. ``--ceilings-only``
+adds them to the JSON without running a method.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, print_table, write_json
+from benchmarks._common import RESULTS, add_ceilings, ceilings, print_table, write_json
 
 METHODS = ("one-step", "pgm", "sds", "marginals")
 
@@ -38,6 +42,25 @@ def gate_ratio(m: Any, schema: Any, synth: np.ndarray) -> float:
         sd = predicted_tvd_sd(nm.counts, n, big_n, nm.stddev)
         worst = max(worst, float(tvd / max(2 * e, e + 6 * sd)))
     return worst
+
+
+SCORES = ("tvd1_mean", "tvd2_mean", "tvd3_mean", "kmarginal")
+
+
+def ceiling(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The dataset's ceilings (binned, i.i.d. resample), scored as the methods are."""
+    import benchmarks.sds_vs_pacsynth as peer
+
+    codes = np.asarray(data["codes"], dtype=np.int64)
+    return ceilings(codes, lambda real, other: {k: peer.evaluate(name, data, other)[k] for k in SCORES})
+
+
+def ceiling_rows(c: dict[str, Any] | None) -> list[list[str]]:
+    """The printed table's rows for a dataset's ceilings."""
+    if not c:
+        return []
+    return [[f"ceiling {w}"] + [f"{c[w][k]:.3f}" for k in SCORES[:3]] + [f"{c[w]['kmarginal']:.1f}", "", ""]
+            for w in ("binned", "resample")]
 
 
 def run(name: str, data: dict[str, Any], methods: list[str], seeds: list[int]) -> dict[str, Any]:
@@ -76,8 +99,16 @@ def main() -> None:
     ap.add_argument("--datasets", default="demo,adult,nist")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--ceilings-only", action="store_true", help="add the datasets' ceilings to the JSON only")
     args = ap.parse_args()
     from benchmarks.microaggregation import load
+
+    if args.ceilings_only:
+        for name in args.datasets.split(","):
+            c = ceiling(name, load(name))
+            add_ceilings("one_step_releases", {name: c})
+            print(name), print_table(["", "tvd1", "tvd2", "tvd3", "k-marginal", "", ""], ceiling_rows(c))
+        return
 
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
@@ -97,6 +128,8 @@ def main() -> None:
             rows.append([meth] + [f"{mu[k]:.3f} ± {sd[k]:.3f}" for k in ("tvd1_mean", "tvd2_mean", "tvd3_mean")]
                         + [f"{mu['kmarginal']:.0f} ± {sd['kmarginal']:.0f}",
                            f"{mu['measure_s'] + mu['synthesize_s']:.0f}", f"{gate:.2f}" if meth == "one-step" else ""])
+        results.setdefault("ceilings", {})[name] = ceiling(name, data)
+        rows += ceiling_rows(results["ceilings"][name])
         print(f"\n{name} ({results[name]['rows']:,} x {results[name]['columns']}), epsilon 1, seeds {seeds}: "
               "mean ± sd over seeds")
         print_table(["method", "tvd1", "tvd2", "tvd3", "k-marginal", "seconds", "gate worst"], rows)

@@ -15,7 +15,11 @@ Cells:
 
 For every cell: publish rate (the validation gate's verdict), the score, and the
 independent-columns baseline (each column drawn from its true 1-way marginal, as many
-rows as the real table) scored the same way.
+rows as the real table) scored the same way, and the table's non-private ceilings
+(``ceiling`` in each cell and ``ceilings`` per table, benchmarks._common.ceilings): ``binned``,
+the real codes themselves (NIST: decoded, the binning's loss; generated: TVD 0), and
+``resample``, n rows drawn with replacement from the real codes (seed 0), the i.i.d.
+sampling floor.
 
 Issue 9 asks sds to beat that baseline on 2- and 3-way marginals wherever the baseline is
 not already within the noise of the truth. A cell is "within noise" (:func:`within_noise`)
@@ -38,6 +42,7 @@ Usage::
     python benchmarks/sds_matrix.py --half tuning    # only the tuning half of the generated tables
     python benchmarks/sds_matrix.py --merge a b      # report partial runs (results/a.json, b.json) as one
     python benchmarks/sds_matrix.py --nist --methods sds  # generated tables only (an empty --nist list)
+    python benchmarks/sds_matrix.py --ceilings-only  # adds every table's ceilings to the JSON, runs no method
 
 The full matrix: NIST at every epsilon with 3 seeds; generated tables at epsilon 1 and 4
 with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU.
@@ -59,7 +64,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import RESULTS, SHARED_DATA as _DEFAULT_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import (RESULTS, SHARED_DATA as _DEFAULT_DATA, add_ceilings, ceiling_text,  # noqa: E402
+                                ceilings, print_table, write_json)
 
 import os  # noqa: E402
 
@@ -297,6 +303,27 @@ def baseline(table: Table, seed: int) -> dict[str, float]:
     return out
 
 
+def table_ceiling(table: Table) -> dict[str, Any]:
+    """The table's ceilings (binned, i.i.d. resample) on the scale its cells are scored on."""
+    return ceilings(table.codes, lambda real, other: score(table, other))
+
+
+def add_ceilings_only(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Ceilings of every table in results/<out>.json, added to it (each cell and ``ceilings``)
+    without running any method; returns its cells."""
+    path = RESULTS / f"{args.out}.json"
+    payload = json.loads(path.read_text())
+    names = {c["table"] for c in payload["cells"]}
+    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in range(len(GENERATED))]
+    found = {t.name: table_ceiling(t) for t in tables if t.name in names}
+    add_ceilings(args.out, found)
+    payload = json.loads(path.read_text())
+    for c in payload["cells"]:
+        c["ceiling"] = payload["ceilings"].get(c["table"])
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return payload["cells"]
+
+
 def within_noise(sds_cell: dict[str, Any]) -> bool | None:
     """Issue 9's exemption: is the exact-independent baseline already within the noise of the
     truth? True when the TVD that sds's planned 2-way noise alone adds to a 2-way table
@@ -361,10 +388,12 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
         base = [baseline(table, s) for s in range(5)]  # the exact baseline's own spread: 5 draws
         bmean = {k: float(np.mean([b[k] for b in base])) for k in base[0]}
         bsd = {f"{k}_sd": float(np.std([b[k] for b in base], ddof=1)) for k in base[0]}
+        ceiling = table_ceiling(table)
         for eps in t_eps:
             for method in args.methods:
                 c = run_cell(method, table, eps, t_seeds, args.ge)
                 c["independent"] = {**bmean, **bsd}
+                c["ceiling"] = ceiling
                 c["loadavg"] = list(os.getloadavg())
                 cells.append(c)
                 print(f"{c['table']} eps {eps} {method}: {_score_text(c)} publish {c['publish_rate']:.2f} "
@@ -394,7 +423,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
     by = {(c["table"], c["epsilon"], c["method"]): c for c in cells}
     keys = sorted({(c["half"], c["table"], c["epsilon"]) for c in cells},
                   key=lambda k: (("nist", "tuning", "held-out").index(k[0]), k[1], k[2]))
-    headers = ["table", "eps", *methods, "exact-indep", "noise2/indep2", "sds>exact", "sds>marg", "publish", "guard",
+    headers = ["table", "eps", *methods, "exact-indep", "ceiling binned/resample", "noise2/indep2",
+               "sds>exact", "sds>marg", "publish", "guard",
                "levels", "cpu_s"]
     for half in ("nist", "tuning", "held-out"):
         rows = []
@@ -412,7 +442,7 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
             exempt = " (within noise)" if within_noise(sds) else ""
             rows.append([table, eps, *[_score_text(by[(table, eps, m)]) if (table, eps, m) in by else "-"
                                        for m in methods],
-                         _score_text(sds["independent"]), noise_text,
+                         _score_text(sds["independent"]), ceiling_text(sds.get("ceiling")), noise_text,
                          "yes" if _better(sds, sds["independent"]) else "NO" + exempt,
                          "-" if marg is None else ("yes" if _better(sds, marg) else "NO" + exempt),
                          pubs, f"{sum(warns)}/{len(warns)}" if warns else "-",
@@ -420,7 +450,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
                          f"{sum(by[(table, eps, m)].get('cpu_s', 0.0) for m in methods if (table, eps, m) in by):.0f}"])
         if rows:
             print(f"\n== {half} ==  NIST: k-marginal (higher is better); generated: mean TVD k=1/2/3 (lower is "
-                  "better). sds>exact / sds>marg: sds beats the exact-independent baseline (true 1-way "
+                  "better). ceiling: the real codes themselves / n rows resampled from them (i.i.d. floor). "
+                  "sds>exact / sds>marg: sds beats the exact-independent baseline (true 1-way "
                   "marginals, no noise) / the DP 'marginals' method (generated: on both 2- and 3-way); "
                   "'within noise': the TVD sds's planned 2-way noise alone adds (noise2, public) is at least "
                   "the exact baseline's 2-way TVD from the truth (indep2): issue 9's exemption. "
@@ -461,8 +492,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--merge", nargs="*", default=None,
                     help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
+    ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if args.ceilings_only:
+        report(add_ceilings_only(args))
+        return 0
     if args.merge:
         parts = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.merge]
         cells = [c for part in parts for c in part["cells"]]
@@ -478,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(args.out, {"delta": DELTA, "methods": sorted({c["method"] for c in cells}),
                           "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "parts": args.merge or [],
                           "loadavg_end": list(os.getloadavg()), "argv": list(argv or sys.argv[1:]),
-                          "cells": cells})
+                          "cells": cells, "ceilings": {c["table"]: c["ceiling"] for c in cells if "ceiling" in c}})
     return 0
 
 

@@ -30,6 +30,11 @@ Usage::
     python benchmarks/sds_vs_pacsynth.py --reuse-pacsynth  # reuse pac-synth runs cached in
                                                           # benchmarks/results/sds_pacsynth_runs.json
     python benchmarks/sds_vs_pacsynth.py --only-pacsynth   # just the pac-synth runs
+    python benchmarks/sds_vs_pacsynth.py --ceilings-only   # adds each table's ceilings to the JSON
+
+Beside the methods, each table's non-private ceilings (``ceilings``, benchmarks._common.ceilings,
+scored as the methods are): ``binned``, the real codes themselves (decoded for NIST's score),
+and ``resample``, n rows drawn with replacement from them (seed 0), the i.i.d. sampling floor.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import RESULTS, SHARED_DATA, print_table, write_json  # noqa: E402
+from benchmarks._common import RESULTS, SHARED_DATA, add_ceilings, ceilings, print_table, write_json  # noqa: E402
 
 WORK = Path(tempfile.gettempdir()) / "dpsynth_sds_bench"
 PAC_CACHE = RESULTS / "sds_pacsynth_runs.json"
@@ -363,6 +368,41 @@ def run_sds(name: str, data: dict[str, Any], epsilon: float, synthesis: str = "c
 # --- main ------------------------------------------------------------------------------------
 
 
+def table_ceilings(datasets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each table's ceilings (binned, i.i.d. resample), with every figure :func:`evaluate` gives."""
+    return {name: ceilings(np.asarray(data["codes"], dtype=np.int64),
+                           lambda real, other, name=name, data=data: evaluate(name, data, other))
+            for name, data in datasets.items()}
+
+
+def ceiling_runs(found: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ceilings as rows of the printed table (method ``ceiling binned`` / ``ceiling resample``)."""
+    return [{"method": f"ceiling {w}", "data": name, "epsilon": float("nan"), **c[w]}
+            for name, c in found.items() for w in ("binned", "resample")]
+
+
+def print_runs(rows_out: list[dict[str, Any]]) -> None:
+    """The printed table: one row per (data, epsilon, method), then the ceilings."""
+    headers = ["data", "eps", "method", "agg_s", "syn_s", "total_s", "agg_MB", "syn_MB",
+               "tvd1", "tvd1max", "tvd2", "tvd2max", "tvd3", "tvd3max", "complete", "kmarg", "rows"]
+    table = []
+    for r in rows_out:
+        agg = r.get("aggregate_s")
+        syn = r.get("synthesis_s", r.get("synthesis_s_estimated"))
+        total = (agg or 0.0) + (syn or 0.0) if agg is not None else None
+        agg_mb = r.get("aggregate_rss_mb")
+        syn_mb = r.get("synthesis_rss_mb", r.get("peak_rss_mb") if r["method"] == "pac-synth" else None)
+        table.append([
+            r["data"], "-" if math.isnan(r["epsilon"]) else f"{r['epsilon']:g}",
+            r["method"] + (" (rate)" if r.get("timed_out") else ""),
+            agg if agg is not None else "-", syn if syn is not None else "-", total if total is not None else "-",
+            agg_mb if agg_mb is not None else "-", syn_mb if syn_mb is not None else "-",
+            *[r.get(f"tvd{k}_{s}", "-") for k in (1, 2, 3) for s in ("mean", "max")],
+            r.get("complete_share", "-"), r.get("kmarginal", "-"), r.get("rows", "-"),
+        ])
+    print_table(headers, table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", nargs="*", default=["corr30k", "nist", "demo"])
@@ -372,9 +412,15 @@ def main() -> None:
     ap.add_argument("--strict", action="store_true", help="also run our strict (paper) synthesis mode")
     ap.add_argument("--pac-time-limit", nargs="*", default=[], metavar="DATA=SECONDS",
                     help=f"per-dataset pac-synth time limit (default {PAC_TIME_LIMIT} s)")
+    ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to the JSON only")
     args = ap.parse_args()
 
     datasets = load_datasets(args.data)
+    if args.ceilings_only:
+        found = table_ceilings(datasets)
+        add_ceilings("sds_vs_pacsynth", found)
+        print_runs(ceiling_runs(found))
+        return
     limits = {k: float(v) for k, v in (x.split("=") for x in args.pac_time_limit)}
     cache: dict[str, Any] = json.loads(PAC_CACHE.read_text()) if PAC_CACHE.is_file() else {}
     rows_out: list[dict[str, Any]] = []
@@ -406,23 +452,8 @@ def main() -> None:
             rows_out.append(ind)
     if args.only_pacsynth:
         return
-    headers = ["data", "eps", "method", "agg_s", "syn_s", "total_s", "agg_MB", "syn_MB",
-               "tvd1", "tvd1max", "tvd2", "tvd2max", "tvd3", "tvd3max", "complete", "kmarg", "rows"]
-    table = []
-    for r in rows_out:
-        agg = r.get("aggregate_s")
-        syn = r.get("synthesis_s", r.get("synthesis_s_estimated"))
-        total = (agg or 0.0) + (syn or 0.0) if agg is not None else None
-        agg_mb = r.get("aggregate_rss_mb")
-        syn_mb = r.get("synthesis_rss_mb", r.get("peak_rss_mb") if r["method"] == "pac-synth" else None)
-        table.append([
-            r["data"], f"{r['epsilon']:g}", r["method"] + (" (rate)" if r.get("timed_out") else ""),
-            agg if agg is not None else "-", syn if syn is not None else "-", total if total is not None else "-",
-            agg_mb if agg_mb is not None else "-", syn_mb if syn_mb is not None else "-",
-            *[r.get(f"tvd{k}_{s}", "-") for k in (1, 2, 3) for s in ("mean", "max")],
-            r.get("complete_share", "-"), r.get("kmarginal", "-"), r.get("rows", "-"),
-        ])
-    print_table(headers, table)
+    found = table_ceilings(datasets)
+    print_runs(rows_out + ceiling_runs(found))
     write_json("sds_vs_pacsynth", {
         "reporting_length": REPORTING_LENGTH,
         "datasets": {k: v["note"] for k, v in datasets.items()},
@@ -437,6 +468,7 @@ def main() -> None:
             "benchmark parent's resident size at fork (at most ~0.35 GB): their MB figures are upper bounds",
         ],
         "runs": rows_out,
+        "ceilings": found,
     })
 
 
