@@ -1190,6 +1190,20 @@ def test_new_rows_on_a_rerun_of_a_name_is_free_post_processing(tmp_path):
     assert (first / "measurement.parquet").read_bytes() == (second / "measurement.parquet").read_bytes()
 
 
+def test_a_redraw_never_publishes_a_synthetic_table_of_the_lost_measurement(tmp_path):
+    """The measurement folder alone deleted: the rerun draws (and is charged) again, and its
+    synthetic table of the same --rows must come from the new measurement, not from the
+    per-row-count cache the lost one left (only `synthetic/` was cleared before)."""
+    pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o1"))
+    (done,) = _complete_measurements(tmp_path / "ws")
+    release_dir = done.parent.parent
+    old = (release_dir / "synthetic-rows300" / "COMPLETE").stat().st_mtime_ns
+    shutil.rmtree(release_dir / "measurement")
+    second = pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o2"))
+    assert (release_dir / "synthetic-rows300" / "COMPLETE").stat().st_mtime_ns != old
+    assert (second / "measurement.parquet").read_bytes() != (tmp_path / "o1" / "r" / "measurement.parquet").read_bytes()
+
+
 def _no_private_names(text: str, workspace: Path, key: str) -> None:
     assert key not in text and key[:12] not in text, text
     assert f"releases/{key}" not in text and "releases/" not in text, text

@@ -138,8 +138,9 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
-    stale = plan.release_dir() / "synthetic"
-    if stale.exists():  # made from a measurement that is gone: never publish it beside this one
+    # synthetic tables (one per row count) made from a measurement that is gone: never
+    # publish one beside this measurement
+    for stale in plan.release_dir().glob("synthetic*"):
         shutil.rmtree(stale)
     if schema_source(plan.schema) == "data_derived":  # opted in: the domain came from the rows
         m = dataclasses.replace(m, statement=_data_derived_statement(plan.schema, m.statement))
