@@ -200,7 +200,10 @@ def test_dp_draft_needs_a_dataset_and_a_sane_delta(tmp_path, demo_paths, capsys)
     assert "needs --dataset NAME" in capsys.readouterr().err
     assert main(["schema", "infer", str(demo_paths[0]), "--epsilon", "1", "--delta", "0.5", "--dataset", "d",
                  "--workspace", str(tmp_path)]) == 2
-    assert "delta of a DP schema draft must lie in (0, 0.01)" in capsys.readouterr().err
+    assert "delta of a DP schema draft must lie in (0, 0.001)" in capsys.readouterr().err
+    # the bound releases and caps use: a draft may not take a delta they refuse
+    assert main(["schema", "infer", str(demo_paths[0]), "--epsilon", "1", "--delta", "0.005", "--dataset", "d",
+                 "--workspace", str(tmp_path)]) == 2
     assert not (tmp_path / "registry.sqlite").exists()
 
 

@@ -38,7 +38,7 @@ import yaml
 from ..schema.draft import natural_key
 from ..schema.timecols import format_seconds, seconds_of
 from .accounting import gaussian_sigma, rho_from_epsilon
-from .budget import Charge
+from .budget import Charge, check_delta
 from .noise import discrete_gaussian
 from .registry import charge
 from .rng import stage_rng
@@ -350,8 +350,7 @@ def _plan(epsilon: float, delta: float, n_columns: int) -> tuple[float, float, f
     threshold lets a rare value through, shared by the columns; the other half converts rho."""
     if isinstance(epsilon, bool) or not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon of a DP schema draft must be a finite number > 0, got {epsilon!r}")
-    if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 < delta < 0.01):
-        raise ValueError(f"delta of a DP schema draft must lie in (0, 0.01), got {delta!r}")
+    delta = check_delta(delta, "delta of a DP schema draft")  # the releases' own bound
     rho = rho_from_epsilon(float(epsilon), float(delta) / 2)
     return rho, float(delta) / 2, float(delta) / 2
 
