@@ -29,15 +29,23 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'dpsynth' has no attribute {name!r}")
+def lazy_exports(package: str, exports: dict[str, str]):
+    """A package's ``__getattr__`` and ``__dir__`` that import ``exports`` (public name ->
+    module of ``package`` defining it) on first use, so importing the package stays cheap."""
     from importlib import import_module  # here, so that `import dpsynth` itself imports nothing
+    import sys
 
-    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
+    def getattr_(name: str) -> object:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f".{exports[name]}", package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return getattr_, dir_
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

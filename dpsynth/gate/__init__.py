@@ -33,6 +33,8 @@ plan of every expectation, computed once), :mod:`.ge` (the GE run and the summar
 (the GE process beside the release) and :mod:`.validation` (record validity against the schema).
 """
 
+from .. import lazy_exports
+
 # public name -> module of this package that defines it (imported on first use, so that
 # importing :mod:`.worker` or :mod:`.validation` does not load the GE run and its imports)
 _EXPORTS = {
@@ -56,15 +58,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
