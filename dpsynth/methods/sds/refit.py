@@ -164,9 +164,9 @@ def fit_weights(pool: np.ndarray, checks: list[TableCheck], one_way: Mapping[int
                 total: float) -> tuple[np.ndarray, int]:
     """Record weights of ``pool`` honouring every table it missed, and how many it refitted.
 
-    Each pass adds the shortest tables still off (with a target computed against the
-    current weights), then fits the weights to every chosen table and, last, to the 1-way
-    tables.
+    Each pass (re)targets the shortest tables still off, a table refitted before too
+    (fitting longer tables moves it), each against the current weights, then fits the
+    weights to every chosen table and, last, to the 1-way tables.
     Checks without cells get them from ``pool`` while tested; only a chosen table's are kept.
     """
     weights = np.ones(pool.shape[0])
@@ -177,7 +177,7 @@ def fit_weights(pool: np.ndarray, checks: list[TableCheck], one_way: Mapping[int
     lazy = any(c.cells.size != pool.shape[0] for c in checks)
     lengths = sorted({len(c.cols) for c in checks})
     for _ in range(PASSES * max(1, len(lengths))):
-        new = misfit_tables(checks, weights, total, pool=pool if lazy else None, skip=chosen)
+        new = misfit_tables(checks, weights, total, pool=pool if lazy else None)
         if not new:
             break
         # the shortest tables first: a longer table off only through its sub-tables is
