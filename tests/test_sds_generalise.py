@@ -259,3 +259,20 @@ def test_the_matrix_exempts_a_cell_only_when_the_planned_pair_noise_exceeds_the_
     assert within_noise(cell([], 0.09)) is None and within_noise({"runs": [{"pair_noise_ratio": 1.0}],
                                                                   "independent": {}}) is None
 
+
+
+def test_tiny_tables_publish_so_no_refusal_is_needed():
+    """Issue 27 section 3 asks the small-sample guard to refuse before spending where sds
+    cannot publish. With Delta_1 = p and the pooled record count, no such table was found
+    (20 to 500 rows, 5 to 40 columns, epsilon 0.1 and 1, 3 seeds each): the gate passes
+    every one, so a refusal would only withhold releases that publish. The cheapest of
+    those cells stay here: a defect that makes tiny releases fail would show."""
+    from benchmarks.sds_matrix import gate_verdict
+
+    for n, eps in ((20, 0.1), (20, 1.0), (50, 0.1), (50, 1.0)):
+        schema, codes = make_table(n, 5, 4, 0.0, 0.2, seed=4242)
+        for seed in range(3):
+            meas, synth, rng = _release(schema, codes, eps, seed)
+            ok, failed = gate_verdict(synth, meas, rng)
+            assert ok, (n, eps, seed, failed)
+            assert synth.n >= 1
