@@ -341,26 +341,39 @@ INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, no
 
 
 def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path,
-                          measurement_dir: Path | None = None) -> Path:
+                          measurement_dir: Path | None = None, *, runner: Runner | None = None) -> Path:
     """Utility against the raw data, written only to the private workspace: a JSON summary
     in the release's folder and, for the data owner, an HTML page with every 2-way and a
     sample of 3-way marginals (``internal-reports/<release name>.html``, whose path names
-    no private key). Returns the page's path."""
-    from ..evaluation.metrics import complete_share, tvd_by_k
-    from ..report.internal import internal_page
+    no private key). Returns the page's path.
 
-    real = EncodedTable.from_parquet(codes_path, plan.schema)
-    synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
-    ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
-    missing = plan.schema.missing_codes
+    Both tables are counted partition by partition, ``chunk_rows`` rows at a time, on
+    ``runner`` (default: the config's Dask cluster when it names one, else this process):
+    memory is flat in rows and the numbers are those of the whole tables."""
+    if runner is None:
+        with row_runner(plan.config.dask_address) as opened:
+            return internal_report_stage(plan, codes_path, synthetic_dir, measurement_dir, runner=opened)
+    from ..evaluation.metrics import k_subsets, summarize_by_k
+    from ..report.internal import complete_records, internal_page, internal_subsets, stream_marginals
+
+    schema, chunk_rows = plan.schema, plan.config.chunk_rows
+    real = RowSource.from_parquet(codes_path, schema, chunk_rows=chunk_rows, runner=runner)
+    synth_parts = tuple(p for c, _ in synthetic_pairs(synthetic_dir)
+                        for p in RowSource.from_parquet(c, schema, chunk_rows=chunk_rows).parts)
+    synth = RowSource(schema=schema, parts=synth_parts, chunk_rows=chunk_rows, runner=runner)
+    d = len(schema.columns)
+    ks = tuple(k for k in (1, 2, 3) if k <= d)
+    pairs, triples, _ = internal_subsets(d)
+    keep = [(j,) for j in range(d)] + pairs + triples
+    tvds, real_counts, synth_counts = stream_marginals(real, synth, k_subsets(d, ks), keep)
     measured = ({nm.attrs for nm in Measurement.load(measurement_dir).measured}
                 if measurement_dir is not None else set())
-    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real, synth, measured)
+    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real_counts, synth_counts, measured)
     report = {
         "label": INTERNAL_LABEL,
         "release": plan.name,
-        "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
-        "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+        "tvd_by_k": {str(k): v for k, v in summarize_by_k(tvds, ks).items()},
+        "complete_share": {"real": complete_records(real), "synthetic": complete_records(synth)},
         "scored_marginals": by_marginal,
     }
     write_atomic(plan.release_dir() / "internal-utility-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
