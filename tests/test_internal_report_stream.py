@@ -112,3 +112,20 @@ def test_complete_records_counts_missing_codes_by_chunk(demo_paths):
     for part_rows, chunk_rows in ((None, 1 << 20), (64, 5), (1, 1)):
         src = RowSource.from_table(table, chunk_rows=chunk_rows, part_rows=part_rows, runner=_ThreadRunner())
         assert internal.complete_records(src) == want
+
+
+@pytest.mark.slow
+def test_the_report_counted_on_a_dask_cluster_is_the_same(released):
+    """On a LocalCluster of 2 workers (each partition a task; only counts come back)."""
+    pytest.importorskip("distributed")
+    from dpsynth.rows.dask_runner import connect
+
+    plan, codes, measurement, folder = released
+    want_json, want_page = _whole(plan, codes, measurement, folder)
+    cfg = dataclasses.replace(plan.config, chunk_rows=400)
+    with connect("local:2") as runner:
+        page = stages.internal_report_stage(dataclasses.replace(plan, config=cfg), codes, folder, measurement,
+                                            runner=runner)
+    assert json.loads((plan.release_dir() / "internal-utility-report.json").read_text()) == json.loads(
+        json.dumps(want_json))
+    assert page.read_text() == want_page
