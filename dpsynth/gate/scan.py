@@ -336,23 +336,4 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
     for start in range(0, len(parts), SCAN_WINDOW):
         for found in runner.map(_scan_part, parts[start : start + SCAN_WINDOW], schema, keys):
             out = found if out is None else merge_scans(out, found)
-        release_unused()
     return out if out is not None else scan_table(iter(()), schema, keys)
-
-
-def release_unused() -> None:
-    """Hands the memory freed by a window of partitions back to the system (Python's
-    garbage, Arrow's pool, glibc's free lists): without it the heap the row groups left
-    behind stayed in the process and the gate's peak grew with the number of rows
-    (``benchmarks/validate_scale.py``)."""
-    import ctypes
-    import gc
-
-    import pyarrow as pa
-
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing more to hand back
-        pass
