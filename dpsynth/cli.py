@@ -129,12 +129,13 @@ def _console(args: argparse.Namespace):
 def _cmd_release(args: argparse.Namespace) -> int:
     from .progress import reporting
 
-    with reporting(_console(args)):
-        return _release_command(args)
+    with reporting(_console(args)), contextlib.ExitStack() as stack:
+        return _release_command(args, stack)
 
 
-def _release_command(args: argparse.Namespace) -> int:
-    """The release itself, its progress going to the reporter :func:`_cmd_release` installed."""
+def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
+    """The release itself, its progress going to the reporter :func:`_cmd_release` installed;
+    a temporary Prefect server is entered on ``stack`` (stopped when the command ends)."""
     from . import progress
     from .gate import worker as gate_worker
 
@@ -158,11 +159,11 @@ def _release_command(args: argparse.Namespace) -> int:
             from .pipeline.config import check_public
 
             check_public(config)  # a public error is refused now, not after Prefect's start-up
-            _prefect_env()
+            server = stack.enter_context(_prefect_server())  # launched now, waited for at the flow's start
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
     _say_auto(config)
-    folder = _run_engine(config, args.engine)
+    folder = _run_engine(config, args.engine, server if args.engine != "local" else None)
     total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
@@ -191,12 +192,13 @@ def _say_auto(config) -> None:
         print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
 
 
-def _run_engine(config, engine: str) -> str:
-    """The release on the chosen engine; a refusal by the registry names the registry's file."""
+def _run_engine(config, engine: str, server=None) -> str:
+    """The release on the chosen engine (Prefect: on ``server``, see :func:`_prefect_server`);
+    a refusal by the registry names the registry's file."""
     from .privacy.registry import RegistryRefused, registry_path
 
     try:
-        return _release_local(config) if engine == "local" else _release_prefect(config)
+        return _release_local(config) if engine == "local" else _release_prefect(config, server)
     except RegistryRefused as exc:
         where = registry_path(config.workspace).absolute()
         raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
@@ -281,11 +283,25 @@ def _release_local(config) -> str:
     return str(run_release(config))
 
 
-def _release_prefect(config) -> str:
+@contextlib.contextmanager
+def _prefect_server():
+    """The Prefect API of this run (:mod:`dpsynth.orchestration.server`), after the public
+    checks: a configured or running server, else a temporary one launched now so that its
+    start-up overlaps the imports and the flow's preparation; stopped on the way out."""
+    _prefect_env()
+    from . import progress
+    from .orchestration.server import api_server
+
+    with api_server() as server:
+        progress.say(server.line)
+        yield server
+
+
+def _release_prefect(config, server=None) -> str:
     _prefect_env()
     from .orchestration.runner import run_release_flow
 
-    return run_release_flow(config)["release"]
+    return run_release_flow(config, server)["release"]
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
