@@ -150,3 +150,26 @@ def test_the_temporary_server_answers_then_is_gone_after_the_run(prefect_harness
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid) and not srv.answers(url, timeout=0.5)
+
+
+@pytest.mark.flow
+def test_the_input_is_encoded_once_while_a_temporary_server_starts(prefect_harness, tmp_path, monkeypatch):
+    """Issue 25: encode runs beside the temporary server's start-up; the flow's encode stage
+    then finds the codes (encoded once) and the release is the flow's as usual."""
+    import prefect.settings
+
+    import dpsynth.pipeline.stages as stages
+    from dpsynth.orchestration.runner import run_release_flow
+    from dpsynth.pipeline import ReleaseConfig
+
+    calls = []
+    real = stages.encode_to_parts
+    monkeypatch.setattr(stages, "encode_to_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # the harness's API stands for a temporary server that is ready at once
+    fake = srv.ApiServer(url=prefect.settings.PREFECT_API_URL.value(), kind="temporary")
+    config = ReleaseConfig(data=DEMO, schema=DEMO_SCHEMA, method="marginals", epsilon=1.0, out=tmp_path / "out",
+                           workspace=tmp_path / "ws", name="ahead")
+    result = run_release_flow(config, fake)
+    assert calls == [1] and result["encoded_ahead"] > 0
+    assert (Path(result["release"]) / "manifest.json").exists()
+    assert len(list((tmp_path / "ws" / "encoded").iterdir())) == 1
