@@ -40,6 +40,7 @@ def fake_server(monkeypatch):
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     monkeypatch.setattr(srv, "_configured_url", lambda: None)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", str(httpd.server_address[1]))
     yield handler, f"http://127.0.0.1:{httpd.server_address[1]}/api"
     httpd.shutdown()
@@ -69,10 +70,25 @@ def test_a_port_that_is_not_a_prefect_api_is_not_reused(fake_server, monkeypatch
 def test_the_search_is_off_with_port_zero_and_a_configured_url_wins(fake_server, monkeypatch):
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
     assert srv.running_server_url() is None
-    monkeypatch.setattr(srv, "_configured_url", lambda: "http://example.invalid/api")
+    monkeypatch.setenv("PREFECT_API_URL", "http://example.invalid/api")
     monkeypatch.setattr(srv, "_launch", _no_launch)
     found = srv.find_or_launch()
     assert (found.kind, found.url) == ("configured", "http://example.invalid/api")
+
+
+def test_a_url_in_prefects_settings_files_stops_the_temporary_server_for_it(monkeypatch):
+    """The launch reads only the environment (Prefect is not imported yet); a URL set in a
+    Prefect profile is found once it is, and the temporary server is stopped for it."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    temporary = srv.ApiServer(url="http://127.0.0.1:1/api", kind="temporary", process=proc)
+    monkeypatch.setattr(srv, "_configured_url", lambda: None)
+    assert srv.configured_instead(temporary) is temporary and proc.poll() is None
+    monkeypatch.setattr(srv, "_configured_url", lambda: "http://profile.invalid/api")
+    settled = srv.configured_instead(temporary)
+    assert (settled.kind, settled.url) == ("configured", "http://profile.invalid/api")
+    assert proc.poll() is not None and temporary.process is None
 
 
 def _release_args(tmp_path, *extra):
@@ -165,7 +181,8 @@ def test_the_input_is_encoded_once_while_a_temporary_server_starts(prefect_harne
     calls = []
     real = stages.encode_to_parts
     monkeypatch.setattr(stages, "encode_to_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
-    # the harness's API stands for a temporary server that is ready at once
+    # the harness's API stands for a temporary server that is ready at once (not "configured")
+    monkeypatch.setattr(srv, "_configured_url", lambda: None)
     fake = srv.ApiServer(url=prefect.settings.PREFECT_API_URL.value(), kind="temporary")
     config = ReleaseConfig(data=DEMO, schema=DEMO_SCHEMA, method="marginals", epsilon=1.0, out=tmp_path / "out",
                            workspace=tmp_path / "ws", name="ahead")

@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Any, Iterator
 
-from .server import ApiServer, api_server
+from .server import ApiServer, api_server, configured_instead
 
 __all__ = ["quiet_failures", "run_release_flow", "temporary_server"]
 
@@ -109,6 +109,9 @@ def run_release_flow(config: Any, server: ApiServer | None = None) -> dict[str, 
     with contextlib.ExitStack() as stack:
         if server is None:
             server = stack.enter_context(api_server())
+            progress.say(server.line)
+        if (settled := configured_instead(server)) is not server:
+            server = settled
             progress.say(server.line)
         ahead = encode_ahead(config) if server.kind == "temporary" else 0.0
         stack.enter_context(temporary_server(server))

@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
-__all__ = ["ApiServer", "api_server", "find_or_launch", "answers", "running_server_url"]
+__all__ = ["ApiServer", "answers", "api_server", "configured_instead", "find_or_launch", "running_server_url"]
 
 DEFAULT_PORT = 4200
 _PR_SET_PDEATHSIG = 1
@@ -54,9 +54,23 @@ def running_server_url(timeout: float = 0.5) -> str | None:
 
 
 def _configured_url() -> str | None:
+    """Prefect's API URL setting (environment, profile, prefect.toml...): imports Prefect."""
     from prefect.settings import PREFECT_API_URL
 
     return PREFECT_API_URL.value() or None
+
+
+def configured_instead(server: ApiServer) -> ApiServer:
+    """A temporary server stopped for the configured API if Prefect's settings name one
+    (a profile or a settings file: :func:`find_or_launch` reads only the environment, so as
+    not to import Prefect, 1-2 s, before the launch); else ``server`` itself."""
+    if server.kind != "temporary":
+        return server
+    configured = _configured_url()
+    if not configured:
+        return server
+    server.stop()
+    return ApiServer(url=configured, kind="configured")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -181,9 +195,10 @@ def _launch() -> ApiServer:
 
 
 def find_or_launch() -> ApiServer:
-    """The configured API, else a running local server, else a temporary one (launched,
-    not waited for)."""
-    configured = _configured_url()
+    """The configured API (``PREFECT_API_URL`` in the environment), else a running local
+    server, else a temporary one (launched, not waited for; :func:`configured_instead` then
+    checks Prefect's other settings sources once Prefect is imported)."""
+    configured = os.environ.get("PREFECT_API_URL", "").strip()
     if configured:
         return ApiServer(url=configured, kind="configured")
     running = running_server_url()
