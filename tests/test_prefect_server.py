@@ -4,7 +4,6 @@ refused before any server is looked for or started, a temporary server does not 
 from __future__ import annotations
 
 import http.server
-import os
 import sys
 import threading
 import time

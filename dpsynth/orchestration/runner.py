@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any, Iterator
 
 from .server import ApiServer, api_server, configured_instead
