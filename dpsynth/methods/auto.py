@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from ..schema import Schema
 
-__all__ = ["AUTO", "Choice", "choose", "choose_for"]
+__all__ = ["AUTO", "COUNT_SHARE", "MIN_SIGNAL", "Choice", "choose", "choose_for"]
 
 #: The name a user passes (or leaves as the default) to ask for the automatic choice.
 AUTO = "auto"
@@ -31,6 +31,13 @@ MAX_AIM_COLUMNS = 32
 #: Sum over column pairs of their cells: the per-round scoring work. The widest measured,
 #: schemas/nist-fine.yaml (247,923 pair cells, 24 columns), took 31-35 s (pgm_vs_mbi.json).
 MAX_AIM_PAIR_CELLS = 500_000
+
+#: The share of the budget (of rho; of epsilon under --delta 0) the DP record count costs.
+COUNT_SHARE = 0.01
+#: Below this many records x epsilon per column, independent columns (``marginals``) beat
+#: every pair model: the noise swamps each pair. Set on the tuning half of
+#: benchmarks/auto_choice.py, where marginals won at 20 and AIM at 93 and above.
+MIN_SIGNAL = 50.0
 
 #: What a pure-epsilon release gives up, from benchmarks/results/auto_choice.json (held-out half).
 PURE_GIVES_UP = ("A pure-epsilon release keeps each column's distribution but no relationship between "
@@ -53,20 +60,27 @@ class Choice:
         shown = " ".join(f"{k}={v}" for k, v in self.params.items())
         return f"method auto chose {self.method}{' ' + shown if shown else ''}: {self.reason}"
 
+    def preview(self) -> str:
+        """One line before the release: the choice from the schema alone, decided after the count."""
+        shown = " ".join(f"{k}={v}" for k, v in self.params.items())
+        return (f"method auto: draws a DP record count ({COUNT_SHARE:.0%} of the budget, charged), then chooses; "
+                f"from the schema alone it would take {self.method}{' ' + shown if shown else ''}")
+
     def to_dict(self) -> dict[str, object]:
         """JSON form (the manifest's ``auto`` entry)."""
         return {"method": self.method, "params": dict(self.params), "reason": self.reason}
 
 
-def choose(schema: Schema, epsilon: float, delta: float) -> Choice:
+def choose(schema: Schema, epsilon: float, delta: float, records: float | None = None) -> Choice:
     """The method and parameters for a release of ``schema`` at (epsilon, delta).
 
-    Public information only: the schema's code counts, epsilon and delta; no row count.
+    Public information only: the schema's code counts, epsilon, delta and ``records``, a
+    DP record count (a noisy value, already charged), or None before it is drawn.
     """
-    return choose_for(schema.cardinalities, epsilon, delta)
+    return choose_for(schema.cardinalities, epsilon, delta, records)
 
 
-def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float) -> Choice:
+def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, records: float | None = None) -> Choice:
     """:func:`choose` on the columns' code counts alone (what the rule depends on)."""
     cards = [int(c) for c in cardinalities]
     if not cards:
@@ -85,6 +99,13 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float) -> Ch
         return Choice(method="marginals", params={}, reason=(
             f"a column has {widest:,} codes, more than any pair model can hold (1,000,000 cells): only "
             "independent histograms fit; give that column fewer categories or bins"))
+    if records is not None and math.isfinite(records):
+        signal = max(0.0, float(records)) * float(epsilon) / d
+        if signal < MIN_SIGNAL:
+            return Choice(method="marginals", params={}, reason=(
+                f"the DP record count ({max(0.0, float(records)):,.0f}) x epsilon per column is {signal:.0f}, below "
+                f"{MIN_SIGNAL:g}: too few records for the noise on each pair, independent columns were the most "
+                "accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
     pair_cells = sum(a * b for a, b in combinations(cards, 2))
     if d <= MAX_AIM_COLUMNS and pair_cells <= MAX_AIM_PAIR_CELLS:
         return Choice(method="pgm", params={"select": "aim", "degree": "2"}, reason=(
