@@ -421,13 +421,21 @@ def _method_entries(plan: ReleasePlan, m_meta: Mapping[str, Any]) -> dict[str, A
     return {
         "method": m_meta["method"],
         "method_requested": "auto",
-        "auto_params": dict(auto["choice"]["params"]),
+        "auto_params": _in_field_order(m_meta["method"], auto["choice"]["params"]),
         "auto_reason": auto["choice"]["reason"],
         "auto_record_count": {"value": auto["record_count"], "stddev": auto["record_count_stddev"],
                               "mechanism": auto["mechanism"], "stage": auto["stage"],
                               "share_of_budget": auto["count_share"]},
         "parameters": dict(m_meta.get("params") or {}),
     }
+
+
+def _in_field_order(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` in the order the method's parameter class declares them (JSON sorts keys)."""
+    from ..methods import METHODS
+
+    order = [f.name for f in dataclasses.fields(METHODS[method].params_type)]
+    return {k: params[k] for k in sorted(params, key=lambda k: order.index(k) if k in order else len(order))}
 
 
 def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
