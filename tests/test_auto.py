@@ -17,7 +17,8 @@ from dpsynth import pipeline
 from dpsynth.privacy import registry
 from dpsynth.cli import main
 from dpsynth.methods import METHODS, ParamError
-from dpsynth.methods.auto import AUTO, COUNT_SHARE, MAX_AIM_COLUMNS, MIN_SIGNAL, choose, choose_for
+from dpsynth.methods.auto import (AUTO, COUNT_SHARE, MAX_AIM_COLUMNS, MIN_SIGNAL, MST_SIGNAL, cell_signal, choose,
+                                  choose_for)
 from dpsynth.methods.auto_method import COUNT_STAGE, METHOD_STAGE, AutoMethod, inner_budget
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.methods.pgm import PgmMethod
@@ -123,21 +124,30 @@ def test_the_count_is_drawn_only_after_the_registry_grant(tmp_path, demo_paths, 
 
 def test_the_choice_is_a_function_of_the_noisy_count(demo_paths):
     schema = load_schema(demo_paths[1])
-    d = len(schema.columns)
-    low = MIN_SIGNAL * d / 0.1 - 1  # records at epsilon 0.1 just below the threshold
-    for records in (low, low + 2, 0.0, -30.0, 1e7):
+    cards = schema.cardinalities
+    per_sd = cell_signal(cards, 0.1, 1e-6, 1000.0) / 1000.0  # the signal is linear in the count
+    at_min, at_mst = MIN_SIGNAL / per_sd, MST_SIGNAL / per_sd  # counts at the two bounds, epsilon 0.1
+    for records in (at_min - 1, at_min + 1, at_mst + 1, 0.0, -30.0, 1e7):
         assert choose(schema, 0.1, 1e-6, records) == choose(schema, 0.1, 1e-6, records)  # deterministic
-    assert choose(schema, 0.1, 1e-6, low).method == "marginals" and "DP record count" in choose(
-        schema, 0.1, 1e-6, low).reason
+    below = choose(schema, 0.1, 1e-6, at_min - 1)
+    assert below.method == "marginals" and "DP record count" in below.reason
     assert choose(schema, 0.1, 1e-6, -30.0).method == "marginals"  # a negative noisy count reads as 0
-    assert choose(schema, 0.1, 1e-6, low + 2) == choose(schema, 0.1, 1e-6)  # above it: the schema's choice
+    middle = choose(schema, 0.1, 1e-6, at_min + 1)
+    assert (middle.method, middle.params) == ("pgm", {"select": "mst"}) and "MST" in middle.reason
+    assert choose(schema, 0.1, 1e-6, at_mst - 1).params == {"select": "mst"}
+    above = choose(schema, 0.1, 1e-6, at_mst + 1)
+    assert above.params == {"select": "aim", "degree": "2"} == choose(schema, 0.1, 1e-6).params
     assert choose(schema, 1.0, 0.0, 1e7).method == "marginals"  # delta 0: pure methods only
+    # the measure: a median column value's count (records / median codes) in sds of one column's noise
+    rho = Budget(epsilon=0.1, delta=1e-6).rho
+    want = 1000.0 / float(np.median(cards)) / np.sqrt(len(cards) / (2 * rho))
+    assert cell_signal(cards, 0.1, 1e-6, 1000.0) == pytest.approx(want, rel=1e-12)
 
 
 def test_a_small_table_at_small_epsilon_gets_independent_columns(tmp_path, demo_paths):
     data, schema = demo_paths
     small = tmp_path / "small.csv"
-    pd.read_csv(data).head(1000).to_csv(small, index=False)  # 1,000 x 10 at 0.1: 10 records x eps per column
+    pd.read_csv(data).head(1000).to_csv(small, index=False)  # 1,000 x 10 at 0.1: a cell is 1.8 noise sds
     folder = pipeline.run_release(_config(tmp_path, small, schema, epsilon=0.1, name="small"))
     m = json.loads((folder / "manifest.json").read_text())
     assert m["method"] == "marginals" and m["method_requested"] == "auto" and m["auto_params"] == {}

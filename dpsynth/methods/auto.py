@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from ..schema import Schema
 
-__all__ = ["AUTO", "COUNT_SHARE", "MIN_SIGNAL", "Choice", "choose", "choose_for"]
+__all__ = ["AUTO", "COUNT_SHARE", "MIN_SIGNAL", "MST_SIGNAL", "Choice", "cell_signal", "choose", "choose_for"]
 
 #: The name a user passes (or leaves as the default) to ask for the automatic choice.
 AUTO = "auto"
@@ -34,10 +34,14 @@ MAX_AIM_PAIR_CELLS = 500_000
 
 #: The share of the budget (of rho; of epsilon under --delta 0) the DP record count costs.
 COUNT_SHARE = 0.01
-#: Below this many records x epsilon per column, independent columns (``marginals``) beat
-#: every pair model: the noise swamps each pair. Set on the tuning half of
-#: benchmarks/auto_choice.py, where marginals won at 20 and AIM at 93 and above.
-MIN_SIGNAL = 50.0
+#: The rule's measure of signal (:func:`cell_signal`): a typical 1-way cell (the DP record count
+#: over the median column's code count) in units of the noise one column's histogram gets
+#: when the budget is split evenly over the columns. Below MIN_SIGNAL, independent columns
+#: (``marginals``) were the most accurate; below MST_SIGNAL, ``pgm`` MST; above, AIM. Set on
+#: the tuning half of benchmarks/auto_choice.py (5 seeds per cell): marginals won at 2.3 and
+#: 10.6, MST at 17.6 and 19.7, AIM at 35.6 and above; each bound is the geometric middle.
+MIN_SIGNAL = 14.0
+MST_SIGNAL = 26.0
 
 #: What a pure-epsilon release gives up, from benchmarks/results/auto_choice.json (held-out half).
 PURE_GIVES_UP = ("A pure-epsilon release keeps each column's distribution but no relationship between "
@@ -80,6 +84,20 @@ def choose(schema: Schema, epsilon: float, delta: float, records: float | None =
     return choose_for(schema.cardinalities, epsilon, delta, records)
 
 
+def cell_signal(cardinalities: Sequence[int], epsilon: float, delta: float, records: float) -> float:
+    """A typical 1-way cell in noise sds: (records / the median code count) / sigma, where sigma
+    = sqrt(columns / (2 rho)) is one column's noise with rho split evenly (pure epsilon: the
+    discrete Laplace sd at epsilon / columns). ``records`` is the DP count (never the rows)."""
+    from statistics import median
+
+    from ..privacy.budget import Budget
+
+    d = len(cardinalities)
+    budget = Budget(epsilon=float(epsilon), delta=float(delta))
+    sigma = math.sqrt(d / (2.0 * budget.rho)) if not budget.pure else math.sqrt(2.0) * d / float(epsilon)
+    return max(0.0, float(records)) / float(median(cardinalities)) / sigma
+
+
 def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, records: float | None = None) -> Choice:
     """:func:`choose` on the columns' code counts alone (what the rule depends on)."""
     cards = [int(c) for c in cardinalities]
@@ -99,19 +117,24 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, recor
         return Choice(method="marginals", params={}, reason=(
             f"a column has {widest:,} codes, more than any pair model can hold (1,000,000 cells): only "
             "independent histograms fit; give that column fewer categories or bins"))
-    if records is not None and math.isfinite(records):
-        signal = max(0.0, float(records)) * float(epsilon) / d
-        if signal < MIN_SIGNAL:
-            return Choice(method="marginals", params={}, reason=(
-                f"the DP record count ({max(0.0, float(records)):,.0f}) x epsilon per column is {signal:.0f}, below "
-                f"{MIN_SIGNAL:g}: too few records for the noise on each pair, independent columns were the most "
-                "accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
+    signal = cell_signal(cards, epsilon, delta, records) if records is not None else None
+    if signal is not None and signal < MIN_SIGNAL:
+        return Choice(method="marginals", params={}, reason=(
+            f"with the DP record count ({max(0.0, float(records)):,.0f}) a typical column value's count is "  # type: ignore[arg-type]
+            f"{signal:.1f} noise sds, below {MIN_SIGNAL:g}: too few records for this epsilon to measure pairs, and "
+            "independent columns were the most accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
     pair_cells = sum(a * b for a, b in combinations(cards, 2))
+    if signal is not None and signal < MST_SIGNAL:
+        return Choice(method="pgm", params={"select": "mst"}, reason=(
+            f"with the DP record count ({max(0.0, float(records)):,.0f}) a typical column value's count is "  # type: ignore[arg-type]
+            f"{signal:.1f} noise sds, below {MST_SIGNAL:g}: MST's few well-measured pairs beat AIM's many noisier ones "
+            "there on the benchmark (docs/choosing.md, 'What auto chooses')"))
     if d <= MAX_AIM_COLUMNS and pair_cells <= MAX_AIM_PAIR_CELLS:
         return Choice(method="pgm", params={"select": "aim", "degree": "2"}, reason=(
             f"{d} columns and {pair_cells:,} pair cells fit AIM's time bound ({MAX_AIM_COLUMNS} columns, "
             f"{MAX_AIM_PAIR_CELLS:,} pair cells); AIM with degree 2 was the most accurate configuration in the "
-            "benchmark's cells but for small tables at epsilon 0.1 (docs/choosing.md, 'What auto chooses')"))
+            f"benchmark's cells once a typical column value's count is {MST_SIGNAL:g} noise sds or more "
+            "(docs/choosing.md, 'What auto chooses')"))
     return Choice(method="pgm", params={"select": "mst"}, reason=(
         f"{d} columns with {pair_cells:,} pair cells are beyond AIM's time bound ({MAX_AIM_COLUMNS} columns, "
         f"{MAX_AIM_PAIR_CELLS:,} pair cells): MST measures one pair per column and stays fast "
