@@ -59,8 +59,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "sds": ("sds", {}),
     "marginals": ("marginals", {}),
     "auto": ("auto", {}),  # the record count, then its choice: run only when asked (--configs auto)
+    # AIM bounded for wide tables (issue 26 §1b): fewer budget units (rounds) and a smaller model
+    "pgm-aim2-bounded": ("pgm", {"select": "aim", "degree": 2, "units": 256, "max_model_cells": 200_000}),
 }
-ON_REQUEST = {"auto"}
+ON_REQUEST = {"auto", "pgm-aim2-bounded"}
 PURE_CONFIGS = {"marginals-laplace": ("marginals", {}), "microaggregation-dp": ("microaggregation-dp", {})}
 TRIPLES = 200
 
