@@ -118,17 +118,16 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, recor
             f"a column has {widest:,} codes, more than any pair model can hold (1,000,000 cells): only "
             "independent histograms fit; give that column fewer categories or bins"))
     signal = cell_signal(cards, epsilon, delta, records) if records is not None else None
+    counted = f"with the DP record count ({max(0.0, float(records or 0.0)):,.0f}) a typical column value's count is"
     if signal is not None and signal < MIN_SIGNAL:
         return Choice(method="marginals", params={}, reason=(
-            f"with the DP record count ({max(0.0, float(records)):,.0f}) a typical column value's count is "  # type: ignore[arg-type]
-            f"{signal:.1f} noise sds, below {MIN_SIGNAL:g}: too few records for this epsilon to measure pairs, and "
-            "independent columns were the most accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
+            f"{counted} {signal:.1f} noise sds, below {MIN_SIGNAL:g}: too few records for this epsilon to "
+            "measure pairs, and independent columns were the most accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
     pair_cells = sum(a * b for a, b in combinations(cards, 2))
     if signal is not None and signal < MST_SIGNAL:
         return Choice(method="pgm", params={"select": "mst"}, reason=(
-            f"with the DP record count ({max(0.0, float(records)):,.0f}) a typical column value's count is "  # type: ignore[arg-type]
-            f"{signal:.1f} noise sds, below {MST_SIGNAL:g}: MST's few well-measured pairs beat AIM's many noisier ones "
-            "there on the benchmark (docs/choosing.md, 'What auto chooses')"))
+            f"{counted} {signal:.1f} noise sds, below {MST_SIGNAL:g}: MST's few well-measured pairs beat AIM's "
+            "many noisier ones there on the benchmark (docs/choosing.md, 'What auto chooses')"))
     if d <= MAX_AIM_COLUMNS and pair_cells <= MAX_AIM_PAIR_CELLS:
         return Choice(method="pgm", params={"select": "aim", "degree": "2"}, reason=(
             f"{d} columns and {pair_cells:,} pair cells fit AIM's time bound ({MAX_AIM_COLUMNS} columns, "
