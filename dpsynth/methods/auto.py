@@ -122,7 +122,8 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, recor
     if signal is not None and signal < MIN_SIGNAL:
         return Choice(method="marginals", params={}, reason=(
             f"{counted} {signal:.1f} noise sds, below {MIN_SIGNAL:g}: too few records for this epsilon to "
-            "measure pairs, and independent columns were the most accurate there on the benchmark (docs/choosing.md, 'What auto chooses')"))
+            "measure pairs, and independent columns were the most accurate there on the benchmark "
+            "(docs/choosing.md, 'What auto chooses')"))
     pair_cells = sum(a * b for a, b in combinations(cards, 2))
     if signal is not None and signal < MST_SIGNAL:
         return Choice(method="pgm", params={"select": "mst"}, reason=(
