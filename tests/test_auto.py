@@ -17,8 +17,8 @@ from dpsynth import pipeline
 from dpsynth.privacy import registry
 from dpsynth.cli import main
 from dpsynth.methods import METHODS, ParamError
-from dpsynth.methods.auto import (AUTO, COUNT_SHARE, MAX_AIM_COLUMNS, MIN_SIGNAL, MST_SIGNAL, cell_signal, choose,
-                                  choose_for)
+from dpsynth.methods.auto import (AUTO, COUNT_SHARE, MAX_AIM_COLUMNS, MAX_WIDE_AIM_COLUMNS, MIN_SIGNAL, MST_SIGNAL,
+                                  WIDE_AIM, cell_signal, choose, choose_for)
 from dpsynth.methods.auto_method import COUNT_STAGE, METHOD_STAGE, AutoMethod, inner_budget
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.methods.pgm import PgmMethod
@@ -190,7 +190,13 @@ def test_auto_plans_the_count_and_the_rest_within_budget(demo_paths):
 def test_rule_widens_to_mst_and_falls_back_for_huge_columns():
     assert choose_for([10] * MAX_AIM_COLUMNS, 1.0, 1e-6).params == {"select": "aim", "degree": "2"}
     wide = choose_for([10] * (MAX_AIM_COLUMNS + 1), 1.0, 1e-6)
-    assert (wide.method, wide.params) == ("pgm", {"select": "mst"}) and "MST" in wide.reason
+    assert (wide.method, wide.params) == ("pgm", WIDE_AIM) and "200,000 cells" in wide.reason
+    assert choose_for([10] * MAX_WIDE_AIM_COLUMNS, 1.0, 1e-6).params == WIDE_AIM
+    wider = choose_for([10] * (MAX_WIDE_AIM_COLUMNS + 1), 1.0, 1e-6)
+    assert (wider.method, wider.params) == ("pgm", {"select": "mst"}) and "MST" in wider.reason
+    assert choose_for([30] * 40, 1.0, 1e-6).params == {"select": "mst"}  # 702,000 pair cells: MST
+    built = dpsynth.methods.get_method("pgm", WIDE_AIM)
+    assert (built.params.units, built.params.max_model_cells, built.params.degree) == (256, 200_000, 2)
     huge = choose_for([5, 2_000_000], 1.0, 1e-6)
     assert huge.method == "marginals" and "2,000,000" in huge.reason
     for bad in (dict(epsilon=0.0, delta=1e-6), dict(epsilon=1.0, delta=1.0), dict(epsilon=1.0, delta=-1e-9)):

@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 
 from ..schema import Schema
 
-__all__ = ["AUTO", "COUNT_SHARE", "MIN_SIGNAL", "MST_SIGNAL", "Choice", "cell_signal", "choose", "choose_for"]
+__all__ = ["AUTO", "COUNT_SHARE", "MAX_WIDE_AIM_COLUMNS", "MIN_SIGNAL", "MST_SIGNAL", "WIDE_AIM", "Choice",
+           "cell_signal", "choose", "choose_for"]
 
 #: The name a user passes (or leaves as the default) to ask for the automatic choice.
 AUTO = "auto"
@@ -31,6 +32,14 @@ MAX_AIM_COLUMNS = 32
 #: Sum over column pairs of their cells: the per-round scoring work. The widest measured,
 #: schemas/nist-fine.yaml (247,923 pair cells, 24 columns), took 31-35 s (pgm_vs_mbi.json).
 MAX_AIM_PAIR_CELLS = 500_000
+#: From 33 columns to this many (within MAX_AIM_PAIR_CELLS), AIM with its rounds and model
+#: bounded (:data:`WIDE_AIM`) instead of MST. Set on the tuning half: on 5,000 x 60 it scored
+#: 932.8 at epsilon 1 (22 s of CPU) and 956.2 at epsilon 10 (97 s of CPU), 16 and 29 points
+#: above MST, where default AIM took 66 s under load and did not finish in 300 s.
+MAX_WIDE_AIM_COLUMNS = 64
+#: AIM bounded for wide tables: 256 budget units (rounds; the default is 16 per column) and a
+#: model of at most 200,000 cells (the default 1,000,000).
+WIDE_AIM = {"select": "aim", "degree": "2", "units": "256", "max_model_cells": "200000"}
 
 #: The share of the budget (of rho; of epsilon under --delta 0) the DP record count costs.
 COUNT_SHARE = 0.01
@@ -135,6 +144,12 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, recor
             f"{MAX_AIM_PAIR_CELLS:,} pair cells); AIM with degree 2 was the most accurate configuration in the "
             f"benchmark's cells once a typical column value's count is {MST_SIGNAL:g} noise sds or more "
             "(docs/choosing.md, 'What auto chooses')"))
+    if d <= MAX_WIDE_AIM_COLUMNS and pair_cells <= MAX_AIM_PAIR_CELLS:
+        return Choice(method="pgm", params=dict(WIDE_AIM), reason=(
+            f"{d} columns are beyond default AIM's time bound ({MAX_AIM_COLUMNS}) but within "
+            f"{MAX_WIDE_AIM_COLUMNS}: "
+            f"AIM with {WIDE_AIM['units']} rounds and a model of at most {int(WIDE_AIM['max_model_cells']):,} cells "
+            "keeps its time bounded and beat MST on the benchmark's wide tables (docs/choosing.md, 'What auto chooses')"))
     return Choice(method="pgm", params={"select": "mst"}, reason=(
         f"{d} columns with {pair_cells:,} pair cells are beyond AIM's time bound ({MAX_AIM_COLUMNS} columns, "
         f"{MAX_AIM_PAIR_CELLS:,} pair cells): MST measures one pair per column and stays fast "
