@@ -149,7 +149,8 @@ def choose_for(cardinalities: Sequence[int], epsilon: float, delta: float, recor
             f"{d} columns are beyond default AIM's time bound ({MAX_AIM_COLUMNS}) but within "
             f"{MAX_WIDE_AIM_COLUMNS}: "
             f"AIM with {WIDE_AIM['units']} rounds and a model of at most {int(WIDE_AIM['max_model_cells']):,} cells "
-            "keeps its time bounded and beat MST on the benchmark's wide tables (docs/choosing.md, 'What auto chooses')"))
+            "keeps its time bounded and beat MST on the benchmark's wide tables "
+            "(docs/choosing.md, 'What auto chooses')"))
     return Choice(method="pgm", params={"select": "mst"}, reason=(
         f"{d} columns with {pair_cells:,} pair cells are beyond AIM's time bound ({MAX_AIM_COLUMNS} columns, "
         f"{MAX_AIM_PAIR_CELLS:,} pair cells): MST measures one pair per column and stays fast "
