@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import RESULTS, add_ceilings, ceiling_text, ceilings, print_table, write_json  # noqa: E402
 from benchmarks.sds_matrix import SHARED_DATA, make_table, nist_tables  # noqa: E402
+from dpsynth.methods.auto import WIDE_AIM  # noqa: E402
 
 DELTA = 1e-6
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -60,7 +61,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "marginals": ("marginals", {}),
     "auto": ("auto", {}),  # the record count, then its choice: run only when asked (--configs auto)
     # AIM bounded for wide tables (issue 26 §1b): fewer budget units (rounds) and a smaller model
-    "pgm-aim2-bounded": ("pgm", {"select": "aim", "degree": 2, "units": 256, "max_model_cells": 200_000}),
+    "pgm-aim2-bounded": ("pgm", dict(WIDE_AIM)),
 }
 ON_REQUEST = {"auto", "pgm-aim2-bounded"}
 PURE_CONFIGS = {"marginals-laplace": ("marginals", {}), "microaggregation-dp": ("microaggregation-dp", {})}
@@ -260,8 +261,10 @@ def _label(method: str, params: dict[str, Any], delta: float) -> str:
     """The configuration label of a method and its parameters."""
     if method == "marginals":
         return "marginals-laplace" if delta == 0 else "marginals"
+    if method == "pgm" and params.get("select") == "aim":
+        return "pgm-aim2-bounded" if "units" in params else "pgm-aim2"
     if method == "pgm":
-        return "pgm-aim2" if params.get("select") == "aim" else "pgm-mst"
+        return "pgm-mst"
     return method
 
 
