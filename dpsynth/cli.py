@@ -189,7 +189,7 @@ def _say_auto(config) -> None:
     except Exception:  # noqa: BLE001 - prepare raises the same problem with its own message
         return
     if choice is not None:
-        print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
+        print(f"dpsynth: {choice.preview()}", file=sys.stderr, flush=True)
 
 
 def _run_engine(config, engine: str, server=None) -> tuple[str, float]:
