@@ -46,6 +46,7 @@ __all__ = [
     "file_sha256",
     "write_csv",
     "csv_text",
+    "csv_header",
 ]
 
 
@@ -522,6 +523,17 @@ def _csv_text(col: Column, s: pd.Series, field=_csv_field) -> np.ndarray:
     return text
 
 
+def _csv_field_of(schema: Schema):
+    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
+    return _quote_all if has_cr else _csv_field
+
+
+def csv_header(schema: Schema) -> str:
+    """The header line :func:`write_csv` writes (with its ``\n``)."""
+    field = _csv_field_of(schema)
+    return ",".join(field(c.name) for c in schema.columns) + "\n"
+
+
 def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
     """CSV in the input's conventions: a missing cell is written as the column's first token.
 
@@ -531,10 +543,9 @@ def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, h
     ``\\n`` line ends, or every cell quoted when a label or token holds a ``\\r`` (the csv
     module would leave it unquoted and break the row). ``path`` may be an open text file
     (a streamed table appends its blocks with ``header=False``)."""
-    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
-    field = _quote_all if has_cr else _csv_field
+    field = _csv_field_of(schema)
     cols = [_csv_text(col, df[col.name], field) for col in schema.columns]
-    lines = [",".join(field(c.name) for c in schema.columns)] if header else []
+    lines = [csv_header(schema)[:-1]] if header else []
     if len(cols) == 1:  # the csv module quotes a row that is one empty field
         lines += ['""' if v == "" else v for v in cols[0]]
     else:
