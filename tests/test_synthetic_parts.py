@@ -169,3 +169,26 @@ def test_a_release_on_the_pool_publishes_the_serial_bytes_and_a_failing_part_pub
         pipeline.run_release(config)
     assert not (tmp_path / "c" / "out" / "broken").exists()
     assert not [p for p in (tmp_path / "c" / "ws").rglob("*synthetic*") if p.is_dir()]
+
+
+def test_csv_fields_taken_from_codes_are_those_of_the_decoded_labels(tmp_path):
+    """Categorical fields formatted from the codes (the synthesize path) write the same
+    bytes as from the decoded table: labels to escape and quote, ``other``, missing."""
+    import io
+
+    from dpsynth.rows.encoding import EncodedTable, decode, write_csv
+    from dpsynth.schema import schema_from_dict
+
+    schema = schema_from_dict({"name": "t", "columns": [
+        {"name": "a", "type": "categorical", "values": ["x", 'say "hi"', "one, two", "=SUM(A1)", "-3"],
+         "other": True, "missing": ["+NA"]},
+        {"name": "b", "type": "categorical", "values": ["p", "q"]},
+        {"name": "f", "type": "numeric", "bounds": [0, 10], "bins": 3, "missing": [""]}]})
+    rng = np.random.default_rng(5)
+    codes = np.stack([rng.integers(0, c.cardinality, 3000) for c in schema.columns], axis=1).astype(np.uint8)
+    df = decode(EncodedTable(schema=schema, codes=codes), rng)
+    plain, coded = io.StringIO(), io.StringIO()
+    write_csv(df, schema, plain)
+    write_csv(df, schema, coded, codes=codes)
+    assert coded.getvalue() == plain.getvalue()
+    assert '"say ""hi"""' in plain.getvalue() and "'+NA" in plain.getvalue() and "other" in plain.getvalue()

@@ -206,7 +206,7 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
 
 #: Blocks from which a synthetic table is drawn on a process pool of this machine's cores
 #: (below, starting the pool costs more than it saves).
-POOL_MIN_BLOCKS = 16
+POOL_MIN_BLOCKS = 8
 
 
 @contextmanager

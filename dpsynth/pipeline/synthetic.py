@@ -125,7 +125,7 @@ class _Writers:
         assert self.values is not None and self.csv is not None
         self.codes.write_table(c.cast(self.codes.schema), row_group_size=max(1, len(codes)))
         self.values.write_table(v.cast(self.values.schema), row_group_size=max(1, len(codes)))
-        write_csv(table, self.schema, self.csv, header=self.header)
+        write_csv(table, self.schema, self.csv, header=self.header, codes=codes)
         self.header = False
 
     def close(self) -> None:
