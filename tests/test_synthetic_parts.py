@@ -151,6 +151,7 @@ def _release(tmp_path, demo_paths, seed_file, name):
                                   name=name)
 
 
+@pytest.mark.slow
 def test_a_release_on_the_pool_publishes_the_serial_bytes_and_a_failing_part_publishes_nothing(
         tmp_path, demo_paths, seed_file, monkeypatch):
     monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
