@@ -219,7 +219,7 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
     from ..rows.pool_runner import default_workers, pool
     from .synthetic import BLOCK_ROWS, TableSampler
 
-    if isinstance(sampler, TableSampler):
+    if isinstance(sampler, TableSampler) or int(sampler.rows) <= BLOCK_ROWS:  # one block: nothing to share
         yield None
     elif dask_address:
         with row_runner(dask_address) as runner:
