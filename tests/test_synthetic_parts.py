@@ -193,3 +193,27 @@ def test_csv_fields_taken_from_codes_are_those_of_the_decoded_labels(tmp_path):
     write_csv(df, schema, coded, codes=codes)
     assert coded.getvalue() == plain.getvalue()
     assert '"say ""hi"""' in plain.getvalue() and "'+NA" in plain.getvalue() and "other" in plain.getvalue()
+
+
+@pytest.mark.slow
+def test_a_release_synthesized_on_dask_publishes_the_serial_bytes(tmp_path, demo_paths, seed_file, monkeypatch):
+    """--dask-address: synthesize's parts are drawn and written on the workers (13 blocks
+    of 100 rows), and the published files are those of the release in one process."""
+    import dataclasses
+
+    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
+    calls = []
+    real = synthetic.write_part
+    monkeypatch.setattr(synthetic, "write_part", lambda *a: calls.append(1) or real(*a))
+    serial = pipeline.run_release(_release(tmp_path / "a", demo_paths, seed_file, "r"))
+    assert not calls  # no pool: one process
+    config = dataclasses.replace(_release(tmp_path / "b", demo_paths, seed_file, "r"), dask_address="local:2")
+    monkeypatch.setattr(synthetic, "write_part", real)  # a lambda would not pickle
+    spied = []
+    real_join = synthetic._join
+    monkeypatch.setattr(synthetic, "_join", lambda *a: spied.append(a[3]) or real_join(*a))
+    on_dask = pipeline.run_release(config)
+    assert spied and spied[0] > 1  # joined from several parts
+    for f in FILES[1:]:
+        assert (serial / f).read_bytes() == (on_dask / f).read_bytes()
