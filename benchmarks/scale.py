@@ -28,6 +28,10 @@ The load average is recorded per cell: the machine is shared.
 
     python benchmarks/scale.py --rows 1000000,10000000 --modes release-pgm,release-sds
 
+``release-<method>-dask`` runs the same release with ``--dask-address local:2`` (encode,
+measure and synthesize on a LocalCluster of two worker processes). Without it, synthesize
+draws and writes a table of 16 blocks or more on a pool of this machine's cores.
+
 Results merge into benchmarks/results/scale.json by (rows, mode).
 """
 
@@ -191,9 +195,11 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
     (scratch / "schema.yaml").write_text(schema().to_yaml())
     (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret")
     cmd = ["nice", sys.executable, "-m", "dpsynth.cli", "release", "--engine", "local", "--data", str(data),
-           "--schema", str(scratch / "schema.yaml"), "--method", mode.split("-", 1)[1], "--epsilon", "1",
+           "--schema", str(scratch / "schema.yaml"), "--method", mode.split("-")[1], "--epsilon", "1",
            "--out", str(scratch / "out"), "--workspace", str(scratch / "ws"), "--seed-file", str(scratch / "seed"),
            "--name", "scale"]
+    if mode.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
+        cmd += ["--dask-address", "local:2"]
     return cmd, scratch
 
 
