@@ -32,6 +32,10 @@ A mode ending ``+internal`` (``release-pgm+internal``) adds ``--internal-report`
 owner's private page, counted from the real codes and the synthetic table chunk by chunk
 (its stage time is the ``internal`` column).
 
+``release-<method>-dask`` runs the same release with ``--dask-address local:2`` (encode,
+measure and synthesize on a LocalCluster of two worker processes). Without it, synthesize
+draws and writes a table of 16 blocks or more on a pool of this machine's cores.
+
 Results merge into benchmarks/results/scale.json by (rows, mode).
 """
 
@@ -194,11 +198,13 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
     scratch.mkdir(parents=True)
     (scratch / "schema.yaml").write_text(schema().to_yaml())
     (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret")
-    method, _, extra = mode.split("-", 1)[1].partition("+")
+    method, _, extra = mode.split("-")[1].partition("+")
     cmd = ["nice", sys.executable, "-m", "dpsynth.cli", "release", "--engine", "local", "--data", str(data),
            "--schema", str(scratch / "schema.yaml"), "--method", method, "--epsilon", "1",
            "--out", str(scratch / "out"), "--workspace", str(scratch / "ws"), "--seed-file", str(scratch / "seed"),
            "--name", "scale", *(["--internal-report"] if extra == "internal" else [])]
+    if mode.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
+        cmd += ["--dask-address", "local:2"]
     return cmd, scratch
 
 

@@ -202,10 +202,37 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
         if plan.options.get("correct_marginals"):
             synth = correct_to_measurement(synth, m, plan.rng("correct"))
         sampler = TableSampler(synth)
-    with complete_folder(folder) as tmp:
+    with synthesis_runner(plan.config.dask_address, sampler) as runner, complete_folder(folder) as tmp:
         write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
-                        chunk_rows=chunk_rows or plan.config.chunk_rows)
+                        chunk_rows=chunk_rows or plan.config.chunk_rows, runner=runner)
     return folder
+
+
+#: Blocks from which a synthetic table is drawn on a process pool of this machine's cores
+#: (below, starting the pool costs more than it saves).
+POOL_MIN_BLOCKS = 8
+
+
+@contextmanager
+def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | None]:
+    """Where the synthetic blocks are drawn and written: the Dask cluster of
+    ``dask_address``; else, for a streaming sampler of at least :data:`POOL_MIN_BLOCKS`
+    blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
+    (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
+    always written here. The bytes are the same in every case."""
+    from ..rows.pool_runner import default_workers, pool
+    from .synthetic import BLOCK_ROWS, TableSampler
+
+    if isinstance(sampler, TableSampler) or int(sampler.rows) <= BLOCK_ROWS:  # one block: nothing to share
+        yield None
+    elif dask_address:
+        with row_runner(dask_address) as runner:
+            yield runner
+    elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+        with pool(workers) as runner:
+            yield runner
+    else:
+        yield None
 
 
 def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedTable:
