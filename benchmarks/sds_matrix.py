@@ -6,6 +6,9 @@ Cells:
   ``dtype=str, keep_default_na=False``; schema ``schemas/nist.yaml``) x {the 10
   demographic columns of METRICS.md, all 24 columns} x epsilon {0.5, 1, 4, 10} x 3 seeds.
   Score: SDNist k-marginal (:func:`dpsynth.evaluation.metrics.nist_kmarginal_score`).
+* Interactions (issue 27 section 3): generated tables (:data:`INTERACTIONS`, n 5,000 ..
+  1,000,000) where about half the columns with two parents are a 3-way interaction
+  ((a + b) mod card, probability 0.9), at epsilon 1, 2 and 4 with 3 seeds; same halves.
 * Generated: random Bayesian networks of varied shape (n 1,000..200,000; 8..40 columns;
   cardinalities 2..50; numeric columns; 0..40% structural missing cells: a column is
   empty wherever a parent column takes some values). Each table is assigned to the
@@ -42,6 +45,8 @@ Usage::
     python benchmarks/sds_matrix.py --half tuning    # only the tuning half of the generated tables
     python benchmarks/sds_matrix.py --merge a b      # report partial runs (results/a.json, b.json) as one
     python benchmarks/sds_matrix.py --nist --methods sds  # generated tables only (an empty --nist list)
+    python benchmarks/sds_matrix.py --nist --generated --interactions 1 3 5 --methods sds
+                                                     # held-out interaction tables up to 200k
     python benchmarks/sds_matrix.py --ceilings-only  # adds every table's ceilings to the JSON, runs no method
 
 The full matrix: NIST at every epsilon with 3 seeds; generated tables at epsilon 1 and 4
@@ -137,6 +142,34 @@ GENERATED = (
 )
 
 
+#: Generated tables with strong 3-way interactions (issue 27 section 3): (n, columns, max
+#: cardinality, numeric share, missing share, interaction share). Even index: tuning half,
+#: odd: held-out; generator seed 8000 + index.
+INTERACTIONS = (
+    (5_000, 10, 6, 0.0, 0.0, 0.6),
+    (8_000, 12, 8, 0.2, 0.2, 0.6),
+    (60_000, 12, 10, 0.2, 0.1, 0.5),
+    (60_000, 12, 12, 0.0, 0.2, 0.5),
+    (200_000, 16, 12, 0.2, 0.1, 0.5),
+    (200_000, 14, 10, 0.1, 0.15, 0.5),
+    (1_000_000, 20, 10, 0.2, 0.1, 0.4),
+    (1_000_000, 20, 12, 0.1, 0.1, 0.4),
+)
+#: Epsilons and seeds of the interaction tables (the hidden tables' failures were at 1, 2 and 4).
+INT_EPSILONS = (1.0, 2.0, 4.0)
+INT_SEEDS = (0, 1, 2)
+
+
+def interaction_table(index: int) -> Table:
+    """Table ``index`` of :data:`INTERACTIONS` (even index: tuning half, odd: held-out)."""
+    n, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]
+    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=8000 + index, name=f"int{index}",
+                               interactions=inter)
+    half = "tuning" if index % 2 == 0 else "held-out"
+    name = f"int{index}:{n}x{p},c<={cmax},miss{miss_share:.0%},3way{inter:.0%}"
+    return Table(name, "generated", half, schema, codes)
+
+
 def generated_table(index: int) -> Table:
     """Table ``index`` of :data:`GENERATED` (even index: tuning half, odd: held-out)."""
     n, p, cmax, num_share, miss_share = GENERATED[index]
@@ -147,12 +180,14 @@ def generated_table(index: int) -> Table:
 
 
 def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *, seed: int,
-               name: str = "generated") -> tuple[Any, np.ndarray]:
+               name: str = "generated", interactions: float = 0.0) -> tuple[Any, np.ndarray]:
     """A random Bayesian network (up to 2 parents per column) with structural missingness.
 
     Cardinalities 2..cmax; a share ``num_share`` of the columns is numeric (binned);
     about ``miss_share`` of the cells are empty: column j is empty wherever an earlier
-    "gate" column takes some of its values. Returns (schema, codes).
+    "gate" column takes some of its values. With ``interactions`` > 0, that share of the
+    columns with two parents is a 3-way interaction: (a + b) mod card with probability
+    0.9 (else uniform), a dependence each parent alone barely shows. Returns (schema, codes).
     """
     from dpsynth.schema import schema_from_dict
 
@@ -169,6 +204,10 @@ def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *
             idx = idx * cards[q] + codes[:, q]
         cdf = np.cumsum(cpt, axis=1)[idx]
         codes[:, j] = np.minimum((cdf < rng.random(n)[:, None]).sum(axis=1), cards[j] - 1)
+        if interactions > 0 and len(parents) == 2 and rng.random() < interactions:
+            a, b = parents
+            tied = (codes[:, a] + codes[:, b]) % cards[j]
+            codes[:, j] = np.where(rng.random(n) < 0.9, tied, rng.integers(0, cards[j], size=n))
     nullable = np.zeros(p, dtype=bool)
     empty = np.zeros((n, p), dtype=bool)
     if miss_share > 0:
@@ -314,7 +353,8 @@ def add_ceilings_only(args: argparse.Namespace) -> list[dict[str, Any]]:
     path = RESULTS / f"{args.out}.json"
     payload = json.loads(path.read_text())
     names = {c["table"] for c in payload["cells"]}
-    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in range(len(GENERATED))]
+    tables = (nist_tables(args.nist, args.colsets) + [generated_table(i) for i in range(len(GENERATED))]
+              + [interaction_table(i) for i in range(len(INTERACTIONS))])
     found = {t.name: table_ceiling(t) for t in tables if t.name in names}
     add_ceilings(args.out, found)
     payload = json.loads(path.read_text())
@@ -379,12 +419,19 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     gen_idx = list(range(len(GENERATED))) if args.generated is None else list(args.generated)
     if args.half != "both":
         gen_idx = [i for i in gen_idx if (i % 2 == 0) == (args.half == "tuning")]
-    tables = nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
+    int_idx = list(range(len(INTERACTIONS))) if args.interactions is None else list(args.interactions)
+    if args.half != "both":
+        int_idx = [i for i in int_idx if (i % 2 == 0) == (args.half == "tuning")]
+    tables = (nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
+              + [interaction_table(i) for i in int_idx])
     cells = []
     for table in tables:
         generated = table.kind == "generated"
-        t_eps = GEN_EPSILONS if generated and not (args.epsilons or args.quick) else epsilons
-        t_seeds = GEN_SEEDS if generated and not (args.seeds or args.quick) else seeds
+        inter = table.name.startswith("int")
+        t_eps = ((INT_EPSILONS if inter else GEN_EPSILONS) if generated and not (args.epsilons or args.quick)
+                 else epsilons)
+        t_seeds = ((INT_SEEDS if inter else GEN_SEEDS) if generated and not (args.seeds or args.quick)
+                   else seeds)
         base = [baseline(table, s) for s in range(5)]  # the exact baseline's own spread: 5 draws
         bmean = {k: float(np.mean([b[k] for b in base])) for k in base[0]}
         bsd = {f"{k}_sd": float(np.std([b[k] for b in base], ddof=1)) for k in base[0]}
@@ -486,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nist", nargs="*", default=list(NIST_FILES))
     ap.add_argument("--colsets", nargs="*", default=["demographic", "all"])
     ap.add_argument("--generated", nargs="*", type=int, default=None, help="indices of GENERATED")
+    ap.add_argument("--interactions", nargs="*", type=int, default=None,
+                    help="indices of INTERACTIONS (tables with 3-way interactions); none: --interactions")
     ap.add_argument("--epsilons", nargs="*", type=float, default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--ge", action="store_true", help="run the full GE gate for every verdict")

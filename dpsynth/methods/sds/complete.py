@@ -50,25 +50,44 @@ def project_to_total(noisy: np.ndarray, total: float) -> np.ndarray:
     return np.clip(v - css[r - 1] / r, 0.0, None)
 
 
+def pooled_total(count: float, count_sd: float, tables: Sequence[np.ndarray], sd1: float
+                 ) -> tuple[float, float, float]:
+    """The record count as the inverse-variance mean of a DP ``count`` (sd ``count_sd``)
+    and of every table's total (each a sum of its cells, each of noise sd ``sd1``);
+    returns (estimate, its sd, the weight share of the tables). Post-processing only.
+
+    At small n the DP record count is the noisiest figure of an ``sds`` release (epsilon_N
+    is 0.5% of epsilon: sd 283 records at epsilon 1), while each 1-way table's total has
+    sd ``sd1 * sqrt(cells)`` (about 30 records on a 300-row table at epsilon 1).
+    """
+    est, wts = [float(count)], [1.0 / count_sd**2 if count_sd > 0 else 0.0]
+    if sd1 > 0 and count_sd > 0:
+        for t in tables:
+            est.append(float(np.sum(t)))
+            wts.append(1.0 / (np.size(t) * sd1**2))
+    w = np.asarray(wts)
+    if w.sum() <= 0:
+        return float(count), float(count_sd), 0.0
+    return float(np.dot(est, w) / w.sum()), float(1.0 / math.sqrt(w.sum())), float(1.0 - w[0] / w.sum())
+
+
 def public_one_way(m: Measurement, schema: Schema) -> tuple[dict[int, np.ndarray], float]:
     """Consistent 1-way tables from a ``one_way="public"`` measurement (post-processing).
 
-    The record count is the inverse-variance mean of the DP record count (discrete
-    Laplace, with the stddev the measurement states) and of every column's total (each a sum of
-    ``cardinality`` noisy counts of sd ``noise_sd[0]``); each column's table is then
-    projected onto the non-negative tables with that total.
+    The record count is :func:`pooled_total` of the DP record count (discrete Laplace;
+    ``meta["dp_record_count"]`` when the measurement's ``records`` already holds the pooled
+    figure) and of every column's total; each column's table is then projected onto the
+    non-negative tables with that total.
     """
     sd1 = float(m.meta["noise_sd"][0])
-    rec_sd = float(m.records.stddev) if m.records is not None else 0.0
-    est, wts = [float(m.records.value)], [1.0 / rec_sd**2 if rec_sd > 0 else 0.0]
     tables = {j: np.asarray(m.marginals[(c.name,)], dtype=np.float64) for j, c in enumerate(schema.columns)}
-    for j, t in tables.items():
-        if sd1 > 0:
-            est.append(float(t.sum()))
-            wts.append(1.0 / (t.size * sd1**2))
-    w = np.asarray(wts)
-    total = float(np.dot(est, w) / w.sum()) if w.sum() > 0 else est[0]
-    total = max(1.0, total)
+    raw = m.meta.get("dp_record_count")
+    if raw is not None:
+        count, count_sd = float(raw["value"]), float(raw["stddev"])
+    else:
+        count = float(m.records.value)
+        count_sd = float(m.records.stddev) if m.records is not None else 0.0
+    total = max(1.0, pooled_total(count, count_sd, list(tables.values()), sd1)[0])
     return {j: project_to_total(t, total) for j, t in tables.items()}, total
 
 

@@ -18,10 +18,10 @@ from ...schema import Schema
 from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacyStatement, params_to_dict
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
-from .complete import _Model, _rake_to_one_way, _sample_complete, public_one_way
+from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
-from .refit import honour_pairs
+from .refit import honour_tables
 from .strict import _sample_strict
 
 
@@ -91,10 +91,25 @@ class SdsMethod(MethodBase):
         }
         records = NoisyCount(value=res.records, stddev=discrete_laplace_sd(1.0 / split.records_epsilon),
                              mechanism="laplace")
+        if res.one_way:  # 1-way tables of every code: their totals estimate the record count too
+            records = self._pooled_records(records, one_way, meta)
         return Measurement(
             method=self.name, params=params_to_dict(self.params), charges=tuple(charges),
             measured=tuple(measured), records=records, tables={"aggregates": frame}, meta=meta,
         )
+
+    @staticmethod
+    def _pooled_records(count: NoisyCount, one_way: list, meta: dict) -> NoisyCount:
+        """The record count the release states: the inverse-variance mean of the DP record
+        count and the 1-way tables' totals (post-processing; the DP count alone sized tiny
+        releases at 1 or 675 records for 300 true). The DP count stays in ``meta``."""
+        sd1 = float(meta["noise_sd"][0]) if meta.get("noise_sd") else 0.0
+        value, sd, share = pooled_total(count.value, count.stddev, [nm.counts for nm in one_way], sd1)
+        meta["dp_record_count"] = count.to_dict()
+        meta["records_estimate"] = ("inverse-variance mean of the DP record count and every column's "
+                                    "1-way total" if share > 0 else "the DP record count")
+        return NoisyCount(value=max(1, round(value)), stddev=sd,
+                          mechanism="gaussian" if share >= 0.5 else "laplace")
 
     # -- synthesis ------------------------------------------------------------------------
     def synthesize(
@@ -129,8 +144,8 @@ class SdsMethod(MethodBase):
                                   if (c.name,) in m.marginals}
             refit = None
             if self.params.fit_pairs:
-                refit = honour_pairs(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
-                                     targets if self.params.rake_one_way else {}, total, rng)
+                refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
+                                      targets if self.params.rake_one_way else {}, total, rng)
             if refit is not None:
                 raw = refit[0]
             if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them

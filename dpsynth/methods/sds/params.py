@@ -60,8 +60,9 @@ class SdsParams:
     #: Measure only the 1-way level (with every Gaussian share) when the DP record count
     #: says that the 2-way tables would be noise (see :func:`budget.pair_noise_ratio`).
     auto_length: bool = True
-    #: Complete synthesis: redraw the records from a reweighted pool when a measured 2-way
-    #: table says, beyond its noise, that they are off (:mod:`.refit`; post-processing).
+    #: Complete synthesis: redraw the records from a reweighted pool when a measured k-way
+    #: table (every k = 2 .. R; the name is from when only pairs were refitted) says,
+    #: beyond its noise, that they are off (:mod:`.refit`; post-processing).
     fit_pairs: bool = True
 
     def __post_init__(self) -> None:
