@@ -138,6 +138,8 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    if hasattr(method, "spent_ledger"):  # auto: its count and the chosen method's own stages
+        ledger = method.spent_ledger(ledger, m)
     # synthetic tables (one per row count) made from a measurement that is gone: never
     # publish one beside this measurement
     for stale in plan.release_dir().glob("synthetic*"):
@@ -191,6 +193,8 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
     m = Measurement.load(measurement_dir)
     rng = plan.rng("synthesize")
     method = plan.method()
+    if hasattr(method, "chosen"):  # auto: the method its measurement chose
+        method = method.chosen(m)
     if getattr(method, "streams_synthesis", False) and not plan.options.get("correct_marginals"):
         sampler = method.sampler(m, plan.schema, plan.config.rows, rng)
     else:
@@ -370,11 +374,7 @@ def publish_stage(
     pure = _pure(m_meta)
     manifest = {
         "name": plan.name,
-        "method": plan.method_name,
-        "method_requested": plan.config.method,
-        **({"auto_params": dict(plan.choice.params), "auto_reason": plan.choice.reason}
-           if plan.choice is not None else {}),
-        "parameters": plan.params,
+        **_method_entries(plan, m_meta),
         "schema": plan.schema.name,
         "schema_sha256": plan.schema.fingerprint(),
         "privacy": {
@@ -410,6 +410,32 @@ def publish_stage(
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
                            sign_key=key)
+
+
+def _method_entries(plan: ReleasePlan, m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's method, its parameters and, for ``auto``, its choice and the DP record
+    count it chose with (both from the measurement: what this release's draw decided)."""
+    auto = (m_meta.get("meta") or {}).get("auto")
+    if plan.method_name != "auto" or not auto:
+        return {"method": plan.method_name, "method_requested": plan.config.method, "parameters": plan.params}
+    return {
+        "method": m_meta["method"],
+        "method_requested": "auto",
+        "auto_params": _in_field_order(m_meta["method"], auto["choice"]["params"]),
+        "auto_reason": auto["choice"]["reason"],
+        "auto_record_count": {"value": auto["record_count"], "stddev": auto["record_count_stddev"],
+                              "mechanism": auto["mechanism"], "stage": auto["stage"],
+                              "share_of_budget": auto["count_share"]},
+        "parameters": dict(m_meta.get("params") or {}),
+    }
+
+
+def _in_field_order(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` in the order the method's parameter class declares them (JSON sorts keys)."""
+    from ..methods import METHODS
+
+    order = [f.name for f in dataclasses.fields(METHODS[method].params_type)]
+    return {k: params[k] for k in sorted(params, key=lambda k: order.index(k) if k in order else len(order))}
 
 
 def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:
