@@ -192,3 +192,33 @@ def test_release_prepare_accepts_a_large_sds_release_and_refuses_strict(tmp_path
     with pytest.raises(PrecheckError, match="holds the whole synthetic table"):
         pipeline.prepare(pipeline.ReleaseConfig(**base, params={"synthesis": "strict"}))
     assert load_schema(schema_path).columns
+
+
+@pytest.mark.parametrize("chunks", [True, False])
+def test_a_runner_gets_the_same_bytes_read_in_order(sds_measured, tmp_path, monkeypatch, chunks):
+    """sds's samplers are read in order (``sequential``): with a process pool the stage
+    writes them in this process, so the bytes equal the serial ones (a pool would have
+    given each worker a copy starting at the first record)."""
+    from dpsynth.pipeline.stages import synthesis_runner
+    from dpsynth.rows.pool_runner import pool
+
+    plan, m = sds_measured
+    if chunks:
+        _small_chunks(monkeypatch)
+    seen = []
+    for use_pool in (False, True):
+        out = tmp_path / f"pool-{use_pool}"
+        out.mkdir()
+        sampler = plan.method().sampler(m, plan.schema, 1234, plan.rng("synthesize"))
+        assert sampler.sequential
+        with synthesis_runner(None, sampler) as chosen:
+            assert chosen is None
+        if use_pool:
+            with pool(2) as runner:
+                write_synthetic(out, plan.schema, sampler, plan.rng("synthesize"), plan.rng("decode"),
+                                chunk_rows=97, block_rows=100, runner=runner, parts=3)
+        else:
+            write_synthetic(out, plan.schema, sampler, plan.rng("synthesize"), plan.rng("decode"),
+                            chunk_rows=97, block_rows=100)
+        seen.append(_digests(out))
+    assert seen[0] == seen[1]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -91,6 +91,8 @@ class WholeTableSampler:
 
     codes: np.ndarray
     _next: int = 0
+    #: Handed out in order: the writer must not split it across processes.
+    sequential: ClassVar[bool] = True
 
     @property
     def rows(self) -> int:
@@ -113,6 +115,8 @@ class ChunkedSampler:
     the record total. ``sample(n, rng)`` hands the records out in order and ignores its
     generator: chunk ``i`` uses ``SeedSequence(key, spawn_key=(i,))``."""
 
+    #: Chunks are drawn in order: the writer must not split it across processes.
+    sequential: ClassVar[bool] = True
     rows: int
     columns: int
     measurement: Measurement
