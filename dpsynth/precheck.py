@@ -106,21 +106,29 @@ def _gib(x: float) -> str:
 
 
 def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input_rows: int | None = None,
-               bytes_per_cell: int | None = None) -> None:
+               bytes_per_cell: int | None = None, chunk_rows: int | None = None) -> None:
     """Refuses a synthetic table that would not fit the memory limit.
 
     A method that streams its synthesis (``streams``: it holds one block at a time) is
-    never refused. Otherwise the table is ``--rows`` records, or about the input's when
-    ``rows`` is None and its row count is known from metadata (``input_rows``)."""
-    if streams:
+    never refused, unless it states the ``chunk_rows`` records it holds at once (``sds``):
+    then one chunk must fit. Otherwise the table is ``--rows`` records, or about the
+    input's when ``rows`` is None and its row count is known from metadata (``input_rows``)."""
+    if streams and chunk_rows is None:
         return
     n = rows if rows is not None else input_rows
+    if streams:
+        n = int(chunk_rows) if n is None else min(int(n), int(chunk_rows))  # type: ignore[arg-type]
     if n is None:
         return
     per_cell = bytes_per_cell or BYTES_PER_CELL
     need = int(n) * len(schema.columns) * per_cell
     limit = max_table_bytes()
     if need > limit:
+        if streams and n == chunk_rows:
+            raise PrecheckError(
+                f"one synthesis chunk of {n} records needs about {_gib(need)} ({len(schema.columns)} columns, "
+                f"~{per_cell} bytes per cell), over the limit of {_gib(limit)} (DPSYNTH_MAX_TABLE_BYTES); "
+                f"raise the limit or use a method that streams block by block (`dpsynth methods`: pgm, marginals)")
         most = max(1, limit // (len(schema.columns) * per_cell))
         what = f"--rows {rows}" if rows is not None else f"a synthetic table as large as the input ({n} rows)"
         raise PrecheckError(

@@ -197,7 +197,8 @@ def test_methods_say_which_hold_the_whole_table(capsys):
     blocks = {b.split(":", 1)[0]: b for b in capsys.readouterr().out.split("\n\n")}
     for name in ("pgm", "marginals"):
         assert "synthesize streams the synthetic table block by block" in blocks[name]
-    assert "synthesize holds the whole synthetic table" in blocks["sds"]
+    assert "synthesize draws the synthetic table in chunks of whole blocks, one held at a time" in blocks["sds"]
+    assert "synthesize holds the whole synthetic table" in blocks["private-sampling"]
     assert "measure holds the whole input table" in blocks["private-sampling"]
 
 

@@ -82,6 +82,9 @@ def memory_words(cls: type) -> str:
                else "holds the whole input table")
     synth = ("streams the synthetic table block by block (bounded)" if getattr(cls, "streams_synthesis", False)
              else "holds the whole synthetic table (refused before any charge when over DPSYNTH_MAX_TABLE_BYTES)")
+    if getattr(cls, "streams_synthesis", False) and hasattr(cls, "synthesis_chunk_rows"):
+        synth = ("draws the synthetic table in chunks of whole blocks, one held at a time (bounded; its strict "
+                 "sampler and estimator=pgm hold the whole table)")
     return f"measure {measure}; synthesize {synth}"
 
 

@@ -352,10 +352,13 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
                          f"pass --method auto (the default) or one of {pure}, or a --delta above 0")
     charges = method.plan(schema, budget)
     Ledger(budget, charges)  # refuses a plan over budget
-    streams = getattr(method, "streams_synthesis", False) and not options.get("correct_marginals")
+    streams = (getattr(method, "streams_synthesis", False) and getattr(method, "chunks_synthesis", True)
+               and not options.get("correct_marginals"))
+    chunk = method.synthesis_chunk_rows(schema) if streams and hasattr(method, "synthesis_chunk_rows") else None
     check_rows(config.rows, schema, streams=streams,
-               input_rows=None if streams or config.rows is not None else parquet_rows(config.data),
-               bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None))
+               input_rows=None if (streams and chunk is None) or config.rows is not None
+               else parquet_rows(config.data),
+               bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None), chunk_rows=chunk)
     check_disk(config.rows, schema, [config.workspace, Path(config.out)])
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:

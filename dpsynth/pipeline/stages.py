@@ -223,7 +223,8 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
     from ..rows.pool_runner import default_workers, pool
     from .synthetic import BLOCK_ROWS, TableSampler
 
-    if isinstance(sampler, TableSampler) or int(sampler.rows) <= BLOCK_ROWS:  # one block: nothing to share
+    if (isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False)  # read in order, here
+            or int(sampler.rows) <= BLOCK_ROWS):  # one block: nothing to share
         yield None
     elif dask_address:
         with row_runner(dask_address) as runner:

@@ -210,12 +210,13 @@ def write_synthetic(folder: Path, schema: Schema, sampler: BlockSampler, sample_
     ``folder/parts/``; the parts are then joined by copying bytes
     (:mod:`dpsynth.pipeline.parts`) and deleted. The bytes depend on the seeds and
     ``block_rows``, never on ``chunk_rows``, the runner or the number of parts. A table
-    handed out whole (:class:`TableSampler`) is written in this process."""
+    handed out whole (:class:`TableSampler`), or by a sampler that must be read in order
+    (``sequential`` true: sds's chunks), is written in this process."""
     block_rows = block_rows or BLOCK_ROWS
     sizes = block_sizes(int(sampler.rows), block_rows)
     job = BlockJob(schema=schema, sampler=sampler, draw=BlockRngs(sample_rng), values_rng=BlockRngs(decode_rng),
                    sizes=tuple(sizes), chunk_rows=int(chunk_rows), block_rows=block_rows)
-    if runner is None or isinstance(sampler, TableSampler) or len(sizes) < 2:
+    if runner is None or isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False) or len(sizes) < 2:
         _write_blocks(job, range(len(sizes)), _Writers(_files(folder), schema, header=True), report=True)
         return Written(rows=sum(sizes), row_groups=len(sizes))
     ranges = part_ranges(len(sizes), parts or 4 * max(1, int(getattr(runner, "workers", 2))))

@@ -3,7 +3,8 @@
 The Synthetic Data Showcase approach (shared/papers/sds-dp-marginals.txt) with pac-synth
 0.0.8's parameters. Modules: ``params`` (parameters), ``budget`` (budget split and plan),
 ``aggregation`` (DP k-tuple counts), ``strict`` and ``complete`` (the two samplers),
-``method`` (the registered ``SdsMethod``). What it measures and costs: docs/sds.md.
+``chunked`` (the release drawn in row chunks, bounded memory), ``method`` (the registered
+``SdsMethod``). What it measures and costs: docs/sds.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ...schema import Schema
 from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacyStatement, params_to_dict
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
+from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for
 from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
@@ -33,9 +34,12 @@ class SdsMethod(MethodBase):
     provides_marginals: ClassVar[bool] = True
     measures_counts: ClassVar[bool] = True
     guarantee: ClassVar[PrivacyStatement] = DP_ADD_REMOVE
-    # The complete sampler, the pair refit's pool (up to 4x the rows) and the raking hold
-    # several int64 copies of the table: 5.9 GB peak at 1M x 20 (benchmarks/scale.py).
+    # The complete sampler, the pair refit's pool (up to 8x the rows) and the raking hold
+    # several int64 copies of the table: 5.9 GB peak at 1M x 20 (benchmarks/scale.py). The
+    # default parameters hold one chunk (chunked.py); strict, estimator="pgm" and
+    # correct_marginals the whole table.
     synthesis_bytes_per_cell: ClassVar[int] = 320
+    streams_synthesis: ClassVar[bool] = True
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()
@@ -133,22 +137,68 @@ class SdsMethod(MethodBase):
                 empty = col.missing_code if col.missing_code is not None else col.fill_code
                 raw[:, j] = np.where(raw[:, j] < 0, empty, raw[:, j])
         else:
-            th = m.meta.get("thresholds") or [None]
-            one_way, total = None, float(m.records.value)
-            if m.meta.get("one_way") == "public":
-                one_way, total = public_one_way(m, schema)
-            model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
-                           one_way=one_way, missing_measured=m.meta.get("empty_cells") == "value")
-            raw = _sample_complete(model, n, self.params, rng)
-            targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
-                                  if (c.name,) in m.marginals}
-            refit = None
-            if self.params.fit_pairs:
-                refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
-                                      targets if self.params.rake_one_way else {}, total, rng)
-            if refit is not None:
-                raw = refit[0]
-            if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
-                raw = _rake_to_one_way(raw, targets, rng)
+            model, targets, total = self._complete_model(m, schema)
+            raw = self._draw_complete(model, n, m, schema, targets, total, rng)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)
+
+    def _complete_model(self, m: Measurement, schema: Schema) -> tuple[_Model, dict[int, np.ndarray], float]:
+        """The complete sampler's model, the 1-way targets and the record total."""
+        R = int(m.meta.get("reporting_length", self.params.reporting_length))
+        levels = tables_from_frame(m.tables["aggregates"], schema, R)
+        th = m.meta.get("thresholds") or [None]
+        one_way, total = None, float(m.records.value)
+        if m.meta.get("one_way") == "public":
+            one_way, total = public_one_way(m, schema)
+        model = _Model(levels, schema, int(round(total)), m.meta.get("noise_sd", [0.0] * R), th[0],
+                       one_way=one_way, missing_measured=m.meta.get("empty_cells") == "value")
+        targets = one_way or {j: m.marginals[(c.name,)] for j, c in enumerate(schema.columns)
+                              if (c.name,) in m.marginals}
+        return model, targets, total
+
+    def _draw_complete(self, model: _Model, n: int, m: Measurement, schema: Schema,
+                       targets: dict[int, np.ndarray], total: float, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records from the complete sampler, refitted to the measured k-way tables of
+        ``m`` (k >= 2) and raked to ``targets``: a whole release, or one chunk with its share
+        of the 2-way and 1-way tables (a chunk's share carries no 3-way table)."""
+        raw = _sample_complete(model, n, self.params, rng)
+        refit = None
+        if self.params.fit_pairs:
+            refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
+                                  targets if self.params.rake_one_way else {}, total, rng)
+        if refit is not None:
+            raw = refit[0]
+        if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
+            raw = _rake_to_one_way(raw, targets, rng)
+        return raw
+
+    def synthesis_chunk_rows(self, schema: Schema) -> int | None:
+        """Records held at once by synthesis (one chunk), None when the whole table is."""
+        return chunk_rows_for(len(schema.columns)) if self.chunks_synthesis else None
+
+    @property
+    def chunks_synthesis(self) -> bool:
+        """Whether these parameters synthesize in bounded chunks (the complete sampler with
+        the sds estimator, the default); the strict sampler and ``estimator="pgm"`` hold
+        the whole table."""
+        return self.params.synthesis == "complete" and self.params.estimator == "sds"
+
+    def sampler(self, m: Measurement, schema: Schema, rows: int | None,
+                rng: np.random.Generator) -> ChunkedSampler | WholeTableSampler:
+        """The release's records block by block. Up to one chunk of records
+        (:func:`~dpsynth.methods.sds.chunked.chunk_rows_for`), and for the parameters that
+        do not chunk, the whole table of :meth:`synthesize` (same bytes as before
+        chunking); above, a :class:`ChunkedSampler` over the model learnt once."""
+        n = int(m.records.value) if rows is None else int(rows)
+        p = len(schema.columns)
+        if not self.chunks_synthesis or n < 0 or chunk_count(n, p) == 1:
+            return WholeTableSampler(self.synthesize(m, schema, rows, rng).codes)
+        model, targets, total = self._complete_model(m, schema)
+        key = [int(x) for x in rng.integers(0, 2**32, size=8, dtype=np.uint64)]
+
+        def draw(k: int, mk: Measurement, ones: dict[int, np.ndarray], tk: float,
+                 g: np.random.Generator) -> np.ndarray:
+            return self._draw_complete(model, k, mk, schema, ones, tk, g).astype(code_dtype(schema.cardinalities))
+
+        return ChunkedSampler(rows=n, columns=p, measurement=m, one_way=dict(targets), total=total, key=key,
+                              draw_chunk=draw)
