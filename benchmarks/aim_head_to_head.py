@@ -254,7 +254,8 @@ def main() -> None:
                     help="the mechanisms/ folder of the private-pgm checkout whose mbi the peer venv holds")
     ap.add_argument("--time-limit", type=float, default=30 * 60)
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--report", action="store_true", help="print the tables of what is done; run nothing")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     ap.add_argument("--child", nargs=3, metavar=("PARAMS", "SRC", "DST"))
     args = ap.parse_args()
     if args.child:
@@ -280,35 +281,49 @@ def main() -> None:
             runs = {**latest, key: res}
             write_json(OUT_NAME, {"delta": DELTA, "workload": f"every {DEGREE}-way marginal of at most {MAX_CELLS} "
                                   "cells, weight 1 (the reference script's default)", "runs": runs})
-    report(runs)
+    report(runs, args.markdown)
 
 
-def report(runs: dict[str, Any]) -> None:
+def _table(headers: list[str], rows: list[list[Any]], markdown: bool) -> None:
+    """Print a table: aligned text, or markdown (for docs/pgm.md); floats to 4 decimals."""
+    cells = [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    if not markdown:
+        print_table(headers, cells)
+        return
+    print("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers))
+    for r in cells:
+        print("| " + " | ".join(r) + " |")
+
+
+def report(runs: dict[str, Any], markdown: bool = False) -> None:
     """Print every cell done, then ours against the peer per (table, epsilon, seed)."""
     rows = []
     for r in sorted(runs.values(), key=lambda r: (r["table"], r["epsilon"], r["seed"], r["method"])):
         ok = r.get("status") == "ok"
-        rows.append([r["table"], r["epsilon"], r["seed"], r["method"], r.get("status") if not ok else "ok"]
-                    + ([round(r["werr"], 4), round(r["tvd1"], 4), round(r["tvd2"], 4), round(r.get("tvd3", float("nan")), 4),
-                        round(r["wall_s"], 1), round(r["cpu_s"], 1), round(r["peak_mb"]), round(r["load1"], 1)]
-                       if ok else ["", "", "", "", "", "", "", ""]))
-    print_table(["table", "eps", "seed", "method", "status", "werr", "tvd1", "tvd2", "tvd3", "wall s", "cpu s",
-                 "peak MB", "load"], rows)
+        proc = f"{r['proc_s']:.0f} (process)" if "proc_s" in r else ""
+        rows.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], r.get("status") if not ok else "ok"]
+                    + ([r["werr"], r["tvd1"], r["tvd2"], r.get("tvd3", float("nan")),
+                        f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", f"{r['peak_mb']:.0f}", f"{r['load1']:.1f}"]
+                       if ok else ["", "", "", "", "", proc, "", ""]))
+    _table(["table", "eps", "seed", "method", "status", "werr", "tvd1", "tvd2", "tvd3", "wall s", "cpu s",
+            "peak MB", "load"], rows, markdown)
     pairs = []
     for key, r in sorted(runs.items()):
-        if r["method"] != "mbi-aim":
+        if not r["method"].startswith("mbi-"):
             continue
         ours = runs.get(key.rsplit("|", 1)[0] + "|pgm-aim2", {})
         if ours.get("status") != "ok":
             continue
         if r.get("status") != "ok":
-            pairs.append([r["table"], r["epsilon"], r["seed"], round(ours["werr"], 4), r["status"], "", "", ""])
+            pairs.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], ours["werr"], r["status"], "", "", "", ""])
             continue
         win = "ours" if ours["werr"] <= r["werr"] else "mbi"
-        pairs.append([r["table"], r["epsilon"], r["seed"], round(ours["werr"], 4), round(r["werr"], 4), win,
-                      f"{r['wall_s'] / ours['wall_s']:.1f}x", f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
+        pairs.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], ours["werr"], r["werr"], win,
+                      f"{r['wall_s'] / ours['wall_s']:.1f}x", f"{r['cpu_s'] / ours['cpu_s']:.1f}x",
+                      f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
     print()
-    print_table(["table", "eps", "seed", "werr ours", "werr mbi AIM", "lower", "mbi wall / ours", "mbi RSS / ours"], pairs)
+    _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
+            "peer cpu / ours", "peer RSS / ours"], pairs, markdown)
 
 
 if __name__ == "__main__":
