@@ -68,7 +68,16 @@ DATA_DIR = next((p for p in (ROOT.parents[0] / "shared" / "data", ROOT.parents[1
 #: Fastest peer first, so that a partial grid has as many tables as possible.
 TABLES = ("car", "asia", "nist-ma2019", "nist-tx2019", "nist-national2019", "adult", "mushroom")
 METHODS = ("pgm-aim2", "auto", "mbi-aim")
-OURS = {"pgm-aim2": {"select": "aim", "degree": 2}}
+#: pgm-aim2: the configuration under test. Diagnostics (run by name with --methods, not in the default
+#: grid): -nt0 without the estimator's noise_tol stop; -exact also float64 and AIM's 1000 refit steps
+#: per round (the reference's estimator settings); -r1000 only the 1000 refit steps; -f64 only float64;
+#: -nc without compression of rare values.
+OURS = {"pgm-aim2": {"select": "aim", "degree": 2},
+        "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
+        "pgm-aim2-exact": {"select": "aim", "degree": 2, "noise_tol": 0, "precision": "double", "refit_iters": 1000},
+        "pgm-aim2-nc": {"select": "aim", "degree": 2, "compress": False},
+        "pgm-aim2-r1000": {"select": "aim", "degree": 2, "refit_iters": 1000},
+        "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
 #: The reference script's workload (its __main__ defaults): every DEGREE-way marginal of at most MAX_CELLS cells.
 DEGREE, MAX_CELLS = 2, 10_000
 UCI = {"car": "uci/car.csv", "mushroom": "uci/mushroom.csv", "asia": "asia/asia.csv"}
@@ -170,6 +179,17 @@ def child_ours(params: str, src: Path, dst: Path) -> None:
                       "selected": len(m.meta.get("selected", []))}))
 
 
+def _proc_usage(pid: int) -> dict[str, float]:
+    """CPU seconds and peak RSS so far of a running process (what a timeout had used)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    hwm = next((float(s.split()[1]) / 1024.0 for s in status if s.startswith("VmHWM:")), float("nan"))
+    return {"cpu_s": (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), "peak_mb": hwm}
+
+
 def run_process(cmd: list[str], limit: float, log: Path) -> dict[str, Any]:
     """Run ``cmd`` (its own process group), at most ``limit`` seconds; its last stdout line
     (JSON) with the process's wall, CPU seconds and max RSS (wait4), or a timeout/failure."""
@@ -181,9 +201,11 @@ def run_process(cmd: list[str], limit: float, log: Path) -> dict[str, Any]:
             if pid:
                 break
             if time.perf_counter() - t0 > limit:
+                spent = _proc_usage(proc.pid)
                 os.killpg(proc.pid, signal.SIGKILL)
                 os.wait4(proc.pid, 0)
-                return {"status": f"timeout after {limit:.0f} s", "proc_s": time.perf_counter() - t0}
+                return {"status": f"timeout after {limit:.0f} s", "proc_s": time.perf_counter() - t0, **spent,
+                        "load1": os.getloadavg()[0]}
             time.sleep(0.5)
     base = {"proc_s": time.perf_counter() - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
             "maxrss_mb": usage.ru_maxrss / 1024.0, "load1": os.getloadavg()[0]}
@@ -295,6 +317,28 @@ def _table(headers: list[str], rows: list[list[Any]], markdown: bool) -> None:
         print("| " + " | ".join(r) + " |")
 
 
+def summary(runs: dict[str, Any]) -> list[list[Any]]:
+    """Per (table, epsilon): our mean workload error over seeds (range, count) beside the peer's
+    seed-0 cell (or its status), with TVD3, CPU seconds and peak RSS of both."""
+    out = []
+    for t in TABLES:
+        for e in (0.1, 1.0, 10.0):
+            ours = [r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, "pgm-aim2")
+                    and r.get("status") == "ok"]
+            if not ours:
+                continue
+            w = [r["werr"] for r in ours]
+            peer = runs.get(f"{t}|{e}|0|mbi-aim")
+            cell = ("not run" if peer is None else peer["status"] if peer.get("status") != "ok" else f"{peer['werr']:.4f}")
+            ok = peer is not None and peer.get("status") == "ok"
+            mean = lambda k: float(np.mean([r[k] for r in ours]))  # noqa: E731
+            out.append([t, f"{e:g}", f"{np.mean(w):.4f} ({min(w):.4f}-{max(w):.4f}, {len(w)})", cell,
+                        f"{mean('tvd3'):.4f} / {peer['tvd3']:.4f}" if ok else f"{mean('tvd3'):.4f} / -",
+                        f"{mean('cpu_s'):.1f} / {peer['cpu_s']:.0f}" if ok else f"{mean('cpu_s'):.1f} / -",
+                        f"{mean('peak_mb'):.0f} / {peer['peak_mb']:.0f}" if ok else f"{mean('peak_mb'):.0f} / -"])
+    return out
+
+
 def report(runs: dict[str, Any], markdown: bool = False) -> None:
     """Print every cell done, then ours against the peer per (table, epsilon, seed)."""
     rows = []
@@ -321,6 +365,9 @@ def report(runs: dict[str, Any], markdown: bool = False) -> None:
         pairs.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], ours["werr"], r["werr"], win,
                       f"{r['wall_s'] / ours['wall_s']:.1f}x", f"{r['cpu_s'] / ours['cpu_s']:.1f}x",
                       f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
+    print()
+    _table(["table", "eps", "pgm-aim2 werr mean (range, seeds)", "mbi AIM werr (seed 0)", "TVD3 ours / mbi",
+            "cpu s ours / mbi", "peak MB ours / mbi"], summary(runs), markdown)
     print()
     _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
             "peer cpu / ours", "peer RSS / ours"], pairs, markdown)
