@@ -28,6 +28,14 @@ The load average is recorded per cell: the machine is shared.
 
     python benchmarks/scale.py --rows 1000000,10000000 --modes release-pgm,release-sds
 
+A mode ending ``+internal`` (``release-pgm+internal``) adds ``--internal-report``: the data
+owner's private page, counted from the real codes and the synthetic table chunk by chunk
+(its stage time is the ``internal`` column).
+
+``release-<method>-dask`` runs the same release with ``--dask-address local:2`` (encode,
+measure and synthesize on a LocalCluster of two worker processes). Without it, synthesize
+draws and writes a table of 16 blocks or more on a pool of this machine's cores.
+
 Results merge into benchmarks/results/scale.json by (rows, mode).
 """
 
@@ -190,10 +198,13 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
     scratch.mkdir(parents=True)
     (scratch / "schema.yaml").write_text(schema().to_yaml())
     (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret")
+    method, _, extra = mode.split("-")[1].partition("+")
     cmd = ["nice", sys.executable, "-m", "dpsynth.cli", "release", "--engine", "local", "--data", str(data),
-           "--schema", str(scratch / "schema.yaml"), "--method", mode.split("-", 1)[1], "--epsilon", "1",
+           "--schema", str(scratch / "schema.yaml"), "--method", method, "--epsilon", "1",
            "--out", str(scratch / "out"), "--workspace", str(scratch / "ws"), "--seed-file", str(scratch / "seed"),
-           "--name", "scale"]
+           "--name", "scale", *(["--internal-report"] if extra == "internal" else [])]
+    if mode.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
+        cmd += ["--dask-address", "local:2"]
     return cmd, scratch
 
 
@@ -330,13 +341,14 @@ def main() -> None:
 
 def _release_table(rows: list[dict]) -> None:
     """Whole releases: wall, stages, peak RSS of the process tree, published or not, load."""
-    headers = ["rows", "mode", "wall s", "CPU s", "encode", "measure", "synth", "validate", "publish", "peak MB (tree)",
-               "CLI MB", "gate MB", "published", "load"]
+    headers = ["rows", "mode", "wall s", "CPU s", "encode", "measure", "synth", "validate", "internal", "publish",
+               "peak MB (tree)", "CLI MB", "gate MB", "published", "load"]
     table = []
     for r in rows:
         st, pk = r.get("stages_s", {}), r["peak_rss_mb"]
         table.append([r["rows"], r["mode"], r["process_wall_s"], r.get("cpu_s", ""), st.get("encode", ""), st.get("measure", ""),
-                      st.get("synthesize", ""), st.get("validate", ""), st.get("publish", ""),
+                      st.get("synthesize", ""), st.get("validate", ""), st.get("internal_report", ""),
+                      st.get("publish", ""),
                       pk["all_processes_sum"], pk["driver"], max(pk["workers"], default=0),
                       "yes" if r.get("published") else "NO: " + (r.get("error") or r.get("refusal", ""))[:60],
                       r.get("loadavg_before", [""])[0]])

@@ -153,7 +153,7 @@ def release(
             with reporting(_ApiConsole(show=not quiet)):
                 choice = auto_choice(config)
                 if choice is not None:
-                    note(choice.line())
+                    note(choice.preview())
                 folder = run_release(config)
     out = replace(_read_release(folder), registry=registry_path(ws).absolute())
     dataset = out.manifest.get("privacy", {}).get("dataset") or {}

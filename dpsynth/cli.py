@@ -129,12 +129,13 @@ def _console(args: argparse.Namespace):
 def _cmd_release(args: argparse.Namespace) -> int:
     from .progress import reporting
 
-    with reporting(_console(args)):
-        return _release_command(args)
+    with reporting(_console(args)), contextlib.ExitStack() as stack:
+        return _release_command(args, stack)
 
 
-def _release_command(args: argparse.Namespace) -> int:
-    """The release itself, its progress going to the reporter :func:`_cmd_release` installed."""
+def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
+    """The release itself, its progress going to the reporter :func:`_cmd_release` installed;
+    a temporary Prefect server is entered on ``stack`` (stopped when the command ends)."""
     from . import progress
     from .gate import worker as gate_worker
 
@@ -158,15 +159,15 @@ def _release_command(args: argparse.Namespace) -> int:
             from .pipeline.config import check_public
 
             check_public(config)  # a public error is refused now, not after Prefect's start-up
-            _prefect_env()
+            server = stack.enter_context(_prefect_server())  # launched now, waited for at the flow's start
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
     _say_auto(config)
-    folder = _run_engine(config, args.engine)
+    folder, ahead = _run_engine(config, args.engine, server if args.engine != "local" else None)
     total = _process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
-    work = sum(v for k, v in timings.items() if k != "orchestration")
+    work = ahead + sum(v for k, v in timings.items() if k != "orchestration")
     print(f"published {folder}")
     print(f"wall {total:.2f} s since the command started: stage work {work:.2f} s, "
           f"start-up, imports and orchestration {max(0.0, total - work):.2f} s")
@@ -188,15 +189,17 @@ def _say_auto(config) -> None:
     except Exception:  # noqa: BLE001 - prepare raises the same problem with its own message
         return
     if choice is not None:
-        print(f"dpsynth: {choice.line()}", file=sys.stderr, flush=True)
+        print(f"dpsynth: {choice.preview()}", file=sys.stderr, flush=True)
 
 
-def _run_engine(config, engine: str) -> str:
-    """The release on the chosen engine; a refusal by the registry names the registry's file."""
+def _run_engine(config, engine: str, server=None) -> tuple[str, float]:
+    """The release on the chosen engine (Prefect: on ``server``, see :func:`_prefect_server`):
+    its folder and the seconds of stage work done before the flow (an encode while the
+    temporary server started); a refusal by the registry names the registry's file."""
     from .privacy.registry import RegistryRefused, registry_path
 
     try:
-        return _release_local(config) if engine == "local" else _release_prefect(config)
+        return (_release_local(config), 0.0) if engine == "local" else _release_prefect(config, server)
     except RegistryRefused as exc:
         where = registry_path(config.workspace).absolute()
         raise RegistryRefused(f"{str(exc).splitlines()[0]} (privacy registry {where})") from None
@@ -281,11 +284,25 @@ def _release_local(config) -> str:
     return str(run_release(config))
 
 
-def _release_prefect(config) -> str:
+@contextlib.contextmanager
+def _prefect_server():
+    """The Prefect API of this run (:mod:`dpsynth.orchestration.server`): a configured or running
+    server, else a temporary one launched now (its start-up overlaps our work), stopped at the end."""
+    _prefect_env()
+    from . import progress
+    from .orchestration.server import api_server
+
+    with api_server() as server:
+        progress.say(server.line)
+        yield server
+
+
+def _release_prefect(config, server=None) -> tuple[str, float]:
     _prefect_env()
     from .orchestration.runner import run_release_flow
 
-    return run_release_flow(config)["release"]
+    result = run_release_flow(config, server)
+    return result["release"], result.get("encoded_ahead", 0.0)
 
 
 def _cmd_schema_infer(args: argparse.Namespace) -> int:

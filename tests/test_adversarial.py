@@ -521,7 +521,8 @@ def _prefect_env(home: Path) -> dict:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PYTHONPATH=str(ROOT), PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+               DPSYNTH_PREFECT_PORT="0")  # a temporary server even if `make serve` runs here
     return env
 
 

@@ -342,6 +342,23 @@ def test_data_docs_offline_and_without_values(release, tmp_path):
         write_data_docs(df, release.codes, release.measurement, None, None, tmp_path / "docs")
 
 
+def test_data_docs_show_the_exact_counts_of_every_row(release, tmp_path):
+    """Defect: GE evaluates the record checks on a few witness rows, and the Data Docs said
+    "1 unexpected values found, 16.67% of 6 total rows" for 3 bad values in 4,987 rows. Now
+    they show the exact whole-table counts and say what GE evaluated."""
+    df = release.table.copy()
+    df.loc[[1, 2, 3], "region"] = "not-a-region"
+    index = write_data_docs(df, release.codes, release.measurement, None, None, tmp_path / "docs")
+    n = len(df)
+    page = next((tmp_path / "docs" / "validations").rglob("*synthetic_records*.html")).read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert f"3 unexpected values found. ≈{100 * 3 / n:.4g}% of {n} total rows" in text
+    assert re.search(r"of [0-9] total rows", text) is None  # never the witness rows' count
+    for path in (index, *(tmp_path / "docs" / "validations").rglob("*.html")):
+        note = re.sub(r"\s+", " ", path.read_text())
+        assert f"all {n:,} rows of the synthetic table" in note and "witness table of" in note, path
+
+
 def test_gate_with_docs_runs_once_and_renders_only_a_pass(release, honest, tmp_path):
     with_docs = run_gate(release.table, release.codes, release.measurement, None, docs=tmp_path / "ok")
     assert with_docs == honest  # same verdict and numbers as the ephemeral run

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from .checks import Plan
+from .checks import MARGINALS_SUITE, RECORDS_SUITE, Plan
 from .docs_style import OFFLINE_CSS
 from .thresholds import GateError
 
@@ -38,8 +38,27 @@ def _raised(r: Any) -> bool:
     return any(isinstance(v, Mapping) and v.get("raised_exception") for v in (info.values() if isinstance(info, Mapping) else []))
 
 
-def _sanitise_result(result: Any, column_names: Sequence[str]) -> None:
-    """Rewrites one stored suite result in place to counts, fractions and schema names."""
+def _exact_counts(counts: Mapping[str, Any]) -> dict[str, Any]:
+    """GE's count and percent fields from a check's exact whole-table counts."""
+    rows = int(counts.get("element_count", 0))
+    bad, missing = int(counts.get("unexpected_count", 0)), int(counts.get("missing_count", 0))
+    present = rows - missing
+    out: dict[str, Any] = {"element_count": rows, "unexpected_count": bad}
+    if "missing_count" in counts:
+        out["missing_count"] = missing
+        out["missing_percent"] = 100.0 * missing / rows if rows else 0.0
+    out["unexpected_percent"] = 100.0 * float(counts.get("unexpected_fraction", 0.0))
+    out["unexpected_percent_total"] = 100.0 * bad / rows if rows else 0.0
+    out["unexpected_percent_nonmissing"] = 100.0 * bad / present if present else 0.0
+    return out
+
+
+def _sanitise_result(result: Any, column_names: Sequence[str], plan: Plan | None = None) -> None:
+    """Rewrites one stored suite result in place to counts, fractions and schema names.
+
+    With the ``plan``, a check whose exact whole-table counts the scan gathered shows those
+    instead of GE's counts over the few witness rows it evaluated; a check asserted on the
+    statistics table (the row count) shows no per-row counts (GE's would count that table)."""
     allowed = set(column_names)
     for r in result.results:
         raw = dict(r.result or {})
@@ -48,6 +67,9 @@ def _sanitise_result(result: Any, column_names: Sequence[str]) -> None:
             v = raw.get(k)
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
                 clean[k] = v
+        check = _check_of(r, plan)
+        if check is not None and check.counts is not None:
+            clean = _exact_counts(check.counts) if check.counts else {}
         obs = raw.get("observed_value")
         if isinstance(obs, (int, float, np.integer, np.floating)) and not isinstance(obs, bool):
             clean["observed_value"] = obs
@@ -64,6 +86,29 @@ def _sanitise_result(result: Any, column_names: Sequence[str]) -> None:
                 "exception_message": _WITHHELD,
                 "exception_traceback": _WITHHELD,
             }
+
+
+def _check_of(r: Any, plan: Plan | None) -> Any:
+    """The plan's check behind one GE result (by the index in its meta), or None."""
+    if plan is None:
+        return None
+    meta = getattr(getattr(r, "expectation_config", None), "meta", None) or {}
+    i = meta.get("index")
+    return plan.checks[i] if isinstance(i, int) and 0 <= i < len(plan.checks) else None
+
+
+def scope_note(plan: Plan) -> str:
+    """What a reader of the Data Docs must know about what GE evaluated (plain text)."""
+    rows, witness, stats = int(plan.statistics.get("rows", 0)), len(plan.table), len(plan.stats)
+    return (f"What was checked: all {rows:,} rows of the synthetic table, read in chunks. GE evaluated the "
+            f"record checks ({RECORDS_SUITE}) on a witness table of {witness:,} rows drawn from them that "
+            "gives each check the whole table's verdict: each categorical column's distinct values, each "
+            "numeric or datetime column's smallest and largest value, and one missing value if any. The "
+            f"element, unexpected and missing counts shown are exact counts over all {rows:,} rows, not "
+            f"over the witness rows. The marginal checks ({MARGINALS_SUITE}) ran on a statistics table of "
+            f"{stats:,} rows computed from exact counts over all {rows:,} rows: the row count, each column's "
+            "share of codes that do not re-encode, and one TVD per measured marginal; its rows are "
+            "statistics, not records.")
 
 
 _REMOTE_TAGS = (
@@ -124,7 +169,7 @@ def _render_docs(context, plan: Plan, folder: Path) -> Path:
     store = context.validation_results_store
     for key in store.list_keys():
         stored = store.get(key)
-        _sanitise_result(stored, plan.schema.names)
+        _sanitise_result(stored, plan.schema.names, plan)
         store.set(key, stored)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -139,7 +184,19 @@ def _render_docs(context, plan: Plan, folder: Path) -> Path:
     _prune_static(folder)
     index = folder / "index.html"
     _add_offline_index(index)
+    _add_scope_note(folder, scope_note(plan))
     return index
+
+
+def _add_scope_note(folder: Path, note: str) -> None:
+    """Puts the scope note at the top of the body of every page of the site."""
+    import html
+
+    block = f'<aside class="dpsynth-scope"><p>{html.escape(note)}</p></aside>\n'
+    for page in folder.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        page.write_text(re.sub(r"<body[^>]*>", lambda m: m.group(0) + block, text, count=1, flags=re.I),
+                        encoding="utf-8")
 
 
 def _add_offline_index(index: Path) -> None:

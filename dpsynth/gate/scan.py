@@ -7,6 +7,13 @@ is any), the marginal checks by exact counts (summed chunk by chunk), and the re
 check by per-column mismatch counts. :func:`scan` gathers them from ``(values, codes)``
 chunks: one in-memory chunk (:func:`frame_chunks`), or the row groups of the synthetic
 Parquet files (:func:`file_chunks`), so memory is one chunk whatever the row count.
+
+:func:`scan_files` runs the same pass partition by partition on a row runner
+(:class:`dpsynth.rows.rowsource.SerialRunner`, or a Dask runner whose workers read the
+files): a partition is a run of row groups of one pair of (codes, values) files, each
+partition's :class:`Scan` comes back (counts and witness values, never rows) and
+:func:`merge_scans` joins them in row order, so the result is the one pass's whatever
+the partitioning and the runner.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
 from ..schema import Schema
 from .validation import _outside, column_domain
 
-__all__ = ["CodeCounts", "Scan", "file_chunks", "frame_chunks", "scan_table"]
+__all__ = ["CodeCounts", "Scan", "ScanPart", "file_chunks", "frame_chunks", "merge_scans", "scan_files",
+           "scan_parts", "scan_table"]
 
 #: A categorical column's witness keeps at most this many distinct values beyond its
 #: domain (a broken table with more fails ``in_domain`` all the same).
@@ -67,12 +75,17 @@ class CodeCounts:
         return cls(schema=codes.schema, n=codes.n, counts=counted)
 
     @classmethod
-    def of_file(cls, path: Path, schema: Schema, measurement: Any, chunk_rows: int) -> "CodeCounts":
-        """Counts of a synthetic codes file, read ``chunk_rows`` rows at a time."""
-        from ..rows.rowsource import RowSource, count_marginals as count_source
+    def of_file(cls, path: Path | Sequence[Path], schema: Schema, measurement: Any, chunk_rows: int,
+                runner: Any = None) -> "CodeCounts":
+        """Counts of a synthetic codes file, a folder of Parquet parts or a list of files (in
+        row order), read ``chunk_rows`` rows at a time, partition by partition on ``runner``
+        (default: this process); only counts leave a partition."""
+        from ..rows.rowsource import RowSource, SerialRunner, count_marginals as count_source
         from .checks import measured_subsets
 
-        source = RowSource.from_parquet(path, schema, chunk_rows=chunk_rows)
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        parts = tuple(p for f in paths for p in RowSource.from_parquet(f, schema, chunk_rows=chunk_rows).parts)
+        source = RowSource(schema=schema, parts=parts, chunk_rows=chunk_rows, runner=runner or SerialRunner())
         return cls(schema=schema, n=source.rows, counts=count_source(source, measured_subsets(schema, measurement)))
 
 
@@ -217,20 +230,110 @@ def frame_chunks(table: pd.DataFrame, codes: EncodedTable) -> Iterator[tuple[pd.
     yield table, codes.codes
 
 
-def file_chunks(codes_path: Path, table_path: Path, schema: Schema) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+def file_chunks(codes_path: Path, table_path: Path, schema: Schema,
+                row_groups: Sequence[int] | None = None) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
     """The synthetic Parquet files row group by row group (the synthesize stage writes one
-    row group per block to both files, so their row groups hold the same rows)."""
+    row group per block to both files, so their row groups hold the same rows); only the
+    given ``row_groups`` when named."""
     cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
-    missing = [c for c in schema.names if c not in cf.schema_arrow.names]
-    if missing:
-        raise DataError(f"{codes_path.name}: synthetic codes lack columns {missing}")
-    if cf.metadata.num_row_groups != tf.metadata.num_row_groups:
-        raise DataError(f"{codes_path.name} and {table_path.name} have different row groups")
+    _check_pair(cf, tf, Path(codes_path).name, Path(table_path).name, schema)
     dtype = code_dtype(schema.cardinalities)
-    for g in range(cf.metadata.num_row_groups):
+    groups = range(cf.metadata.num_row_groups) if row_groups is None else row_groups
+    for g in groups:
         ct = cf.read_row_group(g, columns=schema.names)
         codes = np.empty((ct.num_rows, len(schema.columns)), dtype=dtype)
         for j, name in enumerate(schema.names):
             codes[:, j] = ct.column(name).to_numpy()
         validate_codes(codes, schema)
         yield tf.read_row_group(g).to_pandas(), codes
+
+
+def _check_pair(cf: pq.ParquetFile, tf: pq.ParquetFile, codes_name: str, table_name: str, schema: Schema) -> None:
+    """Refuses a codes file lacking schema columns, or a pair whose row groups differ in number."""
+    missing = [c for c in schema.names if c not in cf.schema_arrow.names]
+    if missing:
+        raise DataError(f"{codes_name}: synthetic codes lack columns {missing}")
+    if cf.metadata.num_row_groups != tf.metadata.num_row_groups:
+        raise DataError(f"{codes_name} and {table_name} have different row groups")
+
+
+# --- the pass on a row runner ---------------------------------------------------------
+
+#: Partitions whose scans a runner computes at once before they are merged in row order
+#: (bounds the partial scans held, whatever the number of partitions).
+SCAN_WINDOW = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanPart:
+    """A partition of the synthetic table: row groups of one (codes, values) file pair."""
+
+    codes_path: str
+    table_path: str
+    row_groups: tuple[int, ...]
+    rows: int
+
+
+def scan_parts(pairs: Sequence[tuple[Path, Path]], schema: Schema, part_rows: int) -> list[ScanPart]:
+    """The partitions of the synthetic table held in ``pairs`` of (codes, values) Parquet
+    files, in row order: each file pair's row groups gathered into runs of about
+    ``part_rows`` rows (a row group is never split). Reads metadata only."""
+    from ..rows.rowsource import row_group_runs
+
+    parts: list[ScanPart] = []
+    for codes_path, table_path in pairs:
+        cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
+        _check_pair(cf, tf, Path(codes_path).name, Path(table_path).name, schema)
+        parts += [ScanPart(codes_path=str(codes_path), table_path=str(table_path), row_groups=g, rows=n)
+                  for g, n in row_group_runs(cf.metadata, max(1, int(part_rows)))]
+    return parts
+
+
+def _scan_part(part: ScanPart, schema: Schema, subsets: tuple[Subset, ...]) -> Scan:
+    """One partition's scan (module level: a Dask worker runs it by reference)."""
+    chunks = file_chunks(Path(part.codes_path), Path(part.table_path), schema, part.row_groups)
+    return scan_table(chunks, schema, subsets)
+
+
+def merge_scans(a: Scan, b: Scan) -> Scan:
+    """The scan of ``a``'s rows followed by ``b``'s: what one pass over both gives (the
+    columns, dtypes and first row are the first non-empty part's, as in one pass)."""
+    head = a if a.columns else b
+    out = Scan(schema=a.schema, columns=list(head.columns), dtypes=dict(head.dtypes), head=head.head)
+    out.rows, out.codes_rows = a.rows + b.rows, a.codes_rows + b.codes_rows
+    out.misaligned = a.misaligned or b.misaligned
+    if a.mismatch is None or b.mismatch is None:  # a part without chunks, or misaligned (flagged)
+        out.mismatch = b.mismatch if a.mismatch is None else a.mismatch
+    else:
+        out.mismatch = a.mismatch + b.mismatch
+    for name in out.columns:
+        if name not in a.witness and name not in b.witness:
+            continue
+        ws = [w for w in (a.witness.get(name), b.witness.get(name)) if w is not None]
+        kind = "values" if column_domain(a.schema.column(name)).values is not None else "range"
+        limit = a.schema.column(name).cardinality + _EXTRA_LABELS
+        out.witness[name] = _reduce(kind, pd.concat(ws, ignore_index=True), limit)
+        out.nulls[name] = a.nulls.get(name, 0) + b.nulls.get(name, 0)
+        out.outside[name] = _add(a.outside.get(name, 0), b.outside.get(name, 0))
+    out.counts = {s: a.counts[s] + b.counts[s] for s in a.counts}
+    return out
+
+
+def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequence[Subset], *,
+               chunk_rows: int, runner: Any = None) -> Scan:
+    """:func:`scan_table` over the synthetic table held in ``pairs`` of (codes, values)
+    Parquet files (in row order), partition by partition on ``runner`` (default: this
+    process): partitions of about ``chunk_rows`` rows, :data:`SCAN_WINDOW` of them at a time,
+    merged in row order. Only scans (counts, witness values) leave a partition."""
+    from ..rows.rowsource import SerialRunner
+
+    runner = runner if runner is not None else SerialRunner()
+    keys = tuple(dict.fromkeys(tuple(sorted(s)) for s in subsets))
+    parts = scan_parts(pairs, schema, chunk_rows)
+    if not parts:
+        return scan_table(iter(()), schema, keys)
+    out: Scan | None = None
+    for start in range(0, len(parts), SCAN_WINDOW):
+        for found in runner.map(_scan_part, parts[start : start + SCAN_WINDOW], schema, keys):
+            out = found if out is None else merge_scans(out, found)
+    return out if out is not None else scan_table(iter(()), schema, keys)

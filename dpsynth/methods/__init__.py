@@ -56,7 +56,12 @@ METHODS: Mapping[str, Any] = _Registry(_WHERE)
 
 
 def get_method(name: str, params: Mapping[str, Any] | None = None) -> Method:
-    """Builds a method from its name and ``key=value`` parameters (text or typed)."""
+    """Builds a method from its name and ``key=value`` parameters (text or typed); ``auto``
+    is the record count and the choice it makes (:mod:`.auto_method`), not a registered method."""
+    if name == "auto":
+        from .auto_method import AutoMethod
+
+        return AutoMethod(parse_params(AutoMethod.params_type, dict(params or {})))
     try:
         cls = METHODS[name]
     except KeyError:

@@ -22,7 +22,7 @@ ORDER = ("pgm", "sds", "one-step", "marginals", "microaggregation-dp", "private-
 RECOMMENDED = ("pgm", {"select": "aim", "degree": "2"})
 
 #: The default, ``--method auto``: not a method, it chooses one (methods/auto.py); listed first.
-AUTO = ("auto", "DP", "the default: picks a method and its parameters from the schema, epsilon, delta")
+AUTO = ("auto", "DP", "the default: picks a method from the schema, epsilon, delta and a DP record count")
 
 #: name -> when to use it (one line; docs/choosing.md has the evidence).
 WHEN = {

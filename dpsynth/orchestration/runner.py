@@ -2,11 +2,11 @@
 
 Two things Prefect does on its own do not fit the CLI's contract:
 
-* with no ``PREFECT_API_URL``, Prefect starts a temporary API server as a child
-  process and stops it from an ``atexit`` hook; after ``kill -9`` of the CLI that hook
-  never runs and the server is left running. Here the CLI starts that server itself,
-  with the Linux parent-death signal set (``PR_SET_PDEATHSIG``), so the kernel stops it
-  when the CLI dies for any reason; elsewhere the ``atexit`` hook is all there is.
+* with no ``PREFECT_API_URL``, Prefect starts a temporary API server and stops it from an
+  ``atexit`` hook; after ``kill -9`` of the CLI that hook never runs and the server is left
+  running. Here the API comes from :mod:`.server`: a configured or running server is
+  reused, else a temporary one is launched with the Linux parent-death signal set, so the
+  kernel stops it when the CLI dies for any reason.
 * on a failure Prefect's console handlers print the task's and the flow's tracebacks
   (30-100 lines). :func:`quiet_failures` filters, on the console only, records at
   ERROR and above and any record that carries a traceback; the CLI prints its own one
@@ -18,29 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
-import subprocess
-import sys
-import time
 from typing import Any, Iterator
 
+from .server import ApiServer, api_server, configured_instead
+
 __all__ = ["quiet_failures", "run_release_flow", "temporary_server"]
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int) -> None:
-    """In the child, before exec: ask the kernel for SIGTERM when the parent dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
 
 
 class _ConsoleFilter(logging.Filter):
@@ -75,46 +57,32 @@ def quiet_failures() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def temporary_server() -> Iterator[str | None]:
-    """Yields an API URL: the configured one, or a temporary server that dies with us."""
+def temporary_server(server: ApiServer | None = None) -> Iterator[str]:
+    """Yields the API URL this run uses (:mod:`.server`), set as Prefect's for the run;
+    a temporary server (``server``'s, or one launched here) is waited for, then stopped."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from dpsynth import progress
 
-    if PREFECT_API_URL.value():
-        progress.say(f"using the Prefect server at {PREFECT_API_URL.value()}")
-        yield PREFECT_API_URL.value()
-        return
-    progress.say("starting the Prefect engine (a temporary server; `make serve` keeps one running)...")
-    t0 = time.perf_counter()
-    from prefect.server.api import server as server_module
-
-    parent = os.getpid()
-    real_popen = subprocess.Popen
-
-    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
-        if sys.platform.startswith("linux"):
-            kwargs.setdefault("preexec_fn", lambda: _die_with_parent(parent))
-        return real_popen(*args, **kwargs)
-
-    server = server_module.SubprocessASGIServer()
-    quiet = logging.getLogger(server_module.subprocess_server_logger.name)
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)  # no "Starting/Stopping temporary server" lines
-    server_module.subprocess.Popen = popen  # only while this one server starts
-    try:
-        server.start()
-    finally:
-        server_module.subprocess.Popen = real_popen
-    progress.say(f"Prefect engine ready in {time.perf_counter() - t0:.1f} s")
-    try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
-            yield server.api_url
-    finally:
-        progress.say("stopping the temporary Prefect server")
-        _drain_api_logs()  # else the log worker reports a failed send after the stop
-        server.stop()
-        quiet.setLevel(level)
+    with contextlib.ExitStack() as stack:
+        if server is None:
+            server = stack.enter_context(api_server())
+            progress.say(server.line)
+        if server.kind == "configured":
+            yield server.url
+            return
+        temporary = server.kind == "temporary"
+        took = server.ready()
+        if temporary:
+            progress.say(f"Prefect server ready {took:.1f} s after its launch")
+        try:
+            with temporary_settings({PREFECT_API_URL: server.url}):
+                yield server.url
+        finally:
+            if temporary:
+                progress.say("stopping the temporary Prefect server")
+                _drain_api_logs()  # else the log worker reports a failed send after the stop
+                server.stop()
 
 
 def _drain_api_logs() -> None:
@@ -126,9 +94,43 @@ def _drain_api_logs() -> None:
         pass
 
 
-def run_release_flow(config: Any) -> dict[str, Any]:
-    """The release flow for a :class:`dpsynth.pipeline.ReleaseConfig`, quiet on failure."""
+def run_release_flow(config: Any, server: ApiServer | None = None) -> dict[str, Any]:
+    """The release flow for a :class:`dpsynth.pipeline.ReleaseConfig`, quiet on failure, on
+    ``server`` (found or launched by the caller, e.g. while it imported) or one found here.
+
+    While a temporary server starts, the input is encoded here (:func:`encode_ahead`); the
+    result's ``encoded_ahead`` holds those seconds (the flow's encode stage then finds the codes).
+    """
+    from dpsynth import progress
+
     from .release import flow_parameters, release_flow
 
-    with temporary_server(), quiet_failures():
-        return release_flow(**flow_parameters(config))
+    with contextlib.ExitStack() as stack:
+        if server is None:
+            server = stack.enter_context(api_server())
+            progress.say(server.line)
+        if (settled := configured_instead(server)) is not server:
+            server = settled
+            progress.say(server.line)
+        ahead = encode_ahead(config) if server.kind == "temporary" else 0.0
+        stack.enter_context(temporary_server(server))
+        stack.enter_context(quiet_failures())
+        result = release_flow(**flow_parameters(config))
+    return {**result, "encoded_ahead": ahead}
+
+
+def encode_ahead(config: Any) -> float:
+    """The public checks and the encode stage, run by the library while the temporary server
+    starts (they need no API): the flow's own encode stage then finds the codes in the
+    workspace (:func:`dpsynth.pipeline.stages.encode_stage` reuses a complete folder). Nothing
+    is measured or charged here. Returns the encode's seconds."""
+    from dpsynth import progress
+    from dpsynth.pipeline import encode_release, prepare, timed
+    from dpsynth.privacy.workspace import private_workspace
+
+    timings: dict[str, float] = {}
+    with private_workspace(config.workspace):
+        plan = prepare(config)
+        with timed("encode", timings, lambda line: progress.say(f"{line} (while the Prefect server starts)")):
+            encode_release(plan)
+    return timings["encode"]

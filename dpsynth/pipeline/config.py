@@ -181,7 +181,8 @@ class ReleasePlan:
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    #: What ``--method auto`` resolved to and why (None when a method was named).
+    #: What ``--method auto`` would choose from the schema alone (None when a method was
+    #: named); the release's own choice, made after its DP record count, is in its measurement.
     choice: Choice | None = None
     seed: bytes | None = field(repr=False)
     data_sha256: str = field(repr=False)
@@ -263,9 +264,10 @@ def split_params(method: str, params: Mapping[str, str], rows: int | None) -> tu
 
 
 def resolve_method(config: ReleaseConfig, schema: Schema) -> tuple[str, dict[str, str], Choice | None]:
-    """The method name and ``--param`` text a release runs: the config's own, or what
-    ``auto`` chooses from the schema, epsilon and delta (never the rows). With ``auto``
-    only post-processing options may be passed: a method parameter needs a named method."""
+    """The method name and ``--param`` text a release runs: the config's own, or ``auto``
+    with the choice it would make from the schema, epsilon and delta alone (a preview: the
+    release decides after its DP record count, :mod:`dpsynth.methods.auto_method`). With
+    ``auto`` only post-processing options may be passed: a method parameter needs a named method."""
     params = dict(config.params)
     if config.method != AUTO:
         return config.method, params, None
@@ -274,7 +276,7 @@ def resolve_method(config: ReleaseConfig, schema: Schema) -> tuple[str, dict[str
         raise ParamError(f"parameters {own} belong to a method: name it with --method (Python: method=...); "
                          f"--method auto only takes post-processing options {sorted(POSTPROCESS_OPTIONS)}")
     choice = choose(schema, float(config.epsilon), float(config.delta))
-    return choice.method, {**choice.params, **params}, choice
+    return AUTO, params, choice
 
 
 def auto_choice(config: ReleaseConfig) -> Choice | None:

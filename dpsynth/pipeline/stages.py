@@ -138,6 +138,8 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
+    if hasattr(method, "spent_ledger"):  # auto: its count and the chosen method's own stages
+        ledger = method.spent_ledger(ledger, m)
     # synthetic tables (one per row count) made from a measurement that is gone: never
     # publish one beside this measurement
     for stale in plan.release_dir().glob("synthetic*"):
@@ -191,6 +193,8 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
     m = Measurement.load(measurement_dir)
     rng = plan.rng("synthesize")
     method = plan.method()
+    if hasattr(method, "chosen"):  # auto: the method its measurement chose
+        method = method.chosen(m)
     if getattr(method, "streams_synthesis", False) and not plan.options.get("correct_marginals"):
         sampler = method.sampler(m, plan.schema, plan.config.rows, rng)
     else:
@@ -198,10 +202,37 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
         if plan.options.get("correct_marginals"):
             synth = correct_to_measurement(synth, m, plan.rng("correct"))
         sampler = TableSampler(synth)
-    with complete_folder(folder) as tmp:
+    with synthesis_runner(plan.config.dask_address, sampler) as runner, complete_folder(folder) as tmp:
         write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
-                        chunk_rows=chunk_rows or plan.config.chunk_rows)
+                        chunk_rows=chunk_rows or plan.config.chunk_rows, runner=runner)
     return folder
+
+
+#: Blocks from which a synthetic table is drawn on a process pool of this machine's cores
+#: (below, starting the pool costs more than it saves).
+POOL_MIN_BLOCKS = 8
+
+
+@contextmanager
+def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | None]:
+    """Where the synthetic blocks are drawn and written: the Dask cluster of
+    ``dask_address``; else, for a streaming sampler of at least :data:`POOL_MIN_BLOCKS`
+    blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
+    (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
+    always written here. The bytes are the same in every case."""
+    from ..rows.pool_runner import default_workers, pool
+    from .synthetic import BLOCK_ROWS, TableSampler
+
+    if isinstance(sampler, TableSampler) or int(sampler.rows) <= BLOCK_ROWS:  # one block: nothing to share
+        yield None
+    elif dask_address:
+        with row_runner(dask_address) as runner:
+            yield runner
+    elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+        with pool(workers) as runner:
+            yield runner
+    else:
+        yield None
 
 
 def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedTable:
@@ -255,19 +286,43 @@ def start_gate_warm_up() -> None:
         warm_up_in_background()
 
 
-def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows: int | None,
-               thresholds: Mapping[str, float] | None, docs: Path | None, run_name: str) -> dict[str, Any]:
-    """The gate on a synthetic folder and its measurement folder (what the validate stage
-    sends to the gate worker), reading the synthetic files row group by row group
-    (:func:`dpsynth.gate.file_chunks`); returns the gate's summary."""
-    from ..gate import file_chunks, run_gate_scan, scan_table
+def synthetic_pairs(synthetic_dir: Path) -> list[tuple[Path, Path]]:
+    """The synthetic table of a synthetic folder as (codes, values) Parquet file pairs in
+    row order (the partitions the gate and the report scan). Today one pair; a synthesize
+    stage writing several part files lists them here, pair by pair, in row order."""
+    return [(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet")]
+
+
+def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, chunk_rows: int,
+                   runner: Runner | None = None) -> Any:
+    """One pass over the synthetic folder's table, partition by partition on ``runner``
+    (default: this process): what the gate needs (:class:`dpsynth.gate.scan.Scan`)."""
     from ..gate.checks import measured_subsets
+    from ..gate.scan import scan_files
 
     m = Measurement.load(measurement_dir)
-    chunks = file_chunks(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet", schema)
-    found = scan_table(chunks, schema, measured_subsets(schema, m))
-    summary, _ = run_gate_scan(found, m, rows, thresholds, docs=docs, run_name=run_name)
+    return scan_files(synthetic_pairs(synthetic_dir), schema, measured_subsets(schema, m), chunk_rows=chunk_rows,
+                      runner=runner)
+
+
+def gate_scan(found: Any, measurement_dir: Path, rows: int | None, thresholds: Mapping[str, float] | None,
+              docs: Path | None, run_name: str) -> dict[str, Any]:
+    """The gate's GE run on a finished scan (:func:`scan_synthetic`); returns its summary."""
+    from ..gate import run_gate_scan
+
+    summary, _ = run_gate_scan(found, Measurement.load(measurement_dir), rows, thresholds, docs=docs,
+                               run_name=run_name)
     return summary
+
+
+def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows: int | None,
+               thresholds: Mapping[str, float] | None, docs: Path | None, run_name: str, *,
+               chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, Any]:
+    """The gate on a synthetic folder and its measurement folder (what the validate stage
+    sends to the gate worker when rows are read in this process), scanning the synthetic
+    files partition by partition (:func:`scan_synthetic`); returns the gate's summary."""
+    found = scan_synthetic(schema, synthetic_dir, measurement_dir, chunk_rows)
+    return gate_scan(found, measurement_dir, rows, thresholds, docs, run_name)
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
@@ -283,10 +338,19 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     docs = folder / "data-docs"
     if docs.exists():
         shutil.rmtree(docs)
-    # In the warm GE worker when there is one (its GE is imported and its context made),
-    # else here; the same function either way.
-    summary = gate_worker.call(gate_files, plan.schema, synthetic_dir, measurement_dir, plan.config.rows,
-                               dict(plan.config.gate) or None, docs if plan.config.data_docs else None, plan.name)
+    # GE runs in the warm worker when there is one (its GE is imported and its context
+    # made), else here; the same functions either way. Without a Dask address the worker
+    # also reads the rows; with one, the workers of the cluster read them and only the
+    # scan (counts and witness values) reaches the gate.
+    c = plan.config
+    args = (c.rows, dict(c.gate) or None, docs if c.data_docs else None, plan.name)
+    if c.dask_address:
+        with row_runner(c.dask_address) as runner:
+            found = scan_synthetic(plan.schema, synthetic_dir, measurement_dir, c.chunk_rows, runner)
+        summary = gate_worker.call(gate_scan, found, measurement_dir, *args)
+    else:
+        summary = gate_worker.call(gate_files, plan.schema, synthetic_dir, measurement_dir, *args,
+                                   chunk_rows=c.chunk_rows)
     write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if not summary["success"]:
         worst = sorted(
@@ -308,26 +372,39 @@ INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, no
 
 
 def internal_report_stage(plan: ReleasePlan, codes_path: Path, synthetic_dir: Path,
-                          measurement_dir: Path | None = None) -> Path:
+                          measurement_dir: Path | None = None, *, runner: Runner | None = None) -> Path:
     """Utility against the raw data, written only to the private workspace: a JSON summary
     in the release's folder and, for the data owner, an HTML page with every 2-way and a
     sample of 3-way marginals (``internal-reports/<release name>.html``, whose path names
-    no private key). Returns the page's path."""
-    from ..evaluation.metrics import complete_share, tvd_by_k
-    from ..report.internal import internal_page
+    no private key). Returns the page's path.
 
-    real = EncodedTable.from_parquet(codes_path, plan.schema)
-    synth = EncodedTable.from_parquet(synthetic_dir / "synthetic-codes.parquet", plan.schema)
-    ks = tuple(k for k in (1, 2, 3) if k <= len(plan.schema.columns))
-    missing = plan.schema.missing_codes
+    Both tables are counted partition by partition, ``chunk_rows`` rows at a time, on
+    ``runner`` (default: the config's Dask cluster when it names one, else this process):
+    memory is flat in rows and the numbers are those of the whole tables."""
+    if runner is None:
+        with row_runner(plan.config.dask_address) as opened:
+            return internal_report_stage(plan, codes_path, synthetic_dir, measurement_dir, runner=opened)
+    from ..evaluation.metrics import k_subsets, summarize_by_k
+    from ..report.internal import complete_records, internal_page, internal_subsets, stream_marginals
+
+    schema, chunk_rows = plan.schema, plan.config.chunk_rows
+    real = RowSource.from_parquet(codes_path, schema, chunk_rows=chunk_rows, runner=runner)
+    synth_parts = tuple(p for c, _ in synthetic_pairs(synthetic_dir)
+                        for p in RowSource.from_parquet(c, schema, chunk_rows=chunk_rows).parts)
+    synth = RowSource(schema=schema, parts=synth_parts, chunk_rows=chunk_rows, runner=runner)
+    d = len(schema.columns)
+    ks = tuple(k for k in (1, 2, 3) if k <= d)
+    pairs, triples, _ = internal_subsets(d)
+    keep = [(j,) for j in range(d)] + pairs + triples
+    tvds, real_counts, synth_counts = stream_marginals(real, synth, k_subsets(d, ks), keep)
     measured = ({nm.attrs for nm in Measurement.load(measurement_dir).measured}
                 if measurement_dir is not None else set())
-    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real, synth, measured)
+    page, by_marginal = internal_page(plan.name, INTERNAL_LABEL, real_counts, synth_counts, measured)
     report = {
         "label": INTERNAL_LABEL,
         "release": plan.name,
-        "tvd_by_k": {str(k): v for k, v in tvd_by_k(real.codes, synth.codes, plan.schema.cardinalities, ks).items()},
-        "complete_share": {"real": complete_share(real.codes, missing), "synthetic": complete_share(synth.codes, missing)},
+        "tvd_by_k": {str(k): v for k, v in summarize_by_k(tvds, ks).items()},
+        "complete_share": {"real": complete_records(real), "synthetic": complete_records(synth)},
         "scored_marginals": by_marginal,
     }
     write_atomic(plan.release_dir() / "internal-utility-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -370,11 +447,7 @@ def publish_stage(
     pure = _pure(m_meta)
     manifest = {
         "name": plan.name,
-        "method": plan.method_name,
-        "method_requested": plan.config.method,
-        **({"auto_params": dict(plan.choice.params), "auto_reason": plan.choice.reason}
-           if plan.choice is not None else {}),
-        "parameters": plan.params,
+        **_method_entries(plan, m_meta),
         "schema": plan.schema.name,
         "schema_sha256": plan.schema.fingerprint(),
         "privacy": {
@@ -402,14 +475,43 @@ def publish_stage(
         from ..report import build_report
 
         m = Measurement.load(measurement_dir)
-        # the charts and accuracy tables need counts only: read the codes chunk by chunk
-        counts = CodeCounts.of_file(synthetic_dir / "synthetic-codes.parquet", plan.schema, m, plan.config.chunk_rows)
+        # the charts and accuracy tables need counts only: read the codes chunk by chunk,
+        # on the release's row runner (a Dask cluster's workers when it names one)
+        codes_files = [c for c, _ in synthetic_pairs(synthetic_dir)]
+        with row_runner(plan.config.dask_address) as runner:
+            counts = CodeCounts.of_file(codes_files, plan.schema, m, plan.config.chunk_rows, runner)
         sizes = {rel: _size(Path(src)) for rel, src in files.items()}
         return build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
                            sign_key=key)
+
+
+def _method_entries(plan: ReleasePlan, m_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's method, its parameters and, for ``auto``, its choice and the DP record
+    count it chose with (both from the measurement: what this release's draw decided)."""
+    auto = (m_meta.get("meta") or {}).get("auto")
+    if plan.method_name != "auto" or not auto:
+        return {"method": plan.method_name, "method_requested": plan.config.method, "parameters": plan.params}
+    return {
+        "method": m_meta["method"],
+        "method_requested": "auto",
+        "auto_params": _in_field_order(m_meta["method"], auto["choice"]["params"]),
+        "auto_reason": auto["choice"]["reason"],
+        "auto_record_count": {"value": auto["record_count"], "stddev": auto["record_count_stddev"],
+                              "mechanism": auto["mechanism"], "stage": auto["stage"],
+                              "share_of_budget": auto["count_share"]},
+        "parameters": dict(m_meta.get("params") or {}),
+    }
+
+
+def _in_field_order(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` in the order the method's parameter class declares them (JSON sorts keys)."""
+    from ..methods import METHODS
+
+    order = [f.name for f in dataclasses.fields(METHODS[method].params_type)]
+    return {k: params[k] for k in sorted(params, key=lambda k: order.index(k) if k in order else len(order))}
 
 
 def measured_delta_warning(plan: ReleasePlan, measurement_dir: Path) -> str | None:

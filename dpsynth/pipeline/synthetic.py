@@ -10,9 +10,10 @@ only changes how much is in memory. Design notes: ``docs/scale.md``.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import IO, Iterator, Protocol
 
 import numpy as np
 import pandas as pd
@@ -20,10 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import progress
-from ..rows.encoding import EncodedTable, code_dtype, decode, write_csv
+from ..rows.encoding import EncodedTable, code_dtype, csv_header, decode, write_csv
+from ..rows.rowsource import Runner
 from ..schema import Schema
+from .parts import concat_csv, concat_parquet
 
-__all__ = ["BLOCK_ROWS", "BlockRngs", "BlockSampler", "TableSampler", "block_sizes", "write_synthetic"]
+__all__ = ["BLOCK_ROWS", "BlockJob", "BlockRngs", "BlockSampler", "TableSampler", "block_sizes", "part_ranges",
+           "write_part", "write_synthetic"]
 
 #: Records per logical block (and per Parquet row group). Part of what a seed produces:
 #: changing it changes a seeded release's bytes.
@@ -101,65 +105,140 @@ class Written:
 
 
 class _Writers:
-    """The three output files, opened lazily on the first block's Arrow schemas."""
+    """One set of output files (the published three, or one part of them), opened lazily
+    on the first block's Arrow schemas."""
 
-    def __init__(self, folder: Path, schema: Schema) -> None:
-        self.folder, self.schema = folder, schema
+    def __init__(self, paths: dict[str, Path], schema: Schema, header: bool) -> None:
+        self.paths, self.schema, self.header = paths, schema, header
         self.codes: pq.ParquetWriter | None = None
         self.values: pq.ParquetWriter | None = None
-        self.csv_started = False
+        self.csv: IO[str] | None = None
 
     def write(self, codes: np.ndarray, table: pd.DataFrame) -> None:
         """One block: its codes, its decoded values, its CSV lines."""
         c = EncodedTable(schema=self.schema, codes=codes).to_arrow()
         v = pa.Table.from_pandas(table, preserve_index=False)
         if self.codes is None:
-            self.codes = pq.ParquetWriter(str(self.folder / "synthetic-codes.parquet"), c.schema, compression="zstd")
-            self.values = pq.ParquetWriter(str(self.folder / "synthetic.parquet"), v.schema, compression="zstd")
-        assert self.values is not None
+            self.codes = pq.ParquetWriter(str(self.paths["codes"]), c.schema, compression="zstd")
+            self.values = pq.ParquetWriter(str(self.paths["values"]), v.schema, compression="zstd")
+            self.csv = open(self.paths["csv"], "w", encoding="utf-8", newline="")
+        assert self.values is not None and self.csv is not None
         self.codes.write_table(c.cast(self.codes.schema), row_group_size=max(1, len(codes)))
         self.values.write_table(v.cast(self.values.schema), row_group_size=max(1, len(codes)))
-        path = self.folder / "synthetic.csv"
-        if not self.csv_started:
-            write_csv(table, self.schema, path)
-            self.csv_started = True
-        else:
-            with open(path, "a", encoding="utf-8", newline="") as f:
-                write_csv(table, self.schema, f, header=False)
+        write_csv(table, self.schema, self.csv, header=self.header, codes=codes)
+        self.header = False
 
     def close(self) -> None:
-        """Closes the Parquet writers (writes their footers)."""
-        for w in (self.codes, self.values):
+        """Closes the Parquet writers (writes their footers) and the CSV file."""
+        for w in (self.codes, self.values, self.csv):
             if w is not None:
                 w.close()
 
 
-def write_synthetic(folder: Path, schema: Schema, sampler: BlockSampler, sample_rng: np.random.Generator,
-                    decode_rng: np.random.Generator, *, chunk_rows: int,
-                    block_rows: int | None = None) -> Written:
-    """Draws ``sampler.rows`` records block by block and writes ``synthetic-codes.parquet``,
-    ``synthetic.parquet`` and ``synthetic.csv`` into ``folder``, one row group per block.
+def _files(folder: Path, stem: str = "") -> dict[str, Path]:
+    if not stem:
+        return {"codes": folder / "synthetic-codes.parquet", "values": folder / "synthetic.parquet",
+                "csv": folder / "synthetic.csv"}
+    return {"codes": folder / f"{stem}.codes.parquet", "values": folder / f"{stem}.parquet",
+            "csv": folder / f"{stem}.csv"}
 
-    Holds one chunk of codes (``chunk_rows`` rounded down to whole blocks, at least one)
-    and one block's decoded values at a time. The bytes depend on the seeds and
-    ``block_rows``, never on ``chunk_rows``."""
-    block_rows = block_rows or BLOCK_ROWS
-    sizes = block_sizes(int(sampler.rows), block_rows)
-    draw, values_rng = BlockRngs(sample_rng), BlockRngs(decode_rng)
+
+@dataclass(frozen=True)
+class BlockJob:
+    """What draws and writes a run of blocks: the fitted sampler and the two stages'
+    block generators (the only things that travel to a worker), the schema and sizes."""
+
+    schema: Schema
+    sampler: BlockSampler
+    draw: BlockRngs
+    values_rng: BlockRngs
+    sizes: tuple[int, ...]
+    chunk_rows: int
+    block_rows: int
+
+
+def _write_blocks(job: BlockJob, blocks: range, writers: _Writers, report: bool) -> int:
+    """Blocks ``blocks`` drawn, decoded and written in chunks; returns the rows written."""
+    schema, sizes = job.schema, job.sizes
     dtype = code_dtype(schema.cardinalities)
-    writers = _Writers(folder, schema)
     done = 0
     try:
-        for chunk in _chunks(sizes, chunk_rows, block_rows):
-            blocks = [np.asarray(sampler.sample(sizes[i], draw(i))).astype(dtype, copy=False) for i in chunk]
-            for i, codes in zip(chunk, blocks):
+        for chunk in _chunks(list(sizes[blocks.start:blocks.stop]), job.chunk_rows, job.block_rows):
+            ids = [blocks.start + k for k in chunk]
+            drawn = [np.asarray(job.sampler.sample(sizes[i], job.draw(i))).astype(dtype, copy=False) for i in ids]
+            for i, codes in zip(ids, drawn):
                 if codes.shape != (sizes[i], len(schema.columns)):
                     raise ValueError(f"block {i}: the sampler returned {codes.shape}, "
                                      f"expected {(sizes[i], len(schema.columns))}")
                 enc = EncodedTable(schema=schema, codes=np.ascontiguousarray(codes))
-                writers.write(enc.codes, decode(enc, values_rng(i)))
+                writers.write(enc.codes, decode(enc, job.values_rng(i)))
                 done += sizes[i]
-                progress.count("writing the synthetic table", done, sum(sizes), "rows")
+                if report:
+                    progress.count("writing the synthetic table", done, sum(sizes), "rows")
     finally:
         writers.close()
+    return done
+
+
+def write_part(blocks: tuple[int, int, int], folder: str, job: BlockJob) -> int:
+    """A runner's task: blocks ``[start, stop)`` into part ``index``'s three files in
+    ``folder`` (``part-<index>.codes.parquet``, ``.parquet``, ``.csv`` without header)."""
+    index, start, stop = blocks
+    writers = _Writers(_files(Path(folder), f"part-{index:05d}"), job.schema, header=False)
+    return _write_blocks(job, range(start, stop), writers, report=False)
+
+
+def part_ranges(blocks: int, parts: int) -> list[tuple[int, int, int]]:
+    """``(index, start, stop)`` of ``parts`` contiguous runs of blocks covering ``blocks``
+    (at most one part per block)."""
+    parts = max(1, min(int(parts), blocks))
+    bounds = [blocks * k // parts for k in range(parts + 1)]
+    return [(k, bounds[k], bounds[k + 1]) for k in range(parts)]
+
+
+def write_synthetic(folder: Path, schema: Schema, sampler: BlockSampler, sample_rng: np.random.Generator,
+                    decode_rng: np.random.Generator, *, chunk_rows: int,
+                    block_rows: int | None = None, runner: Runner | None = None,
+                    parts: int | None = None) -> Written:
+    """Draws ``sampler.rows`` records block by block and writes ``synthetic-codes.parquet``,
+    ``synthetic.parquet`` and ``synthetic.csv`` into ``folder``, one row group per block.
+
+    Holds one chunk of codes (``chunk_rows`` rounded down to whole blocks, at least one)
+    and one block's decoded values at a time (per task). With a ``runner`` (a local
+    process pool or Dask workers) the blocks are cut into ``parts`` contiguous runs (default
+    four per worker), each drawn and written by one task to its own part files in
+    ``folder/parts/``; the parts are then joined by copying bytes
+    (:mod:`dpsynth.pipeline.parts`) and deleted. The bytes depend on the seeds and
+    ``block_rows``, never on ``chunk_rows``, the runner or the number of parts. A table
+    handed out whole (:class:`TableSampler`) is written in this process."""
+    block_rows = block_rows or BLOCK_ROWS
+    sizes = block_sizes(int(sampler.rows), block_rows)
+    job = BlockJob(schema=schema, sampler=sampler, draw=BlockRngs(sample_rng), values_rng=BlockRngs(decode_rng),
+                   sizes=tuple(sizes), chunk_rows=int(chunk_rows), block_rows=block_rows)
+    if runner is None or isinstance(sampler, TableSampler) or len(sizes) < 2:
+        _write_blocks(job, range(len(sizes)), _Writers(_files(folder), schema, header=True), report=True)
+        return Written(rows=sum(sizes), row_groups=len(sizes))
+    ranges = part_ranges(len(sizes), parts or 4 * max(1, int(getattr(runner, "workers", 2))))
+    where = folder / "parts"
+    where.mkdir()
+    try:
+        progress.count("writing the synthetic table", 0, sum(sizes), "rows")
+        rows = sum(runner.map(write_part, ranges, str(where), job))
+        progress.count("writing the synthetic table", rows, sum(sizes), "rows")
+        if rows != sum(sizes):
+            raise ValueError(f"the parts hold {rows} rows, expected {sum(sizes)}")
+        _join(folder, where, schema, len(ranges))
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     return Written(rows=sum(sizes), row_groups=len(sizes))
+
+
+def _join(folder: Path, where: Path, schema: Schema, n: int) -> None:
+    """The parts' files joined into the three published files (each part's deleted once copied)."""
+    files = [_files(where, f"part-{k:05d}") for k in range(n)]
+    final = _files(folder)
+    for kind in ("codes", "values"):
+        concat_parquet([f[kind] for f in files], final[kind])
+        for f in files:
+            f[kind].unlink()
+    concat_csv(csv_header(schema), [f["csv"] for f in files], final["csv"])

@@ -8,22 +8,36 @@ there are at most ``max_triples``): the total variation distance (TVD) between t
 and the synthetic table's cross-tabulation, beside the TVD that independent columns
 (the product of the real 1-way marginals) would get, and whether the method measured
 that marginal.
+
+The counts come chunk by chunk (:func:`stream_marginals`): the real codes and the
+synthetic table are read partition by partition on a row runner, and only count tables
+(grouped so that at most ``cell_budget`` cells are held at once) and the TVDs are kept, so
+memory is flat in the number of rows; the numbers are those of the whole tables.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..evaluation.metrics import DEFAULT_MAX_CELLS, plan_blocks, tvd
+from ..gate.scan import CodeCounts
+from ..rows.counting import Subset
 from ..rows.encoding import EncodedTable
+from ..rows.rowsource import Part, RowSource, count_marginals
 from .html import CSS, esc, num, table
 
-__all__ = ["MarginalScore", "internal_page", "score_marginals"]
+__all__ = ["MarginalScore", "complete_records", "internal_page", "internal_subsets", "score_marginals",
+           "stream_marginals"]
 
 MAX_TRIPLES = 200
+
+#: Count cells held at once per table while the internal report counts (int64: 32 MB).
+CELL_BUDGET = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -36,36 +50,41 @@ class MarginalScore:
     measured: bool
 
 
-def _shares(codes: np.ndarray, cols: Sequence[int], cards: Sequence[int]) -> np.ndarray:
-    shape = tuple(int(cards[c]) for c in cols)
-    flat = np.ravel_multi_index(tuple(codes[:, c].astype(np.int64) for c in cols), shape)
-    counts = np.bincount(flat, minlength=int(np.prod(shape))).astype(np.float64)
+def _shares(codes: EncodedTable | CodeCounts, cols: Sequence[int]) -> np.ndarray:
+    """The marginal of sorted columns ``cols`` as shares (flat, C order)."""
+    if isinstance(codes, CodeCounts):
+        counts = np.asarray(codes.counts[tuple(cols)]).astype(np.float64).ravel()
+    else:
+        shape = tuple(int(codes.schema.cardinalities[c]) for c in cols)
+        flat = np.ravel_multi_index(tuple(codes.codes[:, c].astype(np.int64) for c in cols), shape)
+        counts = np.bincount(flat, minlength=int(np.prod(shape))).astype(np.float64)
     total = counts.sum()
     return counts / total if total > 0 else counts
 
 
-def score_marginals(real: EncodedTable, synth: EncodedTable, subsets: Iterable[tuple[int, ...]],
-                    measured: set[tuple[str, ...]]) -> list[MarginalScore]:
-    """TVD of each subset's marginal (synthetic and independent columns) against the real table."""
-    names, cards = real.schema.names, real.schema.cardinalities
-    ones = {j: _shares(real.codes, (j,), cards) for j in range(len(names))}
+def score_marginals(real: EncodedTable | CodeCounts, synth: EncodedTable | CodeCounts,
+                    subsets: Iterable[tuple[int, ...]], measured: set[tuple[str, ...]]) -> list[MarginalScore]:
+    """TVD of each subset's marginal (synthetic and independent columns) against the real
+    table; each table whole, or its counts (every 1-way marginal and every subset scored)."""
+    names = real.schema.names
+    ones = {j: _shares(real, (j,)) for j in range(len(names))}
     out = []
     for cols in subsets:
-        truth = _shares(real.codes, cols, cards)
+        truth = _shares(real, cols)
         product = ones[cols[0]]
         for c in cols[1:]:
             product = np.multiply.outer(product, ones[c]).ravel()
         key = tuple(names[c] for c in cols)
         out.append(MarginalScore(
             columns=key,
-            tvd=0.5 * float(np.abs(_shares(synth.codes, cols, cards) - truth).sum()),
+            tvd=0.5 * float(np.abs(_shares(synth, cols) - truth).sum()),
             independent_tvd=0.5 * float(np.abs(product - truth).sum()),
             measured=frozenset(key) in {frozenset(m) for m in measured},
         ))
     return out
 
 
-def _subsets(d: int, max_triples: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], int]:
+def internal_subsets(d: int, max_triples: int = MAX_TRIPLES) -> tuple[list[Subset], list[Subset], int]:
     """Every pair; the triples, sampled with a fixed seed when there are more than ``max_triples``."""
     pairs = list(itertools.combinations(range(d), 2))
     triples = list(itertools.combinations(range(d), 3))
@@ -101,12 +120,13 @@ def _detail(group: list[MarginalScore], k: int) -> str:
             f"({len(group)})</summary>" + table(head, rows, numeric=(1, 2)) + "</details>")
 
 
-def internal_page(release: str, label: str, real: EncodedTable, synth: EncodedTable,
+def internal_page(release: str, label: str, real: EncodedTable | CodeCounts, synth: EncodedTable | CodeCounts,
                   measured: set[tuple[str, ...]], max_triples: int = MAX_TRIPLES) -> tuple[str, dict]:
     """The private HTML page and its summary (JSON-ready): every 2-way marginal and up to
-    ``max_triples`` 3-way marginals scored against the real table."""
+    ``max_triples`` 3-way marginals scored against the real table (tables whole, or their
+    counts from :func:`stream_marginals` over :func:`internal_subsets` and the 1-way ones)."""
     d = len(real.schema.columns)
-    pairs, triples, total3 = _subsets(d, max_triples)
+    pairs, triples, total3 = internal_subsets(d, max_triples)
     scores = {2: score_marginals(real, synth, pairs, measured), 3: score_marginals(real, synth, triples, measured)}
     totals = {2: len(pairs), 3: total3}
     summary = {str(k): {"marginals": len(g), "of": totals[k], "mean_tvd": float(np.mean([s.tvd for s in g])),
@@ -134,3 +154,68 @@ def internal_page(release: str, label: str, real: EncodedTable, synth: EncodedTa
         "</body></html>",
     ]
     return "\n".join(parts) + "\n", summary
+
+
+# --- counting in chunks -------------------------------------------------------------------
+
+
+def _groups(subsets: Sequence[Subset], cards: Sequence[int], budget: int) -> list[list[Subset]]:
+    """``subsets`` in order, cut into runs of at most ``budget`` cells (a larger one alone)."""
+    groups: list[list[Subset]] = []
+    held = budget + 1
+    for s in subsets:
+        cells = math.prod(int(cards[j]) for j in s)
+        if held + cells > budget:
+            groups.append([])
+            held = 0
+        groups[-1].append(s)
+        held += cells
+    return groups
+
+
+def stream_marginals(real: RowSource, synth: RowSource, subsets: Sequence[Subset], keep: Iterable[Subset], *,
+                     cell_budget: int | None = None) -> tuple[dict[Subset, float], CodeCounts, CodeCounts]:
+    """Exact counts of ``subsets`` (sorted column tuples) in both tables, read partition by
+    partition on their runners, a group of at most ``cell_budget`` cells (default
+    :data:`CELL_BUDGET`) at a time.
+
+    Returns the TVD of every subset, real vs synthetic, in the order the whole-table
+    :func:`dpsynth.evaluation.metrics.iter_tvds` yields them (so means over them are the
+    same numbers), and the counts of the ``keep`` subsets in each table."""
+    cards = real.schema.cardinalities
+    wanted = set(keep)
+    tvds: dict[Subset, float] = {}
+    kept: tuple[dict[Subset, np.ndarray], dict[Subset, np.ndarray]] = ({}, {})
+    budget = CELL_BUDGET if cell_budget is None else int(cell_budget)
+    for group in _groups(list(dict.fromkeys(subsets)), cards, budget):
+        r, q = count_marginals(real, group), count_marginals(synth, group)
+        for s in group:
+            tvds[s] = tvd(r[s], q[s])
+            if s in wanted:
+                kept[0][s], kept[1][s] = r[s], q[s]
+    order = [s for block in plan_blocks(list(tvds), cards, max_cells=DEFAULT_MAX_CELLS) for s in block.subsets]
+    return ({s: tvds[s] for s in order}, CodeCounts(schema=real.schema, n=real.rows, counts=kept[0]),
+            CodeCounts(schema=synth.schema, n=synth.rows, counts=kept[1]))
+
+
+def _part_complete(part: Part, schema: Any, chunk_rows: int, missing: tuple[int | None, ...]) -> int:
+    """Records of one partition in which no column holds its missing code."""
+    total = 0
+    for cm in part.chunks(schema, chunk_rows):
+        complete = np.ones(cm.shape[1], dtype=bool)
+        for j, m in enumerate(missing):
+            if m is not None:
+                complete &= cm[j] != m
+        total += int(np.count_nonzero(complete))
+    return total
+
+
+def complete_records(source: RowSource) -> float:
+    """Share of the source's records with no missing code (what
+    :func:`dpsynth.evaluation.metrics.complete_share` gives on the whole table)."""
+    if source.rows == 0:
+        raise ValueError("table has no rows")
+    missing = tuple(source.schema.missing_codes)
+    count = source.runner.fold(_part_complete, source.parts, lambda a, b: a + b, source.schema,
+                               source.chunk_rows, missing)
+    return float(count / source.rows)

@@ -62,7 +62,11 @@ def _method_cell(manifest: Mapping[str, Any], m: Measurement) -> str:
     chosen = " ".join(f"{k}={v}" for k, v in (manifest.get("auto_params") or {}).items())
     cell = f"<code>{esc(manifest.get('method', m.method))}{' ' + esc(chosen) if chosen else ''}</code>"
     if manifest.get("method_requested") == "auto":
-        cell += (" chosen by <code>--method auto</code> (the default) from the schema, epsilon and delta only"
+        count = manifest.get("auto_record_count") or {}
+        said = (f", and a DP record count ({max(0.0, float(count['value'])):,.0f}, noise sd {float(count['stddev']):.3g},"
+                f" {float(count['share_of_budget']):.0%} of the budget, ledger stage <code>{esc(count['stage'])}</code>)"
+                if count else "")
+        cell += (f" chosen by <code>--method auto</code> (the default) from the schema, epsilon and delta{said}"
                  f"{': ' + esc(manifest['auto_reason']) if manifest.get('auto_reason') else ''}")
     return cell
 

@@ -49,6 +49,11 @@ class DaskRunner:
     client: Any
     local: ClassVar[bool] = False
 
+    @property
+    def workers(self) -> int:
+        """Workers the scheduler knows now (at least 1)."""
+        return max(1, len(self.client.scheduler_info().get("workers", {})))
+
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
         """Each part's result, in order (one task per part)."""
         futures = self._submit(fn, parts, args)

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 
 from ..schema import Column, Schema
 from ..schema.timecols import draw_times, seconds_of
+from .csv_out import csv_header, csv_text, write_csv
 
 __all__ = [
     "DataError",
@@ -46,6 +46,7 @@ __all__ = [
     "file_sha256",
     "write_csv",
     "csv_text",
+    "csv_header",
 ]
 
 
@@ -463,85 +464,3 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-# A text cell beginning with one of these is read as a formula by spreadsheets (OWASP, "CSV
-# injection"); the quote itself is listed so that an escaped cell is never ambiguous.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def csv_text(text: str) -> str:
-    """A text cell as ``synthetic.csv`` writes it: with a leading ``'`` when it begins with
-    ``= + - @``, a tab, a carriage return or ``'`` (a spreadsheet then shows the text instead
-    of evaluating it, and drops the quote). A plain number such as ``-3`` stays as it is."""
-    if text and text[0] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(text):
-        return "'" + text
-    return text
-
-
-def _csv_field(text: str) -> str:
-    """One CSV field as the csv module's minimal quoting writes it (lines end in ``\\n``)."""
-    if any(ch in text for ch in ',"\n'):
-        return '"' + text.replace('"', '""') + '"'
-    return text
-
-
-def _quote_all(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"'
-
-
-def _float_text(x: np.ndarray) -> np.ndarray:
-    """``repr`` of each float (object array of str). Arrow's shortest form (10x faster) is
-    ``repr``'s for non-integers with 1e-4 <= |x| < 1e10; numpy's ``str`` (equal to ``repr``,
-    slower) formats the rest."""
-    text = np.asarray(pc.cast(pa.array(x), pa.string()).to_numpy(zero_copy_only=False), dtype=object)
-    ax = np.abs(x)
-    with np.errstate(invalid="ignore"):
-        slow = ~((ax >= 1e-4) & (ax < 1e10) & (x != np.floor(x)))
-    if slow.any():
-        text[slow] = x[slow].astype(str).astype(object)
-    return text
-
-
-def _csv_text(col: Column, s: pd.Series, field=_csv_field) -> np.ndarray:
-    """A column's CSV fields (object array of str), vectorised: labels escaped
-    (:func:`csv_text`) and quoted once per distinct value."""
-    null = s.isna().to_numpy()
-    if col.type == "numeric" and not col.integer:
-        text = _float_text(s.to_numpy(dtype=np.float64, na_value=0.0))
-    elif col.type == "numeric":
-        text = s.to_numpy(dtype=np.int64, na_value=0).astype(str).astype(object)
-    elif col.type == "datetime":  # ISO 8601, the date alone for day resolution
-        text = np.array(s.dt.strftime("%Y-%m-%d" if col.unit == "day" else "%Y-%m-%dT%H:%M:%S"), dtype=object)
-    else:
-        codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
-        labels = np.array([field(csv_text(str(u))) for u in uniques] + [""], dtype=object)
-        text = labels[np.where(codes < 0, len(uniques), codes)]
-    if field is not _csv_field and col.type != "categorical":
-        text = np.array([field(v) for v in text], dtype=object)
-    text[null] = field(csv_text(col.missing[0]) if col.nullable else "")
-    return text
-
-
-def write_csv(df: pd.DataFrame, schema: Schema, path: str | Path | IO[str], *, header: bool = True) -> None:
-    """CSV in the input's conventions: a missing cell is written as the column's first token.
-
-    Numbers are written as numbers (floats as ``repr``); a text cell (a category label, a
-    missing token) that a spreadsheet would evaluate is escaped by :func:`csv_text`
-    (``synthetic.parquet`` keeps the exact values). The csv module's minimal quoting and
-    ``\\n`` line ends, or every cell quoted when a label or token holds a ``\\r`` (the csv
-    module would leave it unquoted and break the row). ``path`` may be an open text file
-    (a streamed table appends its blocks with ``header=False``)."""
-    has_cr = any(c.type == "categorical" and any("\r" in v for v in (*c.values, *c.missing)) for c in schema.columns)
-    field = _quote_all if has_cr else _csv_field
-    cols = [_csv_text(col, df[col.name], field) for col in schema.columns]
-    lines = [",".join(field(c.name) for c in schema.columns)] if header else []
-    if len(cols) == 1:  # the csv module quotes a row that is one empty field
-        lines += ['""' if v == "" else v for v in cols[0]]
-    else:
-        lines += [",".join(row) for row in zip(*cols)]
-    text = "".join(line + "\n" for line in lines)
-    if isinstance(path, (str, Path)):
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    else:
-        path.write(text)

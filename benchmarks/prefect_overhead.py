@@ -1,0 +1,176 @@
+"""What the Prefect engine costs over the stage work, and how fast a public error is refused.
+
+Runs the demo release (data/demo.csv, the default method, epsilon 1) through the CLI as a
+user would, each in a fresh process and a fresh private workspace:
+
+* ``local``: ``--engine local`` (the reference: the same stages, no Prefect);
+* ``prefect first``: the Prefect engine with a new PREFECT_HOME (the temporary server
+  creates and migrates its database: a new user's first release);
+* ``prefect second``: the same PREFECT_HOME again (its database exists);
+* ``prefect running``: with a Prefect server already running (``prefect server start``
+  on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT);
+
+and three public errors (an unknown method, a bad parameter, a missing column) on both
+engines. Every cell records the wall time, the CPU seconds of the CLI and its children
+(the steadier figure on a shared machine), the stage work and the overhead the CLI prints,
+and the load average before it. Prints a table and writes benchmarks/results/prefect_overhead.json.
+
+    python benchmarks/prefect_overhead.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "benchmarks" / "results" / "prefect_overhead.json"
+DEMO, SCHEMA = ROOT / "data" / "demo.csv", ROOT / "schemas" / "demo.yaml"
+
+
+TREE = ROOT  # the checkout whose CLI runs (--tree: compare with another, e.g. before a change)
+
+
+def _env(prefect_home: Path, port: int | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPSYNTH_"))}
+    env.update(PYTHONPATH=str(TREE), PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               DPSYNTH_PREFECT_PORT=str(port or 0))
+    if port and not (TREE / "dpsynth" / "orchestration" / "server.py").exists():
+        env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"  # a checkout that does not look for it
+    return env
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _run(args: list[str], env: dict[str, str]) -> dict:
+    """One CLI run: wall, CPU (this process's waited-for children), exit code, its figures."""
+    load = os.getloadavg()[0]
+    cpu0, t0 = _children_cpu(), time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dpsynth", *args], env=env, capture_output=True, text=True,
+                          cwd=TREE)
+    cell = {"wall_s": round(time.monotonic() - t0, 2), "cpu_s": round(_children_cpu() - cpu0, 2),
+            "exit": proc.returncode, "load_1min_before": round(load, 2)}
+    printed = re.search(r"stage work ([0-9.]+) s, start-up, imports and orchestration ([0-9.]+) s", proc.stdout)
+    if printed:
+        cell.update(stage_work_s=float(printed.group(1)), overhead_s=float(printed.group(2)))
+    ready = re.search(r"Prefect (?:server ready|engine ready in) ([0-9.]+) s", proc.stderr)
+    if ready:
+        cell["server_ready_after_launch_s"] = float(ready.group(1))
+    cell["server"] = ("temporary" if "temporary Prefect server" in proc.stderr else
+                      "running" if "Prefect server running at" in proc.stderr else None)
+    if proc.returncode != 0:
+        cell["error"] = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+    return cell
+
+
+def _release(tmp: Path, name: str, engine: str, *extra: str) -> list[str]:
+    seed = tmp / "seed"
+    if not seed.exists():
+        seed.write_bytes(os.urandom(32))
+    return ["release", "--data", str(DEMO), "--schema", str(SCHEMA), "--epsilon", "1", "--seed-file", str(seed),
+            "--out", str(tmp / "out"), "--workspace", str(tmp / f"ws-{name}"), "--name", name,
+            "--engine", engine, *extra]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _running_server(home: Path) -> tuple[subprocess.Popen, int]:
+    """``prefect server start`` on a free port, as ``make serve`` runs it; waits until it answers."""
+    from dpsynth.orchestration.server import answers
+
+    port = _free_port()
+    env = _env(home, None)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port), "--analytics-off"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not answers(f"http://127.0.0.1:{port}/api") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return proc, port
+
+
+def _missing_column(tmp: Path) -> Path:
+    lines = DEMO.read_text().splitlines()
+    cut = tmp / "missing-column.csv"
+    cut.write_text("\n".join(",".join(line.split(",")[:-1]) for line in lines) + "\n")
+    return cut
+
+
+def _errors(tmp: Path, env: dict[str, str]) -> dict:
+    cases = {"unknown method": ("--method", "pgmm"), "bad parameter": ("--method", "pgm", "--param", "select=tree"),
+             "missing column": ("--data", str(_missing_column(tmp)))}
+    out = {}
+    for label, extra in cases.items():
+        for engine in ("local", "prefect"):
+            args = _release(tmp, f"err-{engine}", engine)
+            if extra[0] == "--data":
+                args[args.index("--data") + 1] = extra[1]
+            else:
+                args += list(extra)
+            out[f"{label}, {engine}"] = _run(args, env)
+    return out
+
+
+def main() -> None:
+    """Runs every cell and writes the result file."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each release cell (default 1)")
+    ap.add_argument("--tree", default=str(ROOT), help="the checkout to run (default this one)")
+    ap.add_argument("--out", default=str(RESULT), help=f"result file (default {RESULT.relative_to(ROOT)})")
+    args = ap.parse_args()
+    global TREE
+    TREE = Path(args.tree).resolve()
+    cells: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="dpsynth-prefect-overhead-") as t:
+        tmp = Path(t)
+        home = tmp / "prefect-home"
+        env = _env(home, None)
+        for i in range(args.repeat):
+            cells[f"local #{i + 1}"] = _run(_release(tmp, f"local{i}", "local"), env)
+        shutil.rmtree(home, ignore_errors=True)
+        cells["prefect first (new PREFECT_HOME)"] = _run(_release(tmp, "first", "prefect"), env)
+        for i in range(args.repeat):
+            cells[f"prefect second #{i + 1}"] = _run(_release(tmp, f"second{i}", "prefect"), env)
+        server, port = _running_server(tmp / "serve-home")
+        try:
+            for i in range(args.repeat):
+                cells[f"prefect running server #{i + 1}"] = _run(_release(tmp, f"running{i}", "prefect"),
+                                                                 _env(home, port))
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=30)
+        cells.update(_errors(tmp, env))
+    result = {"tree": str(TREE), "commit": _commit(), "cells": cells, "cpus": os.cpu_count(), "python": sys.version.split()[0],
+              "note": "2-core machine shared with other jobs: wall times are noisy, cpu_s is the steadier figure; "
+                      "overhead_s = the CLI's wall minus the stage work it reports"}
+    keys = ["wall_s", "cpu_s", "stage_work_s", "overhead_s", "server_ready_after_launch_s", "exit", "load_1min_before"]
+    print(f"{'cell':<36}" + "".join(f"{k.rsplit('_s', 1)[0][:12]:>14}" for k in keys))
+    for name, cell in cells.items():
+        print(f"{name:<36}" + "".join(f"{str(cell.get(k, '-')):>14}" for k in keys))
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(TREE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+if __name__ == "__main__":
+    main()

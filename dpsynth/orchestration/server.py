@@ -1,0 +1,217 @@
+"""Which Prefect API a release talks to, found or started without holding the release up.
+
+In order: ``PREFECT_API_URL`` (environment or Prefect profile) is used as it is; else a
+server already answering on this machine (``make serve``: 127.0.0.1, port
+``DPSYNTH_PREFECT_PORT``, default 4200; ``0`` turns the search off) is reused; else a
+temporary server is launched for this run and stopped after it. The launch returns at
+once: the caller goes on (imports, its own work) and waits with :meth:`ApiServer.ready`
+only when it needs the API. The temporary server is the same process Prefect would
+start (uvicorn serving Prefect's app), started here without importing Prefect's server
+modules into the CLI (2.5 s of imports on the critical path) and with the Linux
+parent-death signal, so it dies with the CLI even after ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import IO, Iterator
+
+__all__ = ["ApiServer", "answers", "api_server", "configured_instead", "find_or_launch", "running_server_url"]
+
+DEFAULT_PORT = 4200
+_PR_SET_PDEATHSIG = 1
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def answers(url: str, timeout: float = 0.5) -> bool:
+    """Whether a Prefect API at ``url`` answers its health check (``true``) within ``timeout``."""
+    try:
+        with _NO_PROXY.open(url.rstrip("/") + "/health", timeout=timeout) as r:
+            return r.status == 200 and r.read(16).strip() == b"true"
+    except (OSError, ValueError):
+        return False
+
+
+def running_server_url(timeout: float = 0.5) -> str | None:
+    """The API URL of a Prefect server running on this machine (``make serve``), or None.
+
+    A refused connection answers at once; a server that is busy gets ``timeout`` seconds."""
+    port = os.environ.get("DPSYNTH_PREFECT_PORT", str(DEFAULT_PORT)).strip()
+    if not port.isdigit() or int(port) == 0:
+        return None
+    url = f"http://127.0.0.1:{int(port)}/api"
+    return url if answers(url, timeout) else None
+
+
+def _configured_url() -> str | None:
+    """Prefect's API URL setting (environment, profile, prefect.toml...): imports Prefect."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None
+
+
+def configured_instead(server: ApiServer) -> ApiServer:
+    """A temporary server stopped for the configured API if Prefect's settings name one
+    (a profile or a settings file: :func:`find_or_launch` reads only the environment, so as
+    not to import Prefect, 1-2 s, before the launch); else ``server`` itself."""
+    if server.kind != "temporary":
+        return server
+    configured = _configured_url()
+    if not configured:
+        return server
+    server.stop()
+    return ApiServer(url=configured, kind="configured")
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the parent dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _prefect_dir() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("Prefect is not installed: use --engine local, or install dpsynth's dependencies")
+    return os.path.dirname(list(spec.submodule_search_locations)[0])
+
+
+@dataclass
+class ApiServer:
+    """A Prefect API for this run: ``kind`` is ``configured``, ``running`` or ``temporary``
+    (only the last has a ``process``, which :meth:`stop` ends)."""
+
+    url: str
+    kind: str
+    process: subprocess.Popen | None = None
+    launched_at: float = field(default_factory=time.perf_counter)
+    _log: IO[bytes] | None = None
+    _launches: int = 1
+
+    @property
+    def line(self) -> str:
+        """One line for the console: which server this run uses."""
+        if self.kind == "configured":
+            return f"using the Prefect server at {self.url} (PREFECT_API_URL)"
+        if self.kind == "running":
+            return (f"using the Prefect server running at {self.url} (`make serve`; "
+                    "DPSYNTH_PREFECT_PORT=0 starts a temporary one instead)")
+        return ("starting a temporary Prefect server (`make serve` keeps one running, "
+                "and releases then reuse it)...")
+
+    def ready(self, timeout: float | None = None) -> float:
+        """Waits until the API answers; returns the seconds since the launch (0 unless temporary)."""
+        if self.process is None:
+            return 0.0
+        limit = timeout if timeout is not None else float(
+            os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))
+        deadline = time.perf_counter() + limit
+        while time.perf_counter() < deadline:
+            if self.process.poll() is not None:
+                if self._launches >= 3:
+                    break
+                self._relaunch()  # most likely its port was taken in between: another one
+                continue
+            if answers(self.url, timeout=1.0):
+                return time.perf_counter() - self.launched_at
+            time.sleep(0.05)
+        tail = self._log_tail()
+        self.stop()
+        raise RuntimeError(f"the temporary Prefect server did not start within {limit:g} s"
+                           + (f": {tail}" if tail else "") + "; `make serve` runs a lasting one")
+
+    def stop(self) -> None:
+        """Ends the temporary server (a no-op for the others); safe to call twice."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _relaunch(self) -> None:
+        self.stop()
+        fresh = _launch()
+        self.url, self.process, self._log = fresh.url, fresh.process, fresh._log
+        self._launches += 1
+
+    def _log_tail(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1][:300] if lines else ""
+
+
+def _launch() -> ApiServer:
+    """Starts Prefect's API server (as Prefect's own temporary server runs it) on a free
+    port of 127.0.0.1, without waiting for it."""
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = tempfile.TemporaryFile()
+    parent = os.getpid()
+    linux = sys.platform.startswith("linux")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", _prefect_dir(), "--factory",
+         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "error", "--lifespan", "on"],
+        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=(lambda: _die_with_parent(parent)) if linux else None)
+    server = ApiServer(url=f"http://127.0.0.1:{port}/api", kind="temporary", process=process, _log=log)
+    atexit.register(server.stop)  # besides the caller's stop: never leave it behind
+    return server
+
+
+def find_or_launch() -> ApiServer:
+    """The configured API (``PREFECT_API_URL`` in the environment), else a running local
+    server, else a temporary one (launched, not waited for; :func:`configured_instead` then
+    checks Prefect's other settings sources once Prefect is imported)."""
+    configured = os.environ.get("PREFECT_API_URL", "").strip()
+    if configured:
+        return ApiServer(url=configured, kind="configured")
+    running = running_server_url()
+    if running:
+        return ApiServer(url=running, kind="running")
+    return _launch()
+
+
+@contextlib.contextmanager
+def api_server() -> Iterator[ApiServer]:
+    """:func:`find_or_launch`, with a temporary server stopped on the way out."""
+    server = find_or_launch()
+    try:
+        yield server
+    finally:
+        server.stop()

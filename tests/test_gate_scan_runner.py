@@ -1,0 +1,157 @@
+"""The gate's pass over the synthetic table, partition by partition on a row runner: the
+same scan, the same counts and the same gate summary whatever ``chunk_rows``, the runner
+and the number of file pairs the table is split into."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dpsynth import pipeline
+from dpsynth.gate.checks import measured_subsets
+from dpsynth.gate.scan import CodeCounts, Scan, file_chunks, merge_scans, scan_files, scan_parts, scan_table
+from dpsynth.measurement import Measurement
+from dpsynth.pipeline import stages, synthetic
+from dpsynth.gate.validation import column_domain
+from dpsynth.rows.encoding import EncodedTable, decode
+from dpsynth.schema import load_schema
+
+
+def _assert_same(a: Scan, b: Scan) -> None:
+    assert a.columns == b.columns and a.dtypes == b.dtypes
+    assert (a.rows, a.codes_rows, a.misaligned) == (b.rows, b.codes_rows, b.misaligned)
+    assert a.nulls == b.nulls and a.outside == b.outside
+    assert np.array_equal(a.mismatch_share(), b.mismatch_share())
+    assert a.counts.keys() == b.counts.keys()
+    assert all(np.array_equal(a.counts[k], b.counts[k]) for k in a.counts)
+    pd.testing.assert_frame_equal(a.witness_frame(), b.witness_frame())
+
+
+class _ThreadRunner:
+    """A runner whose partitions run at once on threads and finish in any order."""
+
+    local = True
+
+    def map(self, fn, parts, *args):
+        """Each part's result, in order of the parts."""
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(lambda p: fn(p, *args), parts))
+
+
+@pytest.fixture
+def released(tmp_path, demo_paths, seed_file, monkeypatch):
+    """A pgm release measured and synthesized on the demo table: 1234 rows in 13 row groups."""
+    data, schema_path = demo_paths
+    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="pgm", epsilon=1.0, rows=1234,
+                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
+    plan = pipeline.prepare(config)
+    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
+    measurement = pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
+    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
+    folder = pipeline.synthesize_stage(plan, measurement, chunk_rows=97)
+    assert pq.ParquetFile(str(folder / "synthetic.parquet")).metadata.num_row_groups == 13
+    return plan, measurement, folder
+
+
+def _one_pass(plan, measurement, folder) -> Scan:
+    subsets = measured_subsets(plan.schema, Measurement.load(measurement))
+    chunks = file_chunks(folder / "synthetic-codes.parquet", folder / "synthetic.parquet", plan.schema)
+    return scan_table(chunks, plan.schema, subsets)
+
+
+def test_the_scan_is_the_one_pass_whatever_chunk_rows_and_runner(released):
+    plan, measurement, folder = released
+    want = _one_pass(plan, measurement, folder)
+    assert want.rows == 1234 and len(want.counts) > len(plan.schema.columns)  # 2-way marginals measured
+    subsets = measured_subsets(plan.schema, Measurement.load(measurement))
+    pairs = stages.synthetic_pairs(folder)
+    for chunk_rows in (1, 97, 250, 1 << 20):
+        for runner in (None, _ThreadRunner()):
+            _assert_same(scan_files(pairs, plan.schema, subsets, chunk_rows=chunk_rows, runner=runner), want)
+    assert len(scan_parts(pairs, plan.schema, 1)) == 13 and len(scan_parts(pairs, plan.schema, 250)) == 5
+
+
+def test_a_table_split_into_several_file_pairs_scans_as_one(released, tmp_path):
+    """The synthesize stage may write the table as several part files: each (codes, values)
+    pair is a run of partitions, in row order."""
+    plan, measurement, folder = released
+    want = _one_pass(plan, measurement, folder)
+    pairs = []
+    for i, groups in enumerate(([0, 1, 2, 3, 4], [5], [6, 7, 8, 9, 10, 11, 12])):
+        pair = []
+        for name in ("synthetic-codes.parquet", "synthetic.parquet"):
+            f = pq.ParquetFile(str(folder / name))
+            out = tmp_path / f"part-{i}-{name}"
+            with pq.ParquetWriter(str(out), f.schema_arrow) as w:
+                for g in groups:
+                    w.write_table(f.read_row_group(g))
+            pair.append(out)
+        pairs.append(tuple(pair))
+    subsets = measured_subsets(plan.schema, Measurement.load(measurement))
+    for chunk_rows in (1, 333):
+        _assert_same(scan_files(pairs, plan.schema, subsets, chunk_rows=chunk_rows), want)
+    counts = CodeCounts.of_file([c for c, _ in pairs], plan.schema, Measurement.load(measurement), 97)
+    whole = CodeCounts.of_file(folder / "synthetic-codes.parquet", plan.schema, Measurement.load(measurement), 500)
+    assert counts.n == whole.n == 1234
+    assert all(np.array_equal(counts.counts[k], whole.counts[k]) for k in whole.counts)
+
+
+def test_the_gate_summary_is_the_same_whatever_chunk_rows(released):
+    plan, measurement, folder = released
+    args = (1234, None, None, "w")
+    one = stages.gate_files(plan.schema, folder, measurement, *args, chunk_rows=1)
+    many = stages.gate_files(plan.schema, folder, measurement, *args, chunk_rows=1 << 20)
+    assert one["success"] and json.dumps(one, sort_keys=True) == json.dumps(many, sort_keys=True)
+    assert one["statistics"]["rows"] == 1234
+
+
+def test_merging_partial_scans_keeps_the_exact_counts_of_a_broken_table(demo_paths):
+    """Nulls, values outside the domain and a misaligned chunk in different partitions:
+    the merged scan counts what one pass counts (and the gate sees the same witnesses)."""
+    schema = load_schema(demo_paths[1])
+    rng = np.random.default_rng(5)
+    codes = np.stack([rng.integers(0, c, 300) for c in schema.cardinalities], axis=1).astype(np.uint8)
+    table = decode(EncodedTable(schema=schema, codes=codes), np.random.default_rng(6)).astype(object)
+    first = schema.columns[0].name
+    cat = next(c.name for c in schema.columns if column_domain(c).values is not None)
+    table.loc[[3, 150], first] = None
+    table.loc[[10, 260, 270], cat] = "not-a-category"
+    chunks = [(table.iloc[s:s + 100].reset_index(drop=True), codes[s:s + 100]) for s in range(0, 300, 100)]
+    subsets = measured_subsets(schema, _FakeMeasurement())
+    whole = scan_table(chunks, schema, subsets)
+    assert whole.nulls[first] == 2 and whole.outside[cat] == 3
+    for cut in (1, 2):
+        _assert_same(merge_scans(scan_table(chunks[:cut], schema, subsets), scan_table(chunks[cut:], schema, subsets)),
+                     whole)
+    bad = chunks[:1] + [(chunks[1][0].iloc[:50], chunks[1][1])] + chunks[2:]
+    merged = merge_scans(scan_table(bad[:1], schema, subsets),
+                         merge_scans(scan_table(bad[1:2], schema, subsets), scan_table(bad[2:], schema, subsets)))
+    assert merged.misaligned and np.all(merged.mismatch_share() == 1)
+    _assert_same(merged, scan_table(bad, schema, subsets))
+
+
+class _FakeMeasurement:
+    """No measured marginals: the 1-way counts only."""
+
+    marginals: dict = {}
+
+
+@pytest.mark.slow
+def test_validate_on_a_dask_cluster_writes_the_same_validation(released, monkeypatch):
+    """--dask-address: the cluster's workers read the synthetic table, the gate gets the
+    scan; validation.json is the one of a release without a cluster."""
+    pytest.importorskip("distributed")
+    plan, measurement, folder = released
+    here = stages.validate_stage(plan, folder, measurement)
+    local = (plan.release_dir() / "validation.json").read_bytes()
+    import dataclasses
+
+    dask_plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, dask_address="local:2",
+                                                                     chunk_rows=300))
+    there = stages.validate_stage(dask_plan, folder, measurement)
+    assert here == there and (plan.release_dir() / "validation.json").read_bytes() == local
