@@ -1,0 +1,377 @@
+"""Benchmark: dpsynth ``pgm select=aim degree=2`` (and ``auto``) against the reference mbi AIM.
+
+The peer is ``mechanisms/aim.py`` of the private-pgm repository, imported unmodified by
+benchmarks/aim_reference_peer.py and run in its own environment (``--peer-python``, default
+/tmp/mbi-venv/bin/python: that repository's mbi at the commit of the script,
+``--mechanisms`` its mechanisms/ folder). Issue 27 section 2; results and commands in
+docs/pgm.md ("Head to head with the reference mbi AIM").
+
+Tables (integer codes; the same codes for both sides): ``adult`` as the private-pgm repository
+encodes it (shared/data/adult, its domain file), ``nist-<state>``: the 10 SDNist demographic
+columns of ma2019, tx2019, national2019 binned by schemas/nist.yaml, and ``car``, ``mushroom``,
+``asia`` (shared/data; each column's distinct values, sorted, are its codes; mushroom's ``?``
+is a value). Workload: the reference script's default (its ``__main__``): every 2-way marginal
+of at most 10,000 cells, weight 1; both sides get that workload (ours through ``degree=2``).
+
+Scores against the real codes: ``werr``, the AIM paper's workload error (mean over the
+workload of the L1 distance between the normalised marginals of real and synthetic data,
+:func:`workload_error`; the reference script prints half of it as "Average Error"), and TVD by
+k = 1, 2, 3 (:func:`tvd_by_k`, mean over all k-subsets of columns). Per process: wall (the
+mechanism's own select-measure-fit-sample time, excluding interpreter and imports), ``proc_s``
+(the whole process, wall), ``cpu_s`` (user + system CPU seconds of the process, from wait4: the
+steadier figure on a shared machine), peak RSS (VmHWM) and the 1-minute load average at the end.
+Every process is capped (``--time-limit``, 30 minutes); a capped run is recorded as a timeout.
+
+Order (so a partial grid still covers every table): every table at epsilon 1 seed 0, then
+epsilon 0.1 and 10 seed 0, then seeds 1 and 2. Results accumulate in
+benchmarks/results/aim_head_to_head.json; a cell already there is skipped, so the script
+resumes where it stopped, and it prints a table of every cell done::
+
+    python benchmarks/aim_head_to_head.py                         # the whole grid, resuming
+    python benchmarks/aim_head_to_head.py --methods pgm-aim2,auto # only our side
+    python benchmarks/aim_head_to_head.py --data car,asia --eps 1 --seeds 1
+    python benchmarks/aim_head_to_head.py --report                # the table of what is done
+    python benchmarks/aim_head_to_head.py --data adult-pub025 --methods pgm-aim2,mbi-jam --eps 1 --seeds 1
+
+``mbi-jam`` is ``mechanisms/jam.py`` of the same repository with its script's defaults (degree-3
+workload, 30 rounds, alpha 0.2) on its own table ``adult-pub025`` (private part priv.csv; JAM also
+reads the public part pub.csv, which ours does not get). JAM is calibrated for bounded
+(replace-one) neighbours, i.e. twice the add/remove sensitivity at the same rho.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
+
+DELTA = 1e-9
+OUT_NAME = "aim_head_to_head"
+WORK = Path(tempfile.gettempdir()) / "mbi-aim" / "cells"
+DATA_DIR = next((p for p in (ROOT.parents[0] / "shared" / "data", ROOT.parents[1] / "shared" / "data")
+                 if p.is_dir()), ROOT.parents[0] / "shared" / "data")
+#: Fastest peer first, so that a partial grid has as many tables as possible.
+TABLES = ("car", "asia", "nist-ma2019", "nist-tx2019", "nist-national2019", "adult", "mushroom")
+METHODS = ("pgm-aim2", "auto", "mbi-aim")
+#: pgm-aim2: the configuration under test. Diagnostics (run by name with --methods, not in the default
+#: grid): -nt0 without the estimator's noise_tol stop; -exact also float64 and AIM's 1000 refit steps
+#: per round (the reference's estimator settings); -r1000 only the 1000 refit steps; -f64 only float64;
+#: -nc without compression of rare values.
+OURS = {"pgm-aim2": {"select": "aim", "degree": 2},
+        "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
+        "pgm-aim2-exact": {"select": "aim", "degree": 2, "noise_tol": 0, "precision": "double", "refit_iters": 1000},
+        "pgm-aim2-nc": {"select": "aim", "degree": 2, "compress": False},
+        "pgm-aim2-r1000": {"select": "aim", "degree": 2, "refit_iters": 1000},
+        "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
+#: The reference script's workload (its __main__ defaults): every DEGREE-way marginal of at most MAX_CELLS cells.
+DEGREE, MAX_CELLS = 2, 10_000
+UCI = {"car": "uci/car.csv", "mushroom": "uci/mushroom.csv", "asia": "asia/asia.csv"}
+#: JAM's own table (its script's default): adult split by the private-pgm repository into a private
+#: part (priv.csv) and a public part (pub.csv, used by JAM only); ours sees the private part only.
+JAM_TABLE, JAM_FOLDER = "adult-pub025", "adult_pub025_01"
+PEER_CHECKOUT = Path("/tmp/mbi-aim/src")
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+
+def marginal(codes: np.ndarray, sizes: Sequence[int], cols: Sequence[int]) -> np.ndarray:
+    """The normalised marginal (a distribution over the cells of ``cols``) of integer codes."""
+    idx = np.ravel_multi_index(tuple(codes[:, j] for j in cols), tuple(int(sizes[j]) for j in cols))
+    counts = np.bincount(idx, minlength=int(np.prod([sizes[j] for j in cols]))).astype(float)
+    return counts / max(counts.sum(), 1.0)
+
+
+def workload_error(real: np.ndarray, synth: np.ndarray, sizes: Sequence[int],
+                   workload: Sequence[tuple[Sequence[int], float]]) -> float:
+    """The AIM paper's workload error: the weighted mean, over the workload's marginals, of
+    the L1 distance between the real and the synthetic marginal, each normalised by its rows."""
+    errs = [w * float(np.abs(marginal(real, sizes, cl) - marginal(synth, sizes, cl)).sum()) for cl, w in workload]
+    return float(np.mean(errs))
+
+
+def tvd_by_k(real: np.ndarray, synth: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = (1, 2, 3)) -> dict[int, float]:
+    """Mean total variation distance over every k-subset of columns, per k (half the L1)."""
+    d = real.shape[1]
+    return {k: float(np.mean([0.5 * np.abs(marginal(real, sizes, cl) - marginal(synth, sizes, cl)).sum()
+                              for cl in combinations(range(d), k)])) for k in ks if k <= d}
+
+
+def default_workload(sizes: Sequence[int]) -> list[tuple[tuple[int, ...], float]]:
+    """The reference script's default workload on columns of these sizes (see the module doc)."""
+    return [(cl, 1.0) for cl in combinations(range(len(sizes)), DEGREE)
+            if int(np.prod([sizes[j] for j in cl])) <= MAX_CELLS]
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+def load(name: str, part: str = "priv") -> tuple[list[str], np.ndarray, list[int]]:
+    """Column names, integer codes and domain sizes of one benchmark table."""
+    if name == JAM_TABLE:  # read from the peer's checkout (its data/ folder)
+        folder = PEER_CHECKOUT / "data" / JAM_FOLDER
+        sizes = json.loads((folder / f"{JAM_FOLDER}-domain.json").read_text())
+        df = pd.read_csv(folder / f"{part}.csv")
+        return list(sizes), df[list(sizes)].to_numpy(dtype=np.int64), [int(v) for v in sizes.values()]
+    if name == "adult":
+        sizes = json.loads((DATA_DIR / "adult" / "adult-domain.json").read_text())
+        df = pd.read_csv(DATA_DIR / "adult" / "adult.csv")
+        return list(sizes), df[list(sizes)].to_numpy(dtype=np.int64), [int(v) for v in sizes.values()]
+    if name.startswith("nist-"):
+        from benchmarks.pgm_vs_mbi import load as nist_load
+
+        data = nist_load(f"nist-demo-{name.split('-', 1)[1]}")
+        schema = data["schema"]
+        return list(schema.names), data["codes"], [int(c) for c in schema.cardinalities]
+    if name in UCI:
+        df = pd.read_csv(DATA_DIR / UCI[name], dtype=str, keep_default_na=False)
+        cols, sizes = [], []
+        for c in df.columns:
+            values = sorted(df[c].unique())
+            cols.append(pd.Categorical(df[c], categories=values).codes.astype(np.int64))
+            sizes.append(len(values))
+        return list(df.columns), np.column_stack(cols), sizes
+    raise SystemExit(f"unknown table {name!r}; known: {TABLES}")
+
+
+# --- one cell: a process ---------------------------------------------------------------------
+
+
+def child_ours(params: str, src: Path, dst: Path) -> None:
+    """Run dpsynth pgm with ``params`` on the codes in ``src``; write the synthetic codes to ``dst``."""
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+    from dpsynth.rows.encoding import EncodedTable
+    from dpsynth.schema import schema_from_dict
+
+    z = np.load(src, allow_pickle=False)
+    cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]}
+            for n, s in zip(z["names"], z["sizes"])]
+    schema = schema_from_dict({"name": "aim-h2h", "columns": cols})
+    budget = Budget(epsilon=float(z["epsilon"]), delta=float(z["delta"]))
+    assert abs(budget.rho - float(z["rho"])) < 1e-12
+    rng = np.random.default_rng(int(z["seed"]))
+    t0 = time.perf_counter()
+    method = get_method("pgm", json.loads(params))
+    ledger = Ledger(budget, method.plan(schema, budget))
+    m = method.measure(EncodedTable(schema=schema, codes=z["codes"].astype(np.uint16)), ledger, rng)
+    synth = method.synthesize(m, schema, None, rng)
+    wall = time.perf_counter() - t0
+    np.save(dst, np.asarray(synth.codes, dtype=np.int64))
+    peak = next(float(line.split()[1]) / 1024.0 for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmHWM:"))
+    print(json.dumps({"wall_s": wall, "peak_mb": peak, "rows": int(synth.codes.shape[0]), "rho": ledger.rho_spent,
+                      "selected": len(m.meta.get("selected", []))}))
+
+
+def _proc_usage(pid: int) -> dict[str, float]:
+    """CPU seconds and peak RSS so far of a running process (what a timeout had used)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    hwm = next((float(s.split()[1]) / 1024.0 for s in status if s.startswith("VmHWM:")), float("nan"))
+    return {"cpu_s": (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), "peak_mb": hwm}
+
+
+def run_process(cmd: list[str], limit: float, log: Path) -> dict[str, Any]:
+    """Run ``cmd`` (its own process group), at most ``limit`` seconds; its last stdout line
+    (JSON) with the process's wall, CPU seconds and max RSS (wait4), or a timeout/failure."""
+    t0 = time.perf_counter()
+    with open(log, "w") as err, open(log.with_suffix(".out"), "w") as out:  # kept for a failed run
+        proc = __import__("subprocess").Popen(cmd, stdout=out, stderr=err, start_new_session=True)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > limit:
+                spent = _proc_usage(proc.pid)
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                return {"status": f"timeout after {limit:.0f} s", "proc_s": time.perf_counter() - t0, **spent,
+                        "load1": os.getloadavg()[0]}
+            time.sleep(0.5)
+    base = {"proc_s": time.perf_counter() - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "maxrss_mb": usage.ru_maxrss / 1024.0, "load1": os.getloadavg()[0]}
+    if os.waitstatus_to_exitcode(status) != 0:
+        return {"status": "failed", "error": log.read_text().strip().splitlines()[-3:], **base}
+    return {**json.loads(log.with_suffix(".out").read_text().strip().splitlines()[-1]), **base, "status": "ok"}
+
+
+def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) -> dict[str, Any]:
+    """One (table, method, epsilon, seed) run in its own process, scored against the real codes."""
+    from dpsynth.privacy.budget import Budget
+
+    names, codes, sizes = data
+    WORK.mkdir(parents=True, exist_ok=True)
+    stem = f"{table}-{method}-eps{eps:g}-seed{seed}"
+    src, dst, log = WORK / f"{stem}.npz", WORK / f"{stem}.npy", WORK / f"{stem}.log"
+    workload = default_workload(sizes)
+    public = load(table, "pub")[1] if method == "mbi-jam" else np.zeros((0, len(names)), dtype=np.int64)
+    np.savez(src, codes=codes, names=np.array(names), sizes=np.array(sizes), seed=seed, epsilon=eps, delta=DELTA,
+             rho=Budget(epsilon=eps, delta=DELTA).rho, workload=np.array([cl for cl, _ in workload]), public=public)
+    out: dict[str, Any] = {}
+    if method == "auto":
+        from dpsynth.methods.auto import choose_for
+
+        choice = choose_for(sizes, eps, DELTA)
+        params = {k: (int(v) if v.isdigit() else v) for k, v in choice.params.items()}
+        out["auto_chose"] = choice.to_dict()
+        same = next((m for m, p in OURS.items() if choice.method == "pgm" and p == params), None)
+        if same is not None:  # the same configuration and seed as a run of ours: the same release
+            src.unlink()
+            return {**out, "status": "same as " + same}
+        cmd = [sys.executable, __file__, "--child", json.dumps(params), str(src), str(dst)]
+    elif method in OURS:
+        cmd = [sys.executable, __file__, "--child", json.dumps(OURS[method]), str(src), str(dst)]
+    else:
+        cmd = [args.peer_python, str(ROOT / "benchmarks" / "aim_reference_peer.py"), args.mechanisms, str(src), str(dst),
+               method.split("-", 1)[1]]
+    out["command"] = " ".join(cmd)
+    out.update(run_process(cmd, args.time_limit, log))
+    if out["status"] == "ok":
+        synth = np.load(dst)
+        out["werr"] = workload_error(codes, synth, sizes, workload)
+        out.update({f"tvd{k}": v for k, v in tvd_by_k(codes, synth, sizes).items()})
+    for p in (src, dst):
+        p.unlink(missing_ok=True)
+    return out
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+
+def cells(args) -> list[tuple[str, float, int, str]]:
+    """The grid in run order: every table at eps 1 seed 0, then eps 0.1 and 10, then more seeds."""
+    tables = args.data.split(",") if args.data else list(TABLES)
+    epss = [float(e) for e in args.eps.split(",")] if args.eps else [1.0, 0.1, 10.0]
+    methods = args.methods.split(",") if args.methods else list(METHODS)
+    order = [(e, 0) for e in epss] + [(e, s) for s in range(1, args.seeds) for e in epss]
+    return [(t, e, s, m) for e, s in order for t in tables for m in methods]
+
+
+def main() -> None:
+    """Run (resuming) and report; ``--child`` is one run of ours."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data"), ap.add_argument("--eps"), ap.add_argument("--methods")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--peer-python", default="/tmp/mbi-venv/bin/python")
+    ap.add_argument("--mechanisms", default="/tmp/mbi-aim/src/mechanisms",
+                    help="the mechanisms/ folder of the private-pgm checkout whose mbi the peer venv holds")
+    ap.add_argument("--time-limit", type=float, default=30 * 60)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--report", action="store_true", help="print the tables of what is done; run nothing")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    ap.add_argument("--child", nargs=3, metavar=("PARAMS", "SRC", "DST"))
+    args = ap.parse_args()
+    if args.child:
+        child_ours(args.child[0], Path(args.child[1]), Path(args.child[2]))
+        return
+    global PEER_CHECKOUT
+    PEER_CHECKOUT = Path(args.mechanisms).resolve().parent
+    path = RESULTS / f"{OUT_NAME}.json"
+    runs: dict[str, Any] = json.loads(path.read_text()).get("runs", {}) if path.is_file() else {}
+    if not args.report:
+        loaded: dict[str, Any] = {}
+        for t, e, s, m in cells(args):
+            key = f"{t}|{e}|{s}|{m}"
+            latest = json.loads(path.read_text()).get("runs", {}) if path.is_file() else {}
+            if key in latest and latest[key].get("status") != "failed" and not args.force:  # failed: retried
+                continue
+            loaded.setdefault(t, load(t))
+            print(f"running {key} ...", flush=True)
+            res = {"table": t, "epsilon": e, "seed": s, "method": m, **run_cell(t, loaded[t], m, e, s, args)}
+            print("  " + json.dumps({k: v for k, v in res.items() if k != "command"}), flush=True)
+            # Re-read before writing: several runners may share the file (disjoint cells).
+            latest = json.loads(path.read_text()).get("runs", {}) if path.is_file() else {}
+            runs = {**latest, key: res}
+            write_json(OUT_NAME, {"delta": DELTA, "workload": f"every {DEGREE}-way marginal of at most {MAX_CELLS} "
+                                  "cells, weight 1 (the reference script's default)", "runs": runs})
+    report(runs, args.markdown)
+
+
+def _table(headers: list[str], rows: list[list[Any]], markdown: bool) -> None:
+    """Print a table: aligned text, or markdown (for docs/pgm.md); floats to 4 decimals."""
+    cells = [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    if not markdown:
+        print_table(headers, cells)
+        return
+    print("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers))
+    for r in cells:
+        print("| " + " | ".join(r) + " |")
+
+
+def summary(runs: dict[str, Any]) -> list[list[Any]]:
+    """Per (table, epsilon): our mean workload error over seeds (range, count) beside the peer's
+    seed-0 cell (or its status), with TVD3, CPU seconds and peak RSS of both."""
+    out = []
+    for t in TABLES:
+        for e in (0.1, 1.0, 10.0):
+            ours = [r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, "pgm-aim2")
+                    and r.get("status") == "ok"]
+            if not ours:
+                continue
+            w = [r["werr"] for r in ours]
+            peer = runs.get(f"{t}|{e}|0|mbi-aim")
+            cell = ("not run" if peer is None else peer["status"] if peer.get("status") != "ok" else f"{peer['werr']:.4f}")
+            ok = peer is not None and peer.get("status") == "ok"
+            mean = lambda k: float(np.mean([r[k] for r in ours]))  # noqa: E731
+            out.append([t, f"{e:g}", f"{np.mean(w):.4f} ({min(w):.4f}-{max(w):.4f}, {len(w)})", cell,
+                        f"{mean('tvd3'):.4f} / {peer['tvd3']:.4f}" if ok else f"{mean('tvd3'):.4f} / -",
+                        f"{mean('cpu_s'):.1f} / {peer['cpu_s']:.0f}" if ok else f"{mean('cpu_s'):.1f} / -",
+                        f"{mean('peak_mb'):.0f} / {peer['peak_mb']:.0f}" if ok else f"{mean('peak_mb'):.0f} / -"])
+    return out
+
+
+def report(runs: dict[str, Any], markdown: bool = False) -> None:
+    """Print every cell done, then ours against the peer per (table, epsilon, seed)."""
+    rows = []
+    for r in sorted(runs.values(), key=lambda r: (r["table"], r["epsilon"], r["seed"], r["method"])):
+        ok = r.get("status") == "ok"
+        proc = f"{r['proc_s']:.0f} (process)" if "proc_s" in r else ""
+        rows.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], r.get("status") if not ok else "ok"]
+                    + ([r["werr"], r["tvd1"], r["tvd2"], r.get("tvd3", float("nan")),
+                        f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", f"{r['peak_mb']:.0f}", f"{r['load1']:.1f}"]
+                       if ok else ["", "", "", "", "", proc, "", ""]))
+    _table(["table", "eps", "seed", "method", "status", "werr", "tvd1", "tvd2", "tvd3", "wall s", "cpu s",
+            "peak MB", "load"], rows, markdown)
+    pairs = []
+    for key, r in sorted(runs.items()):
+        if not r["method"].startswith("mbi-"):
+            continue
+        ours = runs.get(key.rsplit("|", 1)[0] + "|pgm-aim2", {})
+        if ours.get("status") != "ok":
+            continue
+        if r.get("status") != "ok":
+            pairs.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], ours["werr"], r["status"], "", "", "", ""])
+            continue
+        win = "ours" if ours["werr"] <= r["werr"] else "mbi"
+        pairs.append([r["table"], f"{r['epsilon']:g}", r["seed"], r["method"], ours["werr"], r["werr"], win,
+                      f"{r['wall_s'] / ours['wall_s']:.1f}x", f"{r['cpu_s'] / ours['cpu_s']:.1f}x",
+                      f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
+    print()
+    _table(["table", "eps", "pgm-aim2 werr mean (range, seeds)", "mbi AIM werr (seed 0)", "TVD3 ours / mbi",
+            "cpu s ours / mbi", "peak MB ours / mbi"], summary(runs), markdown)
+    print()
+    _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
+            "peer cpu / ours", "peer RSS / ours"], pairs, markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""The scores of benchmarks/aim_head_to_head.py (AIM's workload error, TVD by k) on a hand-computed example."""
+
+import numpy as np
+import pytest
+
+from benchmarks.aim_head_to_head import default_workload, tvd_by_k, workload_error
+
+# 3 binary columns; the real table has 4 rows, the synthetic one 2 (the scores normalise each).
+REAL = np.array([[0, 0, 0], [0, 1, 1], [1, 1, 0], [1, 1, 1]])
+SYNTH = np.array([[0, 0, 1], [1, 1, 1]])
+SIZES = [2, 2, 2]
+
+
+def test_tvd_by_k_matches_the_hand_computed_values() -> None:
+    # 1-way: column 0 agrees (0), column 1 (1/4, 3/4) vs (1/2, 1/2) -> 0.25, column 2 (1/2, 1/2) vs (0, 1) -> 0.5.
+    # 2-way: pair (0,1) -> 0.25, pairs (0,2) and (1,2) -> 0.5. 3-way: mass 1/4 on 000, 011, 110, 111
+    # against 1/2 on 001 and 111 -> L1 1.5, TVD 0.75.
+    tv = tvd_by_k(REAL, SYNTH, SIZES)
+    assert tv[1] == pytest.approx(0.75 / 3)
+    assert tv[2] == pytest.approx(1.25 / 3)
+    assert tv[3] == pytest.approx(0.75)
+
+
+def test_workload_error_is_the_weighted_mean_l1_of_normalised_marginals() -> None:
+    # L1 on pair (0,1) is 0.5 and on pair (1,2) is 1.0: with weights 1 and 2 the mean is (0.5 + 2.0) / 2.
+    assert workload_error(REAL, SYNTH, SIZES, [((0, 1), 1.0), ((1, 2), 2.0)]) == pytest.approx(1.25)
+    # Every pair at weight 1: twice the mean 2-way TVD (the reference script prints the half).
+    assert workload_error(REAL, SYNTH, SIZES, default_workload(SIZES)) == pytest.approx(2 * 1.25 / 3)
+    assert workload_error(REAL, REAL[[0, 0, 1, 1, 2, 2, 3, 3]], SIZES, default_workload(SIZES)) == 0.0
+
+
+def test_default_workload_is_every_pair_of_at_most_10000_cells() -> None:
+    assert [cl for cl, _ in default_workload(SIZES)] == [(0, 1), (0, 2), (1, 2)]
+    assert default_workload([200, 100, 2]) == [((0, 2), 1.0), ((1, 2), 1.0)]  # 200 x 100 = 20,000 cells: out
