@@ -88,12 +88,12 @@ RELEASE_DIGESTS: dict[str, dict[str, str]] = {
         'synthetic.parquet': 'e1c807a954d295a1fe138f81b95324320e6a7078c16c9f0c120259e0adb71eee',
     },
     'sds': {
-        'measurement-aggregates.parquet': '7cfa17cebcbfc99208d8040414692d0b4da9816a905d3f56e11970418588cdfc',
-        'measurement.json': 'c010b0d4351b3e7f2784781ccf8641d3f0d910a37ec592fb303a0a1fe7225039',
-        'measurement.parquet': 'c61f01c4d6f1e7ca51ac84f834adba4f83f92ac60ba56403a23eb5eda63eb286',
+        'measurement-aggregates.parquet': '43974cf0bd44f0c4ebe5c1a7a713a0454dd766b39abc4a9d49b548e5d9ddfc54',
+        'measurement.json': '3cbc058a48d6c37d150419f5cea266bc6ad78a1493e68c79c81bb14db22eac9d',
+        'measurement.parquet': 'ab8c86b945ddc2ed2516a742ff23c1ce71610d8280c022a035f1d87c82c5a309',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': 'c16fea9e2fd43dbfdff5a4b99267e0bdf95dbb6e8e08e1f72330538ad7467fd6',
-        'synthetic.parquet': '3460fa73de75e0c29537d7c0ad3d9ceca16466d3dae258b68552d35b9bcaed7b',
+        'synthetic.csv': 'a1c341d9d1fa7ae39f705e8cbbf717bd8d269f1350bc9a02cad30e6908321ea4',
+        'synthetic.parquet': '49e73003d2e0b79b1a63f7e1a32515f357727e6d6e5768e8329b55a833995541',
     },
 }
 
