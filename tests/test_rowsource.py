@@ -30,7 +30,10 @@ from dpsynth.schema import schema_from_dict
 # were refreshed when sds's measurement gained auto_length's fields, issue 9, and again when it
 # stated its 2- and 3-way tables in ``measured``: its meta, aggregates, 1-way tables and record
 # count were checked unchanged then; the pgm AIM row when its meta gained "units", issue 26:
-# without that key its digest is the one recorded before, 38a5d84a...). Every chunked,
+# without that key its digest is the one recorded before, 38a5d84a...); the sds rows with
+# public 1-way codes again when their Delta_1 became p and the stated record count the DP
+# count pooled with the 1-way totals (issue 27 §3; the one_way="paper" row is unchanged, and
+# the chunked paths were checked to give the new digests before recording them). Every chunked,
 # Parquet and Dask path below must reproduce them byte for byte.
 GOLDEN = {
     ("marginals", "{}"): "4d115ac9d6031197affcbd4bd3d0264fc4e3f490d87134f58ef6876793dcb7ae",
@@ -38,16 +41,16 @@ GOLDEN = {
         "fda6ad84bc414575634a0403734bc39e1ed7ac72c2fb3ab8ccb7d3fc4e57e255",
     ("pgm", '{"select": "mst"}'): "539257aff854faefdbd2581ba03b4fd4396353e6f5b326a2ff06edf156b6cb8e",
     ("sds", '{"empty_cells": "deficit", "fabrication_mode": "balanced", "percentile_percentage": 20, '
-            '"reporting_length": 4}'): "38c1b382e37c2ea9d78fdcaf0e9f7f712afeba9b538893d569131d97a7ec1dbc",
+            '"reporting_length": 4}'): "5c5d55515786e5008c6d562dfb8984a2895b31a0b55297df0a34a6b4840eadb5",
     ("sds", '{"empty_cells": "deficit", "fabrication_mode": "minimize", "percentile_percentage": 30}'):
-        "0f2d545a1269131708fae5d6eaa447f1960f15ca0734c8e0cf6d7136546c3db2",
+        "485804464766e13cd6c770f822d4ed397881a0a3fbed4c3c7335e06d149f7310",
     ("sds", '{"empty_cells": "deficit", "one_way": "paper", "percentile_percentage": 40}'):
         "c36b1ed19f0e1bd8af959bf5f07cb476d244c79012392e304842de9ed4e01d12",
     ("sds", '{"empty_cells": "value", "reporting_length": 2}'):
-        "faafca53cdf963f2a55ff55d0a382c758147d62ef184773b8a9c5a8fd7108d13",
+        "5c5fda5e3dec92cec9244c638d38b5e7ea02b0fd208abb148d30135bcc5136d9",
     ("sds", '{"percentile_percentage": 10, "reporting_length": 4}'):
-        "6cf3ead18a33100ef52f10a3bd872637a5e2af07b8b5fd4aa71397da7e5eba33",
-    ("sds", "{}"): "935c24278570e386d8760c1e6c3a8a47bbd63203664a4875e71b3ad4020c6c99",
+        "de6b9beca42e5828407081669ffeaa1fce8b848a1e2a142405d601dc8bca68db",
+    ("sds", "{}"): "a9c92ab445af9395839a34bf658b83ef40d776446e04453b34d6a4e393e8adb4",
 }
 
 
