@@ -29,6 +29,7 @@ from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
 from ..privacy.registry import Draw, consume_draw
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
+from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
@@ -191,6 +192,9 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
         if plan.options.get("correct_marginals"):
             synth = correct_to_measurement(synth, m, plan.rng("correct"))
         sampler = TableSampler(synth)
+    rows = int(sampler.rows)  # the files must fit the disk: refused before a byte is written
+    check_disk(rows, plan.schema, [plan.config.workspace, Path(plan.config.out)],
+               what=f"the synthetic table of {rows} rows")
     with synthesis_runner(plan.config.dask_address, sampler) as runner, complete_folder(folder) as tmp:
         write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
                         chunk_rows=chunk_rows or plan.config.chunk_rows, runner=runner)
@@ -539,18 +543,18 @@ MOVED = ("synthetic.parquet", "synthetic.csv")
 def moving_out(synthetic_dir: Path) -> Iterator[None]:
     """The synthetic folder stops being a complete cache before publish moves its files out:
     a crash from here on leaves it incomplete, so a rerun draws it again (post-processing
-    of the kept measurement: the same bytes, no charge). A publish that fails moves the
-    files back, and the folder is marked complete again."""
+    of the kept measurement: the same bytes, no charge). When the files are still there
+    afterwards (a failed publish moved them back; an output folder on another filesystem
+    got copies), the folder is marked complete again."""
     marker = synthetic_dir / COMPLETE
     marker.unlink(missing_ok=True)
     fsync_path(synthetic_dir)
     try:
         yield
-    except BaseException:
+    finally:
         if all((synthetic_dir / name).is_file() for name in MOVED):
             marker.write_text("")
             fsync_path(synthetic_dir)
-        raise
 
 
 @contextmanager
