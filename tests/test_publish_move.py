@@ -262,3 +262,29 @@ def test_a_crash_mid_publish_on_prefect_redraws_the_table(prefect_harness, tmp_p
     measures = _count_measures(monkeypatch)
     release_flow(**args)
     assert _files(tmp_path / "out" / "r") == reference and measures == []
+
+
+@pytest.mark.slow
+def test_a_release_on_a_local_cluster_starts_one_cluster_and_publishes_the_serial_bytes(
+        tmp_path, demo_paths, seed_file, monkeypatch):
+    """A real LocalCluster of 2 workers: encode, measure, synthesize (parts on the workers),
+    validate and the report's counts all run on the one cluster, closed at the end."""
+    from dpsynth.pipeline import synthetic
+    from dpsynth.rows import dask_runner
+
+    started: list[str] = []
+    real = dask_runner.connect
+
+    def counting(address, **k):
+        started.append(address)
+        return real(address, **k)
+
+    monkeypatch.setattr(dask_runner, "connect", counting)
+    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 1000)  # several blocks: synthesize uses the cluster too
+    folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file, dask_address="local:2"))
+    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "BLOCK_ROWS", 1000)
+        serial = pipeline.run_release(_config(tmp_path, demo_paths, seed_file, ws="ws2", out="out2"))
+    assert started == ["local:2"] and cluster.open_clusters() == 0
+    assert _files(folder) == _files(serial)
