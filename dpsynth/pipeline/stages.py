@@ -28,7 +28,7 @@ from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
 from ..privacy.registry import Draw, consume_draw
-from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
+from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, load_rows
 from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
