@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Sequence
 
 __all__ = ["Domain", "JunctionTree", "ModelTooLarge", "UnionFind", "build_junction_tree", "triangulate"]
@@ -49,11 +50,15 @@ class Domain:
         """The domain of a ``{column: cardinality}`` mapping, columns in the mapping's order."""
         return cls(names=tuple(sizes), sizes=tuple(int(v) for v in sizes.values()))
 
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
     def index(self, name: str) -> int:
         """Position of column ``name`` in the domain; KeyError if it is not there."""
         try:
-            return self.names.index(name)
-        except ValueError:
+            return self._positions[name]
+        except KeyError:
             raise KeyError(f"column {name!r} is not in the domain") from None
 
     def size(self, name: str) -> int:
@@ -74,29 +79,43 @@ class Domain:
 
 
 def triangulate(domain: Domain, cliques: Iterable[Iterable[str]]) -> list[Clique]:
-    """Maximal cliques of a greedy triangulation of the graph the cliques induce."""
+    """Maximal cliques of a greedy triangulation of the graph the cliques induce.
+
+    Each step eliminates the variable with the least key (cells of its elimination clique,
+    fill-in edges, domain position); the fill-in count, the costly part, is computed only
+    for variables whose clique is not already larger than the best one's."""
     adj: dict[str, set[str]] = {n: set() for n in domain.names}
     for c in cliques:
-        c = domain.canonical(c)
+        c = set(c)
         for a in c:
-            adj[a].update(b for b in c if b != a)
+            if a not in adj:
+                domain.index(a)  # raises: not a column of the domain
+            adj[a].update(c)
+    for a, nb in adj.items():
+        nb.discard(a)
+    size = dict(zip(domain.names, domain.sizes))
+    order = domain.index
     remaining = set(domain.names)
     found: list[Clique] = []
     while remaining:
         best, best_key = None, None
         for v in remaining:
             nb = adj[v] & remaining
+            cells = size[v] * math.prod(size[a] for a in nb)
+            if best_key is not None and cells > best_key[0]:
+                continue
             fill = sum(1 for a in nb for b in nb if a < b and b not in adj[a])
-            key = (domain.cells(nb | {v}), fill, domain.index(v))
+            key = (cells, fill, domain.index(v))
             if best_key is None or key < best_key:
                 best, best_key = v, key
         assert best is not None
         nb = adj[best] & remaining
         for a in nb:
             adj[a].update(b for b in nb if b != a)
-        found.append(domain.canonical(nb | {best}))
+        found.append(tuple(sorted(nb | {best}, key=order)))
         remaining.remove(best)
-    maximal = [c for c in found if not any(set(c) < set(o) for o in found)]
+    sets = [frozenset(c) for c in found]
+    maximal = [c for c, s in zip(found, sets) if not any(len(o) > len(s) and s < o for o in sets)]
     return list(dict.fromkeys(maximal))
 
 
