@@ -465,9 +465,9 @@ def _reference_triangulation(dom: Domain, cliques) -> list[tuple[str, ...]]:
 
 
 def test_triangulate_matches_the_plain_greedy_elimination():
-    # triangulate skips the fill-in count of variables whose clique is already larger than the
-    # best one's (AIM's size check triangulates every candidate each round): the same cliques.
-    from dpsynth.inference import triangulate
+    # triangulate keeps each variable's cells and counts fill-in edges only to break a tie (AIM's
+    # size check triangulates every candidate each round): the same cliques as the plain rule.
+    from dpsynth.inference.junction_tree import interaction_graph, triangulate
 
     rng = np.random.default_rng(37)
     for _ in range(60):
@@ -476,5 +476,9 @@ def test_triangulate_matches_the_plain_greedy_elimination():
         cliques = [tuple(rng.choice(dom.names, size=int(rng.integers(1, min(3, d) + 1)), replace=False))
                    for _ in range(int(rng.integers(1, 3 * d)))]
         assert triangulate(dom, cliques) == _reference_triangulation(dom, cliques)
+        # the same graph given in two parts (AIM's size check: the measured sets once, then a candidate)
+        graph = interaction_graph(dom, cliques[1:])
+        assert triangulate(dom, cliques[:1], graph=graph) == _reference_triangulation(dom, cliques)
+        assert graph == interaction_graph(dom, cliques[1:])  # not changed
     with pytest.raises(KeyError, match="not in the domain"):
         triangulate(Domain(names=("a",), sizes=(2,)), [("a", "zz")])

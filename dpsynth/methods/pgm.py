@@ -51,7 +51,7 @@ import numpy as np
 from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
-from ..inference.junction_tree import UnionFind, triangulate
+from ..inference.junction_tree import UnionFind, interaction_graph, triangulate
 from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
 from ..inference.measurement import domain_of, fit_measurement, merge_observations, observations_of
@@ -452,6 +452,7 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
     the candidate), so a candidate it accepts never makes that fit refuse the model; a
     candidate inside a measured set adds no edge and leaves the tree as it is."""
     cache: dict[int, bool] = {}
+    graph = interaction_graph(dom, measured)  # built once a round; each candidate adds its edges
 
     def ok(i: int) -> bool:
         if i not in cache:
@@ -459,7 +460,7 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
             if any(set(attrs) <= set(c) for c in measured):
                 cache[i] = True
             else:
-                tri = triangulate(dom, list(measured) + [attrs])
+                tri = triangulate(dom, [attrs], graph=graph)
                 cache[i] = sum(dom.cells(c) for c in tri) <= cap
         return cache[i]
 
