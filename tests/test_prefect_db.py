@@ -82,7 +82,8 @@ def test_without_a_template_the_new_database_is_kept_as_one_after_the_start(home
     assert other.save_to is None and not other.migrate
 
 
-@pytest.mark.parametrize("where", ["environment", "profile", "prefect.toml", "pyproject"])
+@pytest.mark.parametrize("where", ["environment", "profile", "prefect.toml", "pyproject", "home in prefect.toml",
+                                   ".env"])
 def test_a_database_setting_anywhere_leaves_everything_to_prefect(homes, monkeypatch, where):
     home, template = homes
     _fake_db(template)
@@ -93,16 +94,22 @@ def test_a_database_setting_anywhere_leaves_everything_to_prefect(homes, monkeyp
         (home / "profiles.toml").write_text('[profiles.default]\nPREFECT_SERVER_DATABASE_CONNECTION_URL = "x"\n')
     elif where == "prefect.toml":
         Path("prefect.toml").write_text("[server.database]\nconnection_url = 'x'\n")
-    else:
+    elif where == "pyproject":
         Path("pyproject.toml").write_text("[tool.prefect.server.database]\nconnection_url = 'x'\n")
+    elif where == ".env":
+        Path(".env").write_text("PREFECT_SERVER_DATABASE_CONNECTION_URL=x\n")
+    else:  # another PREFECT_HOME: the server's database would not be the one looked at here
+        Path("prefect.toml").write_text("home = '/elsewhere'\n")
     assert pdb.plan_database() == pdb.DatabasePlan(migrate=True)
     assert not (home / "prefect.db").exists()
 
 
-def test_a_pyproject_without_prefect_settings_does_not_count(homes):
+def test_settings_unrelated_to_prefects_database_do_not_count(homes):
     home, template = homes
     _fake_db(template)
     Path("pyproject.toml").write_text('[project]\ndescription = "a database tool"\n')
+    Path(".env").write_text("JAVA_HOME=/opt/java\nDATABASE_URL=postgres://app\n")
+    Path("prefect.toml").write_text("[logging]\nlevel = 'INFO'\n")
     assert pdb.plan_database().seeded
 
 

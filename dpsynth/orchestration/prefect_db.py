@@ -27,7 +27,11 @@ from pathlib import Path
 __all__ = ["DatabasePlan", "alembic_revision", "build_template", "default_database", "plan_database",
            "save_template", "template_path"]
 
-_DATABASE_SETTING = re.compile(r"database", re.IGNORECASE)
+# A setting that may move Prefect's database: in env-style files (profiles, .env) a PREFECT_
+# variable naming DATABASE or HOME; in TOML files (prefect.toml, [tool.prefect]) a database
+# table or key, or a `home` key.
+_ENV_STYLE = re.compile(r"PREFECT_\w*(DATABASE|HOME)", re.IGNORECASE)
+_TOML_STYLE = re.compile(r"database|^\s*home\s*=", re.IGNORECASE | re.MULTILINE)
 
 
 def _prefect_home() -> Path:
@@ -45,15 +49,17 @@ def _settings_files(home: Path) -> list[Path]:
 
 def default_database() -> Path | None:
     """Prefect's default SQLite file (``$PREFECT_HOME/prefect.db``) when nothing may set
-    another database; None when a ``*DATABASE*`` variable or a settings file mentioning a
-    database may (read as text: importing Prefect's settings costs 1-2 s)."""
+    another database; None when a ``PREFECT_*DATABASE*`` variable or a settings file naming a
+    database or a home may (read as text: importing Prefect's settings costs 1-2 s)."""
     if any("DATABASE" in k for k in os.environ if k.startswith("PREFECT_")):
         return None
     home = _prefect_home()
     for f in _settings_files(home):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             text = f.read_text() if f.is_file() else ""
-            if _DATABASE_SETTING.search(text) and (f.name != "pyproject.toml" or "tool.prefect" in text):
+            if f.name == "pyproject.toml" and "tool.prefect" not in text:
+                continue
+            if (_TOML_STYLE if f.suffix == ".toml" and f.name != "profiles.toml" else _ENV_STYLE).search(text):
                 return None
     return home / "prefect.db"
 
