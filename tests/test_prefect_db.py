@@ -26,6 +26,8 @@ def _fake_db(path: Path, revision: str = "rev-a") -> Path:
         con.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
         con.execute("CREATE TABLE flow_run (id TEXT PRIMARY KEY, name TEXT)")
         con.execute("CREATE INDEX ix_flow_run__name ON flow_run (name)")
+        con.execute("CREATE TABLE task_run (id TEXT PRIMARY KEY)")
+        con.execute("CREATE TABLE log (id TEXT PRIMARY KEY)")
         con.execute("INSERT INTO alembic_version VALUES (?)", (revision,))
     return path
 
@@ -77,6 +79,12 @@ def test_without_a_template_the_new_database_is_kept_as_one_after_the_start(home
     assert pdb.save_template(plan) and pdb.alembic_revision(template) == "rev-c"
     assert sorted(p.name for p in template.parent.iterdir()) == ["prefect.db"]  # one file, read-only use
     assert _schema(template) == _schema(home / "prefect.db")
+    # a database another command's run already wrote to is not kept as the template
+    other_home = home.parent / "other-home"
+    with sqlite3.connect(_fake_db(other_home / "prefect.db", "rev-d")) as con:
+        con.execute("INSERT INTO flow_run VALUES ('1', 'someone-elses-release')")
+    assert not pdb.save_template(pdb.DatabasePlan(migrate=True, save_to=template, database=other_home / "prefect.db"))
+    assert pdb.alembic_revision(template) == "rev-c"
     # an existing database (perhaps with runs in it) is never made a template
     other = pdb.plan_database()
     assert other.save_to is None and not other.migrate

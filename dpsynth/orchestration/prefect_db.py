@@ -136,10 +136,23 @@ def _backup(source: Path, target: Path) -> None:
         dst.execute("PRAGMA journal_mode=DELETE")  # one file (Prefect sets WAL again when it opens it)
 
 
+def _has_runs(database: Path) -> bool:
+    """Whether a Prefect database holds any flow run, task run or log (or cannot be read)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as con:
+            return any(con.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in ("flow_run", "task_run", "log"))
+    except sqlite3.Error:
+        return True
+
+
 def save_template(plan: DatabasePlan) -> bool:
     """After the server answers (its start-up created and migrated the database; no run
-    yet), keeps a copy as the template for the next new ``PREFECT_HOME``; never raises."""
+    yet), keeps a copy as the template for the next new ``PREFECT_HOME``; never raises.
+    A database that already holds a run (another command's server on the same new home
+    got there first) is not kept."""
     if plan.save_to is None or plan.database is None or alembic_revision(plan.database) is None:
+        return False
+    if _has_runs(plan.database):
         return False
     try:
         plan.save_to.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
