@@ -47,7 +47,8 @@ class TableCheck:
     ``cells``: each record's cell (row-major over the columns' codes; empty until
     :meth:`on` computes them from a pool); ``noisy``: the stated counts (flat);
     ``suppressed``: cells published as 0 because their noisy count was not above
-    ``threshold``; ``stddev``: the per-cell noise.
+    ``threshold``; ``stddev``: the per-cell noise; ``share``: the part of the release this
+    table is (1 for a whole release, a chunk's share of the rows in a chunked one).
     """
 
     cols: tuple[int, ...]
@@ -57,6 +58,7 @@ class TableCheck:
     suppressed: np.ndarray
     threshold: float
     stddev: float
+    share: float = 1.0
 
     def on(self, pool: np.ndarray) -> "TableCheck":
         """This table with ``cells`` computed from ``pool``'s records."""
@@ -83,9 +85,13 @@ class TableCheck:
         return float(np.sum(gap**2 / scale))
 
     def is_off(self, estimate: np.ndarray, variance: np.ndarray | float = 0.0, z: float = DISCREPANCY_Z) -> bool:
-        """Whether the misfit is beyond what noise explains (chi-square, d = cells)."""
+        """Whether the misfit is beyond what noise explains (chi-square, d = cells).
+
+        For a chunk (``share`` s < 1) the excess allowed is s times a whole table's: a bias
+        of the sampler recurs in every chunk, so the chunks' excesses add up (about 1 / s
+        of them) where their sampling errors do not."""
         d = self.noisy.size
-        return self.misfit(estimate, variance) > d + z * math.sqrt(2.0 * d)
+        return self.misfit(estimate, variance) > d + z * math.sqrt(2.0 * d) * self.share
 
     def target(self, estimate: np.ndarray, one_way: Mapping[int, np.ndarray],
                variance: np.ndarray | float = 0.0) -> np.ndarray:
@@ -97,7 +103,8 @@ class TableCheck:
         the k 1-way tables, the least noisy statistics of the release.
         """
         d = self.noisy.size
-        step = 1.0 - math.sqrt(d / max(self.misfit(estimate, variance), d))
+        left = d * self.share  # a chunk's part of a whole table's allowance
+        step = 1.0 - math.sqrt(left / max(self.misfit(estimate, variance), left))
         seen = np.where(self.suppressed, np.minimum(estimate, self.threshold + self.stddev), self.noisy)
         t = np.clip(estimate + step * (seen - estimate), 0.0, None) + 1e-12
         axes = np.unravel_index(np.arange(d), self.shape)
@@ -116,6 +123,7 @@ def table_checks(m: Measurement, schema: Schema, pool: np.ndarray | None = None,
     measurement states with noise; with ``pool``, each with its cells (memory: one int64
     per record and table: test tables one at a time with :func:`misfit_tables` instead)."""
     cards = schema.cardinalities
+    share = min(1.0, max(1e-9, float(m.meta.get("chunk_share", 1.0))))  # set by ChunkedSampler.shares
     out = []
     for nm in m.measured:
         k = len(nm.attrs)
@@ -125,7 +133,8 @@ def table_checks(m: Measurement, schema: Schema, pool: np.ndarray | None = None,
         noisy = np.asarray(nm.counts, dtype=np.float64).ravel()
         tau = max(0.0, float(nm.threshold or 0.0))
         c = TableCheck(cols=cols, shape=tuple(cards[j] for j in cols), cells=np.zeros(0, dtype=np.int64),
-                       noisy=noisy, suppressed=noisy <= tau, threshold=tau, stddev=float(nm.stddev))
+                       noisy=noisy, suppressed=noisy <= tau, threshold=tau, stddev=float(nm.stddev),
+                       share=share)
         out.append(c if pool is None else c.on(pool))
     return out
 
