@@ -324,3 +324,23 @@ def test_consistent_targets_share_their_sub_tables():
     sums = chosen[3].target.reshape(4, 4, 4).sum(axis=2).ravel()
     assert np.allclose(sums, chosen[0].target, rtol=1e-3)
     assert not np.allclose(raw[3].reshape(4, 4, 4).sum(axis=2).ravel(), chosen[0].target, rtol=1e-2)
+
+
+def test_a_pair_no_weighting_can_fix_does_not_hold_back_the_triples():
+    """Defect (tuning int2 of benchmarks/sds_matrix.py, epsilon 2 seed 1): each pass fitted
+    only the shortest tables still off, so one pair the pool cannot bring within its noise
+    (here: it asks for a value of c3 that no pool record holds) kept every triple from
+    being fitted, and the gate refused a triple at 2.2 times its threshold. The triple is
+    now fitted once the pairs still off were all targeted."""
+    n = 20_000
+    pool, checks, one_way = _disagreeing_checks(n, 5)
+    pool = np.hstack([pool, np.zeros((pool.shape[0], 1), dtype=pool.dtype)])  # c3 always 0 in the pool
+    noisy = np.full(16, n / 16.0)  # the measurement says c3 is uniform
+    stuck = PairCheck(cols=(0, 3), shape=(4, 4), cells=np.zeros(0, dtype=np.int64), noisy=noisy,
+                      suppressed=np.zeros(16, dtype=bool), threshold=0.0, stddev=5.0).on(pool)
+    checks = [*checks[:-1], stuck, checks[-1]]
+    weights, _ = refit.fit_weights(pool, checks, one_way, float(n))
+    off = refit.misfit_tables(checks, weights, float(n))
+    assert off == [3]  # only the pair no weighting can reach
+    triple = checks[-1]
+    assert triple.misfit(*triple.estimate(weights, float(n))) < 2 * triple.noisy.size
