@@ -156,6 +156,12 @@ def test_aim_at_a_small_budget_keeps_every_column_and_states_its_bound():
     assert mst._compress_share() == float("inf")  # MST keeps MST's rule
 
 
+@pytest.mark.parametrize("bad", [0, -0.1, float("nan"), True, "x"])
+def test_compress_share_must_be_a_positive_number(bad):
+    with pytest.raises(Exception, match="compress_share"):
+        PgmParams(select="aim", compress_share=bad)
+
+
 def test_compress_false_measures_on_the_codes(tmp_path):
     _, m = _measure(_rare_table(), compress=False)
     assert "compression" not in m.meta and not m.groups
