@@ -22,8 +22,13 @@ $(VENV)/.installed-demo: pyproject.toml $(VENV)/.created
 	$(BIN)/python -m pip install --quiet --no-compile -e .
 	touch $@
 
+# The Prefect database template (once per Prefect version, in ~/.cache/dpsynth): a new
+# PREFECT_HOME's temporary server then starts from a copy instead of running every migration.
+# Not built for `make demo`, which runs on the local engine unless a server answers (the
+# first Prefect release keeps its freshly migrated database as the template instead).
 $(VENV)/.installed: pyproject.toml $(VENV)/.created
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m dpsynth.orchestration.prefect_db || echo "no Prefect database template: the first Prefect release migrates its database"
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed

@@ -4,9 +4,12 @@ Runs the demo release (data/demo.csv, the default method, epsilon 1) through the
 user would, each in a fresh process and a fresh private workspace:
 
 * ``local``: ``--engine local`` (the reference: the same stages, no Prefect);
-* ``prefect first``: the Prefect engine with a new PREFECT_HOME (the temporary server
-  creates and migrates its database: a new user's first release);
-* ``prefect second``: the same PREFECT_HOME again (its database exists);
+* ``prefect first, no template``: the Prefect engine with a new PREFECT_HOME and an empty
+  user cache (the temporary server creates and migrates its database, which is then kept as
+  the template: a first release without ``make install``'s template);
+* ``prefect first, template``: another new PREFECT_HOME, the template now in the cache (its
+  database is a copy: a first release after ``make install``);
+* ``prefect second``: that PREFECT_HOME again (its database exists);
 * ``prefect running``: with a Prefect server already running (``prefect server start``
   on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT);
 
@@ -44,7 +47,7 @@ TREE = ROOT  # the checkout whose CLI runs (--tree: compare with another, e.g. b
 def _env(prefect_home: Path, port: int | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPSYNTH_"))}
     env.update(PYTHONPATH=str(TREE), PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               DPSYNTH_PREFECT_PORT=str(port or 0))
+               DPSYNTH_PREFECT_PORT=str(port or 0), XDG_CACHE_HOME=str(prefect_home.parent / "cache"))
     if port and not (TREE / "dpsynth" / "orchestration" / "server.py").exists():
         env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"  # a checkout that does not look for it
     return env
@@ -145,7 +148,10 @@ def main() -> None:
         for i in range(args.repeat):
             cells[f"local #{i + 1}"] = _run(_release(tmp, f"local{i}", "local"), env)
         shutil.rmtree(home, ignore_errors=True)
-        cells["prefect first (new PREFECT_HOME)"] = _run(_release(tmp, "first", "prefect"), env)
+        shutil.rmtree(tmp / "cache", ignore_errors=True)
+        cells["prefect first (new PREFECT_HOME, no template)"] = _run(_release(tmp, "first", "prefect"),
+                                                                      _env(tmp / "cold-home", None))
+        cells["prefect first (new PREFECT_HOME, template)"] = _run(_release(tmp, "first-t", "prefect"), env)
         for i in range(args.repeat):
             cells[f"prefect second #{i + 1}"] = _run(_release(tmp, f"second{i}", "prefect"), env)
         server, port = _running_server(tmp / "serve-home")

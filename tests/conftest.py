@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="dpsynth-tests-"))
 os.environ["DPSYNTH_WORKSPACE"] = str(_SESSION_HOME / "workspace")
 os.environ["XDG_DATA_HOME"] = str(_SESSION_HOME / "xdg-data")
+os.environ["XDG_CACHE_HOME"] = str(_SESSION_HOME / "xdg-cache")  # the Prefect database template, too
 
 
 def pytest_unconfigure(config):

@@ -328,3 +328,36 @@ def test_aim_judges_each_round_on_the_measured_sets(monkeypatch, demo_paths):
     singles = {(n,) for n in schema.names}
     assert len(seen) >= 2 and all(singles <= set(s) for s in seen)
     assert {tuple(a) for a in m.meta["selected"]} <= set(seen[-1]) | {tuple(m.meta["selected"][-1])}
+
+
+def test_aim_fits_scale_their_steps_with_the_model_and_stay_reproducible(monkeypatch):
+    """Every fit is given FIT_CELL_STEPS / units cell-steps (a small model gets up to 1000 float64
+    steps, see dpsynth.inference.scaled_options), and the same seed gives the same bytes twice."""
+    import sys
+
+    import dpsynth.methods.pgm as pgm_module
+
+    est = sys.modules["dpsynth.inference.estimate"]
+    real, used = est.scaled_options, []
+
+    def spy(opts, cells, cliques=0):
+        out = real(opts, cells, cliques)
+        used.append((opts.cell_steps, out.iters, out.precision))
+        return out
+
+    monkeypatch.setattr(est, "scaled_options", spy)
+
+    def release():
+        rng = np.random.default_rng(22)
+        t = _table([2, 3, 2, 2, 3], 4000, rng)
+        b = Budget(epsilon=1.0, delta=1e-9)
+        method = get_method("pgm", {"select": "aim", "degree": "2"})
+        m = method.measure(t, Ledger(b, method.plan(t.schema, b)), rng)
+        codes = method.synthesize(m, t.schema, None, rng).codes
+        return codes, [nm.counts.tobytes() for nm in m.measured]
+
+    first = release()
+    assert used and all(cs == pgm_module.FIT_CELL_STEPS / 80 for cs, _, _ in used)  # 16 units per column
+    assert all(iters == 1000 and prec == "double" for _, iters, prec in used)  # every model here is small
+    second = release()
+    assert np.array_equal(first[0], second[0]) and first[1] == second[1]

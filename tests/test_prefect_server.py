@@ -189,3 +189,19 @@ def test_the_input_is_encoded_once_while_a_temporary_server_starts(prefect_harne
     assert calls == [1] and result["encoded_ahead"] > 0
     assert (Path(result["release"]) / "manifest.json").exists()
     assert len(list((tmp_path / "ws" / "encoded").iterdir())) == 1
+
+
+@pytest.mark.parametrize("kind", ["temporary", "running"])
+def test_heartbeats_are_off_only_on_a_temporary_server(monkeypatch, kind):
+    """A temporary server is stopped with the run (no one can act on a heartbeat, and the
+    heartbeat thread's stop waits up to 1 s); a lasting server keeps Prefect's heartbeats."""
+    from prefect.settings import get_current_settings
+
+    from dpsynth.orchestration.runner import temporary_server
+
+    monkeypatch.setattr(srv, "_configured_url", lambda: None)
+    default = get_current_settings().flows.heartbeat_frequency
+    with temporary_server(srv.ApiServer(url="http://127.0.0.1:1/api", kind=kind)) as url:
+        assert get_current_settings().api.url == url
+        assert get_current_settings().flows.heartbeat_frequency == (None if kind == "temporary" else default)
+    assert default is not None and get_current_settings().flows.heartbeat_frequency == default

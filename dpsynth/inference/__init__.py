@@ -5,7 +5,7 @@ consistent graphical model (:func:`estimate`), query its marginals
 (:meth:`GraphicalModel.project`) and draw records from it (:meth:`GraphicalModel.sample`).
 """
 
-from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss
+from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss, scaled_options
 from .junction_tree import Domain, JunctionTree, ModelTooLarge, build_junction_tree, triangulate
 from .measurement import domain_of, fit_measurement, observations_of
 from .model import GraphicalModel, allocate, calibrate, calibrate_probs
@@ -27,5 +27,6 @@ __all__ = [
     "fit_loss",
     "fit_measurement",
     "observations_of",
+    "scaled_options",
     "triangulate",
 ]

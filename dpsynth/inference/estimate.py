@@ -19,11 +19,17 @@ the loss has not improved by a relative ``tol`` over ``patience`` accepted steps
 expected loss, or after ``iters`` steps. A warm start (potentials of an earlier fit on a subset of the
 cliques) is accepted, which the adaptive selection of ``pgm`` uses round after round.
 With ``precision="single"`` the descent runs in float32 (the loss and its gradient in float64).
+
+With ``cell_steps``, the step budget scales with the model's size (:func:`scaled_options`): a fit
+on a junction tree of size S (its cells plus ``clique_cells`` per clique, a step's fixed cost per
+clique) may take up to ``cell_steps / S`` steps (at least ``iters``, at most ``most_iters``), and a
+tree small enough for all ``most_iters`` steps is fitted in float64 without the noise stop, so
+that small models converge where their steps cost little.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -32,7 +38,7 @@ from .. import progress
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
-__all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss"]
+__all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss", "scaled_options"]
 
 _SHOWN_ITERS = 200  # fits of at least this many steps report them (shorter refits stay quiet)
 
@@ -90,10 +96,22 @@ class EstimatorOptions:
     #: "double" (float64) or "single": float32 potentials and beliefs inside the descent
     #: (losses still summed in float64), about twice as fast; the fitted model is float64.
     precision: Literal["double", "single"] = "double"
+    #: Steps scaled by the model's size (None: off): a tree of size S gets up to
+    #: ``cell_steps / S`` steps, between ``iters`` and ``most_iters`` (see :func:`scaled_options`).
+    cell_steps: float | None = None
+    most_iters: int = 1000
+    #: A step's fixed cost per clique, in cells (the size S counts it once per clique).
+    clique_cells: int = 100
 
     def __post_init__(self) -> None:
         if self.iters < 1:
             raise ValueError("iters must be >= 1")
+        if self.most_iters < 1:
+            raise ValueError("most_iters must be >= 1")
+        if self.cell_steps is not None and not (self.cell_steps > 0):
+            raise ValueError("cell_steps must be > 0 or None")
+        if self.clique_cells < 0:
+            raise ValueError("clique_cells must be >= 0")
         if not (self.growth >= 1.0):
             raise ValueError("growth must be >= 1")
         if self.noise_tol is not None and not (self.noise_tol >= 0.0):
@@ -138,6 +156,29 @@ class _Layout:
         """Term k's slice of a flat vector, shaped as its table."""
         a, b = self.bounds[k]
         return flat[a:b].reshape(self.terms[k].target.shape)
+
+
+def scaled_options(opts: EstimatorOptions, cells: int, cliques: int = 0) -> EstimatorOptions:
+    """The options a fit on a junction tree of ``cells`` cells in ``cliques`` cliques runs with.
+
+    Without ``cell_steps``: ``opts`` unchanged. Otherwise, with the tree's size
+    S = ``cells`` + ``clique_cells`` x ``cliques``, the step cap becomes ``cell_steps / S``
+    clipped to [``iters``, max(``iters``, ``most_iters``)]: a model large enough keeps
+    ``iters`` and every other option. A model given more steps than
+    ``iters`` has its noise stop scaled down by the same factor (it may fit closer), and one
+    small enough for all ``most_iters`` steps is fitted in float64 without the noise stop (its
+    whole fit costs at most ``cell_steps`` cell-steps). Only the relative ``tol`` stop remains."""
+    if opts.cell_steps is None:
+        return opts
+    size = max(cells + opts.clique_cells * cliques, 1)
+    top = max(opts.iters, opts.most_iters)
+    if size * top <= opts.cell_steps:
+        return replace(opts, iters=top, noise_tol=None, precision="double")
+    steps = int(min(top, max(opts.iters, opts.cell_steps // size)))
+    if steps <= opts.iters:
+        return opts
+    noise_tol = None if opts.noise_tol is None else opts.noise_tol * opts.iters / steps
+    return replace(opts, iters=steps, noise_tol=noise_tol)
 
 
 def estimate_total(observations: Sequence[Observation]) -> float:
@@ -216,6 +257,7 @@ def estimate(
         raise ValueError("the estimator needs at least one observation")
     cliques = [o.attrs for o in observations] + [tuple(c) for c in extra_cliques]
     tree = build_junction_tree(domain, cliques, max_cells=opts.max_cells)
+    opts = scaled_options(opts, tree.total_cells(), len(tree.cliques))
     terms = _terms(domain, tree, observations)
     n = estimate_total(observations) if total is None else float(total)
     dtype = np.float32 if opts.precision == "single" else np.float64

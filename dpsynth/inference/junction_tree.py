@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Sequence
 
-__all__ = ["Domain", "JunctionTree", "ModelTooLarge", "UnionFind", "build_junction_tree", "triangulate"]
+__all__ = ["Domain", "JunctionTree", "ModelTooLarge", "UnionFind", "build_junction_tree", "interaction_graph",
+           "triangulate"]
 
 Clique = tuple[str, ...]
 
@@ -49,11 +51,15 @@ class Domain:
         """The domain of a ``{column: cardinality}`` mapping, columns in the mapping's order."""
         return cls(names=tuple(sizes), sizes=tuple(int(v) for v in sizes.values()))
 
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
     def index(self, name: str) -> int:
         """Position of column ``name`` in the domain; KeyError if it is not there."""
         try:
-            return self.names.index(name)
-        except ValueError:
+            return self._positions[name]
+        except KeyError:
             raise KeyError(f"column {name!r} is not in the domain") from None
 
     def size(self, name: str) -> int:
@@ -73,30 +79,58 @@ class Domain:
         return math.prod(self.size(a) for a in attrs)
 
 
-def triangulate(domain: Domain, cliques: Iterable[Iterable[str]]) -> list[Clique]:
-    """Maximal cliques of a greedy triangulation of the graph the cliques induce."""
+def interaction_graph(domain: Domain, cliques: Iterable[Iterable[str]]) -> dict[str, set[str]]:
+    """Each column's neighbours in the graph the cliques induce (every column of the domain
+    is a key; a name outside the domain raises KeyError)."""
     adj: dict[str, set[str]] = {n: set() for n in domain.names}
     for c in cliques:
-        c = domain.canonical(c)
+        c = set(c)
         for a in c:
-            adj[a].update(b for b in c if b != a)
+            if a not in adj:
+                domain.index(a)  # raises: not a column of the domain
+            adj[a].update(c)
+    for a, nb in adj.items():
+        nb.discard(a)
+    return adj
+
+
+def triangulate(domain: Domain, cliques: Iterable[Iterable[str]],
+                graph: dict[str, set[str]] | None = None) -> list[Clique]:
+    """Maximal cliques of a greedy triangulation of the graph the cliques induce (plus
+    ``graph``'s edges, an :func:`interaction_graph` the caller built once; it is not changed).
+
+    Each step eliminates the variable with the least key (cells of its elimination clique,
+    fill-in edges, domain position). A variable's cells change only when a neighbour is
+    eliminated, so they are kept and updated; the fill-in count, the costly part, is counted
+    only to break a tie on cells."""
+    adj = interaction_graph(domain, cliques)
+    if graph is not None:
+        for a, nb in graph.items():
+            adj[a] |= nb
+    size = dict(zip(domain.names, domain.sizes))
+    order = domain.index
     remaining = set(domain.names)
+    cells = {v: size[v] * math.prod(size[a] for a in adj[v]) for v in remaining}
     found: list[Clique] = []
     while remaining:
-        best, best_key = None, None
-        for v in remaining:
-            nb = adj[v] & remaining
-            fill = sum(1 for a in nb for b in nb if a < b and b not in adj[a])
-            key = (domain.cells(nb | {v}), fill, domain.index(v))
-            if best_key is None or key < best_key:
-                best, best_key = v, key
-        assert best is not None
+        low = min(cells[v] for v in remaining)
+        ties = [v for v in remaining if cells[v] == low]
+        if len(ties) == 1:
+            best = ties[0]
+        else:
+            def tie_key(v: str) -> tuple[int, int]:
+                nb = adj[v] & remaining
+                return sum(1 for a in nb for b in nb if a < b and b not in adj[a]), order(v)
+            best = min(ties, key=tie_key)
         nb = adj[best] & remaining
         for a in nb:
             adj[a].update(b for b in nb if b != a)
-        found.append(domain.canonical(nb | {best}))
+        found.append(tuple(sorted(nb | {best}, key=order)))
         remaining.remove(best)
-    maximal = [c for c in found if not any(set(c) < set(o) for o in found)]
+        for a in nb:
+            cells[a] = size[a] * math.prod(size[b] for b in adj[a] & remaining)
+    sets = [frozenset(c) for c in found]
+    maximal = [c for c, s in zip(found, sets) if not any(len(o) > len(s) and s < o for o in sets)]
     return list(dict.fromkeys(maximal))
 
 

@@ -53,7 +53,7 @@ import numpy as np
 from .. import progress
 from ..rows.encoding import EncodedTable, code_dtype
 from ..inference import EstimatorOptions, GraphicalModel, Observation, estimate
-from ..inference.junction_tree import UnionFind, triangulate
+from ..inference.junction_tree import UnionFind, interaction_graph, triangulate
 from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
 from ..inference.measurement import domain_of, fit_measurement, merge_observations, observations_of
@@ -71,6 +71,14 @@ __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 log = logging.getLogger(__name__)
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
+#: The estimator's steps scale with the model (EstimatorOptions.cell_steps): every fit gets
+#: FIT_CELL_STEPS / units cell-steps (``units``: AIM's budget units, 16 per column by default;
+#: MST counts 16 per column too), so a junction tree of size S (cells + 100 per clique) takes up
+#: to that / S steps (at least the fit's own cap, at most 1000), and one small enough for 1000
+#: steps runs them in float64 without the noise stop. Over a whole AIM run the refits spend at
+#: most FIT_CELL_STEPS cell-steps beyond their caps. Set on the tuning half of
+#: benchmarks/aim_head_to_head.py (docs/pgm.md, "Steps scaled by the model's size").
+FIT_CELL_STEPS = 128_000_000
 
 
 #: select=aim: the largest share of the records a merged group of rare values may hold, even
@@ -105,7 +113,8 @@ class PgmParams:
 
     What bounds AIM's time, by construction: every estimator iteration costs a few passes over
     the junction tree's cells (at most ``max_model_cells``), and there are at most
-    ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters``."""
+    ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters`` (a fit on a tree
+    of size S may take up to FIT_CELL_STEPS / units / S steps, see FIT_CELL_STEPS)."""
 
     select: Literal["mst", "aim"] = "mst"
     degree: int = param(3, "2 or 3 (aim only)", only=_AIM)
@@ -326,14 +335,16 @@ class PgmMethod(MethodBase):
     def _fit(self, schema: Schema, obs: list[Observation], iters: int, warm=None):
         # Per-clique refusal only: AIM's selection keeps the whole tree within max_model_cells,
         # MST's cliques are pairs within max_clique_cells. The model lives on the merged values.
-        opts = self._options(iters, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
+        opts = self._options(iters, schema, max_cells=max(self.params.max_model_cells, self.params.max_clique_cells))
         folded = [fold_observation(o, self._maps, self._domain) for o in merge_observations(obs)]
         return estimate(self._model_domain(), folded, options=opts, warm=warm)
 
-    def _options(self, iters: int, **extra) -> EstimatorOptions:
-        """Every fit's estimator options: at most ``iters`` steps, the same noise stop and precision."""
-        return EstimatorOptions(iters=iters, noise_tol=self.params.noise_tol or None,
-                                precision=self.params.precision, **extra)
+    def _options(self, iters: int, schema: Schema, **extra) -> EstimatorOptions:
+        """Every fit's estimator options: at most ``iters`` steps (more for a small model, see
+        :data:`FIT_CELL_STEPS`), the same noise stop and precision."""
+        units = self.params.units if self.params.select == "aim" and self.params.units else 16 * len(schema.columns)
+        return EstimatorOptions(iters=iters, noise_tol=self.params.noise_tol or None, precision=self.params.precision,
+                                cell_steps=None if FIT_CELL_STEPS is None else FIT_CELL_STEPS / units, **extra)
 
     def _measure_mst(self, truth, schema: Schema, obs, spend: Callable[[str], Charge], rng) -> list[Observation]:
         names, d = schema.names, len(schema.columns)
@@ -421,9 +432,9 @@ class PgmMethod(MethodBase):
         if maps:
             full = domain_of(schema)
             obs = [fold_observation(o, maps, full) for o in observations_of(m)]
-            model = estimate(compressed_domain(full, maps), obs, options=self._options(self.params.iters))
+            model = estimate(compressed_domain(full, maps), obs, options=self._options(self.params.iters, schema))
         else:
-            model = fit_measurement(m, schema, options=self._options(self.params.iters))
+            model = fit_measurement(m, schema, options=self._options(self.params.iters, schema))
         n = (m.estimated_records() or max(1, int(round(model.total)))) if rows is None else int(rows)
         if n < 0:
             raise ValueError(f"rows must be >= 0, got {n}")
@@ -465,6 +476,7 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
     the candidate), so a candidate it accepts never makes that fit refuse the model; a
     candidate inside a measured set adds no edge and leaves the tree as it is."""
     cache: dict[int, bool] = {}
+    graph = interaction_graph(dom, measured)  # built once a round; each candidate adds its edges
 
     def ok(i: int) -> bool:
         if i not in cache:
@@ -472,7 +484,7 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
             if any(set(attrs) <= set(c) for c in measured):
                 cache[i] = True
             else:
-                tri = triangulate(dom, list(measured) + [attrs])
+                tri = triangulate(dom, [attrs], graph=graph)
                 cache[i] = sum(dom.cells(c) for c in tri) <= cap
         return cache[i]
 

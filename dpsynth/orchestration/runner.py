@@ -75,8 +75,11 @@ def temporary_server(server: ApiServer | None = None) -> Iterator[str]:
         took = server.ready()
         if temporary:
             progress.say(f"Prefect server ready {took:.1f} s after its launch")
+        # A temporary server lives only as long as this run: nothing can act on the flow
+        # run's heartbeats, and stopping the heartbeat thread waits up to 1 s at the end.
+        updates = {PREFECT_API_URL: server.url, **({"flows.heartbeat_frequency": None} if temporary else {})}
         try:
-            with temporary_settings({PREFECT_API_URL: server.url}):
+            with temporary_settings(updates):
                 yield server.url
         finally:
             if temporary:

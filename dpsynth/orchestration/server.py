@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
+from .prefect_db import DatabasePlan, plan_database, save_template
+
 __all__ = ["ApiServer", "answers", "api_server", "configured_instead", "find_or_launch", "running_server_url"]
 
 DEFAULT_PORT = 4200
@@ -112,6 +114,7 @@ class ApiServer:
     launched_at: float = field(default_factory=time.perf_counter)
     _log: IO[bytes] | None = None
     _launches: int = 1
+    database: DatabasePlan | None = None
 
     @property
     def line(self) -> str:
@@ -138,7 +141,11 @@ class ApiServer:
                 self._relaunch()  # most likely its port was taken in between: another one
                 continue
             if answers(self.url, timeout=1.0):
-                return time.perf_counter() - self.launched_at
+                took = time.perf_counter() - self.launched_at
+                if self.database is not None:  # a new database, migrated, no run yet: the next one's template
+                    save_template(self.database)
+                    self.database = None
+                return took
             time.sleep(0.05)
         tail = self._log_tail()
         self.stop()
@@ -162,7 +169,7 @@ class ApiServer:
     def _relaunch(self) -> None:
         self.stop()
         fresh = _launch()
-        self.url, self.process, self._log = fresh.url, fresh.process, fresh._log
+        self.url, self.process, self._log, self.database = fresh.url, fresh.process, fresh._log, fresh.database
         self._launches += 1
 
     def _log_tail(self) -> str:
@@ -175,10 +182,15 @@ class ApiServer:
 
 def _launch() -> ApiServer:
     """Starts Prefect's API server (as Prefect's own temporary server runs it) on a free
-    port of 127.0.0.1, without waiting for it."""
+    port of 127.0.0.1, without waiting for it; its database is prepared first
+    (:mod:`.prefect_db`: a new one copied from the template, the start-up check skipped when
+    the database is already at the template's revision)."""
     port = _free_port()
+    db = plan_database()
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
            "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if not db.migrate:
+        env["PREFECT_SERVER_DATABASE_MIGRATE_ON_START"] = "false"
     env.pop("PREFECT_API_URL", None)
     log = tempfile.TemporaryFile()
     parent = os.getpid()
@@ -189,7 +201,8 @@ def _launch() -> ApiServer:
          "--log-level", "error", "--lifespan", "on"],
         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         preexec_fn=(lambda: _die_with_parent(parent)) if linux else None)
-    server = ApiServer(url=f"http://127.0.0.1:{port}/api", kind="temporary", process=process, _log=log)
+    server = ApiServer(url=f"http://127.0.0.1:{port}/api", kind="temporary", process=process, _log=log,
+                       database=db if db.save_to is not None else None)
     atexit.register(server.stop)  # besides the caller's stop: never leave it behind
     return server
 
