@@ -71,11 +71,13 @@ METHODS = ("pgm-aim2", "auto", "mbi-aim")
 #: pgm-aim2: the configuration under test. Diagnostics (run by name with --methods, not in the default
 #: grid): -nt0 without the estimator's noise_tol stop; -exact also float64 and AIM's 1000 refit steps
 #: per round (the reference's estimator settings); -r1000 only the 1000 refit steps; -f64 only float64;
-#: -nc without compression of rare values.
+#: -nc without compression of rare values; -mstrule with MST's compression rule (every value below 3 sds
+#: merged, no bound on the merged group's share of the records: pgm-aim2 before issue 27's low-budget fix).
 OURS = {"pgm-aim2": {"select": "aim", "degree": 2},
         "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
         "pgm-aim2-exact": {"select": "aim", "degree": 2, "noise_tol": 0, "precision": "double", "refit_iters": 1000},
         "pgm-aim2-nc": {"select": "aim", "degree": 2, "compress": False},
+        "pgm-aim2-mstrule": {"select": "aim", "degree": 2, "compress_share": 1e12},
         "pgm-aim2-r1000": {"select": "aim", "degree": 2, "refit_iters": 1000},
         "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
 #: The reference script's workload (its __main__ defaults): every DEGREE-way marginal of at most MAX_CELLS cells.
@@ -153,7 +155,8 @@ def load(name: str, part: str = "priv") -> tuple[list[str], np.ndarray, list[int
 
 
 def child_ours(params: str, src: Path, dst: Path) -> None:
-    """Run dpsynth pgm with ``params`` on the codes in ``src``; write the synthetic codes to ``dst``."""
+    """Run dpsynth pgm with ``params`` on the codes in ``src``; write the synthetic codes to ``dst``.
+    A ``"method"`` key in ``params`` names another dpsynth method (``auto``'s other choices)."""
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
     from dpsynth.rows.encoding import EncodedTable
@@ -167,7 +170,8 @@ def child_ours(params: str, src: Path, dst: Path) -> None:
     assert abs(budget.rho - float(z["rho"])) < 1e-12
     rng = np.random.default_rng(int(z["seed"]))
     t0 = time.perf_counter()
-    method = get_method("pgm", json.loads(params))
+    chosen = json.loads(params)
+    method = get_method(chosen.pop("method", "pgm"), chosen)
     ledger = Ledger(budget, method.plan(schema, budget))
     m = method.measure(EncodedTable(schema=schema, codes=z["codes"].astype(np.uint16)), ledger, rng)
     synth = method.synthesize(m, schema, None, rng)
@@ -220,7 +224,7 @@ def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) 
 
     names, codes, sizes = data
     WORK.mkdir(parents=True, exist_ok=True)
-    stem = f"{table}-{method}-eps{eps:g}-seed{seed}"
+    stem = f"{table}-{method}-eps{eps:g}-seed{seed}-pid{os.getpid()}"  # runners of other worktrees share WORK
     src, dst, log = WORK / f"{stem}.npz", WORK / f"{stem}.npy", WORK / f"{stem}.log"
     workload = default_workload(sizes)
     public = load(table, "pub")[1] if method == "mbi-jam" else np.zeros((0, len(names)), dtype=np.int64)
@@ -235,14 +239,12 @@ def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) 
         choice = choose_for(sizes, eps, DELTA, records=float(len(codes)))
         params = {k: (int(v) if v.isdigit() else v) for k, v in choice.params.items()}
         out["auto_chose"] = choice.to_dict()
-        if choice.method != "pgm":  # this script runs only pgm configurations of ours
-            src.unlink()
-            return {**out, "status": f"not run: auto chose {choice.method}"}
         same = next((m for m, p in OURS.items() if choice.method == "pgm" and p == params), None)
         if same is not None:  # the same configuration and seed as a run of ours: the same release
             src.unlink()
             return {**out, "status": "same as " + same}
-        cmd = [sys.executable, __file__, "--child", json.dumps(params), str(src), str(dst)]
+        run = params if choice.method == "pgm" else {"method": choice.method, **params}
+        cmd = [sys.executable, __file__, "--child", json.dumps(run), str(src), str(dst)]
     elif method in OURS:
         cmd = [sys.executable, __file__, "--child", json.dumps(OURS[method]), str(src), str(dst)]
     else:
@@ -322,9 +324,27 @@ def _table(headers: list[str], rows: list[list[Any]], markdown: bool) -> None:
         print("| " + " | ".join(r) + " |")
 
 
+def _mean_werr(runs: dict[str, Any], t: str, e: float, method: str) -> str:
+    """Mean workload error over the seeds of one of our methods (``auto``: a seed recorded as
+    "same as X" takes X's cell), with what auto chose; "-" when none ran."""
+    w, chose = [], set()
+    for r in runs.values():
+        if (r["table"], r["epsilon"], r["method"]) != (t, e, method):
+            continue
+        if str(r.get("status", "")).startswith("same as "):
+            r = runs.get(f"{t}|{e}|{r['seed']}|{r['status'][8:]}", {}) | {"auto_chose": r.get("auto_chose")}
+        if r.get("status") == "ok":
+            w.append(r["werr"])
+            if r.get("auto_chose"):
+                c = r["auto_chose"]
+                chose.add(" ".join([c["method"]] + [f"{k}={v}" for k, v in c["params"].items()]))
+    return f"{np.mean(w):.4f} ({len(w)})" + (f" {', '.join(sorted(chose))}" if chose else "") if w else "-"
+
+
 def summary(runs: dict[str, Any]) -> list[list[Any]]:
     """Per (table, epsilon): our mean workload error over seeds (range, count) beside the peer's
-    seed-0 cell (or its status), with TVD3, CPU seconds and peak RSS of both."""
+    seed-0 cell (or its status), with TVD3, CPU seconds and peak RSS of both, and the means of
+    ``auto`` and of pgm-aim2 with MST's compression rule (before the low-budget bound)."""
     out = []
     for t in TABLES:
         for e in (0.1, 1.0, 10.0):
@@ -340,7 +360,8 @@ def summary(runs: dict[str, Any]) -> list[list[Any]]:
             out.append([t, f"{e:g}", f"{np.mean(w):.4f} ({min(w):.4f}-{max(w):.4f}, {len(w)})", cell,
                         f"{mean('tvd3'):.4f} / {peer['tvd3']:.4f}" if ok else f"{mean('tvd3'):.4f} / -",
                         f"{mean('cpu_s'):.1f} / {peer['cpu_s']:.0f}" if ok else f"{mean('cpu_s'):.1f} / -",
-                        f"{mean('peak_mb'):.0f} / {peer['peak_mb']:.0f}" if ok else f"{mean('peak_mb'):.0f} / -"])
+                        f"{mean('peak_mb'):.0f} / {peer['peak_mb']:.0f}" if ok else f"{mean('peak_mb'):.0f} / -",
+                        _mean_werr(runs, t, e, "auto"), _mean_werr(runs, t, e, "pgm-aim2-mstrule")])
     return out
 
 
@@ -372,7 +393,8 @@ def report(runs: dict[str, Any], markdown: bool = False) -> None:
                       f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
     print()
     _table(["table", "eps", "pgm-aim2 werr mean (range, seeds)", "mbi AIM werr (seed 0)", "TVD3 ours / mbi",
-            "cpu s ours / mbi", "peak MB ours / mbi"], summary(runs), markdown)
+            "cpu s ours / mbi", "peak MB ours / mbi", "auto werr mean (seeds) chose",
+            "pgm-aim2 with MST's rule (before)"], summary(runs), markdown)
     print()
     _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
             "peer cpu / ours", "peer RSS / ours"], pairs, markdown)

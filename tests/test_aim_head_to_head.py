@@ -32,3 +32,17 @@ def test_workload_error_is_the_weighted_mean_l1_of_normalised_marginals() -> Non
 def test_default_workload_is_every_pair_of_at_most_10000_cells() -> None:
     assert [cl for cl, _ in default_workload(SIZES)] == [(0, 1), (0, 2), (1, 2)]
     assert default_workload([200, 100, 2]) == [((0, 2), 1.0), ((1, 2), 1.0)]  # 200 x 100 = 20,000 cells: out
+
+
+def test_auto_means_take_the_cell_a_same_as_run_points_to() -> None:
+    from benchmarks.aim_head_to_head import _mean_werr
+
+    chose = {"method": "pgm", "params": {"select": "aim", "degree": "2"}, "reason": ""}
+    runs = {"car|0.1|0|pgm-aim2": {"table": "car", "epsilon": 0.1, "seed": 0, "method": "pgm-aim2", "status": "ok",
+                                   "werr": 0.4},
+            "car|0.1|0|auto": {"table": "car", "epsilon": 0.1, "seed": 0, "method": "auto",
+                               "status": "same as pgm-aim2", "auto_chose": chose},
+            "car|0.1|1|auto": {"table": "car", "epsilon": 0.1, "seed": 1, "method": "auto", "status": "ok",
+                               "werr": 0.2, "auto_chose": {"method": "marginals", "params": {}, "reason": ""}}}
+    assert _mean_werr(runs, "car", 0.1, "auto") == "0.3000 (2) marginals, pgm select=aim degree=2"
+    assert _mean_werr(runs, "car", 1.0, "auto") == "-"

@@ -20,7 +20,7 @@ from dpsynth.inference import Domain, Observation, estimate
 from dpsynth.inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from dpsynth.inference.measurement import merge_observations
 from dpsynth.measurement import Measurement, NoisyMarginal, fold_table
-from dpsynth.methods.pgm import PgmMethod, PgmParams
+from dpsynth.methods.pgm import COMPRESS_SHARE as PGM_SHARE, PgmMethod, PgmParams
 from dpsynth.privacy import Budget, Ledger
 from dpsynth.rows.encoding import EncodedTable
 from dpsynth.schema import schema_from_dict
@@ -57,6 +57,32 @@ def test_values_below_the_threshold_are_merged_into_one_last_value():
     assert compression_maps({"a": y}, {"a": 1.0}, threshold=0.0) == {}
     dom = compressed_domain(Domain(names=("a", "b"), sizes=(6, 3)), maps)
     assert dom.sizes == (4, 3)
+
+
+def test_a_column_whose_every_value_is_rare_is_not_merged_whole():
+    # A small table at a small budget: every noisy count is below 3 sds (600 each), so MST's
+    # rule merged each column into ONE value and the model kept no relation at all.
+    one_way = {"a": np.array([400.0, 500.0, 300.0, 450.0]), "b": np.array([900.0, 750.0])}
+    sigmas = {"a": 600.0, "b": 600.0}
+    assert compression_maps(one_way, sigmas, threshold=3.0)["a"].tolist() == [0, 0, 0, 0]  # MST's rule
+    assert compression_maps(one_way, sigmas, threshold=3.0, share=0.2) == {}
+    assert compression_maps(one_way, sigmas, threshold=3.0, share=PGM_SHARE) == {}
+
+
+def test_empty_bins_are_still_merged_and_values_holding_mass_are_kept():
+    noise = np.array([10.2, -12.8, 2.1, -2.8, -2.3, -1.1, -10.1, -1.2, -4.3, 6.6])
+    # 1,000 records on three values and 10 empty codes (noisy counts, sd 5): the empty codes merge.
+    y = np.concatenate([[600.0, 340.0, 60.0], noise])
+    maps = compression_maps({"a": y, "b": np.array([500.0, 500.0])}, {"a": 5.0, "b": 5.0}, threshold=3.0, share=0.1)
+    assert maps["a"].tolist() == [0, 1, 2] + [3] * 10
+    # Candidates (below 3 sds = 30) smallest first: -1, 0.5, 0.5, 24, 25, 26. The run stops
+    # where its mass, 3 sds x sqrt(k) above its noisy sum, would pass 10% of the 975 records:
+    # k = 4 (24 + 3 x 10 x 2 = 84), not 5 (49 + 67 = 116).
+    heavy = np.array([700.0, 200.0, 24.0, 25.0, 26.0, 0.5, -1.0, 0.5])
+    assert compression_maps({"a": heavy}, {"a": 10.0}, threshold=3.0, share=0.1)["a"].tolist() == \
+        [0, 1, 4, 2, 3, 4, 4, 4]
+    # share infinite is MST's rule: every candidate merged
+    assert compression_maps({"a": heavy}, {"a": 10.0}, threshold=3.0)["a"].tolist() == [0, 1, 2, 2, 2, 2, 2, 2]
 
 
 def test_folding_sums_cells_and_weighs_a_merged_cell_by_its_variance():
@@ -113,6 +139,27 @@ def test_pgm_measures_larger_marginals_on_merged_values_and_states_the_map():
         assert nm.groups == {"c0": tuple(g.tolist())}
         assert nm.counts.shape[nm.attrs.index("c0")] == g.max() + 1
     assert m.groups == {nm.attrs: nm.groups for nm in pairs}
+
+
+def test_aim_at_a_small_budget_keeps_every_column_and_states_its_bound():
+    table = _rare_table(rows=1500)
+    m = PgmMethod(PgmParams(select="aim", degree=2))
+    b = Budget(epsilon=0.1, delta=1e-9)
+    meas = m.measure(table, Ledger(b, m.plan(table.schema, b)), np.random.default_rng(0))
+    one_way = {n: meas.marginal((n,)) for n in table.schema.names}
+    # the noisy counts are mostly below 3 sds here: MST's rule merges c0 whole, into one value
+    old = compression_maps({n: o.counts for n, o in one_way.items()}, {n: o.stddev for n, o in one_way.items()}, 3.0)
+    assert int(np.max(old["c0"])) == 0
+    assert all(int(np.max(g)) >= 1 for g in (meas.meta.get("compression") or {}).values())
+    assert meas.params["compress_share"] is None and m._compress_share() == PGM_SHARE
+    mst = PgmMethod(PgmParams(select="mst"))
+    assert mst._compress_share() == float("inf")  # MST keeps MST's rule
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, float("nan"), True, "x"])
+def test_compress_share_must_be_a_positive_number(bad):
+    with pytest.raises(Exception, match="compress_share"):
+        PgmParams(select="aim", compress_share=bad)
 
 
 def test_compress_false_measures_on_the_codes(tmp_path):

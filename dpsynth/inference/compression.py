@@ -15,6 +15,7 @@ in code order, the merged value last. Everything here reads only public (DP) val
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -24,20 +25,43 @@ from .estimate import Observation
 from .junction_tree import Domain
 from .model import allocate
 
-__all__ = ["compression_maps", "compressed_domain", "fold_observation", "expand_codes"]
+__all__ = ["compression_maps", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
+
+
+def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float]) -> float:
+    """The inverse-variance mean of the columns' noisy totals (a column of k values has
+    total variance k sigma^2): the record count the 1-way measurements state."""
+    w = np.array([1.0 / (np.size(y) * float(sigmas[n]) ** 2) for n, y in one_way.items()])
+    t = np.array([float(np.sum(y)) for y in one_way.values()])
+    return float((w * t).sum() / w.sum()) if w.size else 0.0
 
 
 def compression_maps(
-    one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float
+    one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
+    margin: float | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per column whose noisy 1-way counts hold at least two values below ``threshold``
-    times its noise sd, the map merging those values into one (other columns: no entry)."""
+    """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
+
+    A value is a candidate when its noisy count is below ``threshold`` times the column's
+    noise sd. The candidates, smallest noisy count first, are merged as the longest run of
+    k >= 2 of them whose mass is, even ``threshold`` sds above its noisy sum
+    (sum + margin sigma sqrt(k); ``margin`` None: ``threshold``), at most ``share`` of the
+    record count (:func:`records_estimate`): merging then loses at most that share of the
+    column's records, however noisy the budget. ``share`` infinite: every candidate (MST's rule)."""
     maps: dict[str, np.ndarray] = {}
+    cap = share * records_estimate(one_way, sigmas) if math.isfinite(share) else math.inf
     for name, counts in one_way.items():
         y = np.asarray(counts, dtype=np.float64).ravel()
-        rare = y < threshold * float(sigmas[name])
-        if int(rare.sum()) < 2:
+        sigma = float(sigmas[name])
+        cand = np.flatnonzero(y < threshold * sigma)
+        cand = cand[np.argsort(y[cand], kind="stable")]
+        k = np.arange(1, cand.size + 1)
+        z = threshold if margin is None else margin
+        fits = np.flatnonzero(np.cumsum(y[cand]) + z * sigma * np.sqrt(k) <= cap)
+        if fits.size == 0 or fits[-1] + 1 < 2:
             continue
+        rare = np.zeros(y.size, dtype=bool)
+        rare[cand[: fits[-1] + 1]] = True
         g = np.empty(y.size, dtype=np.int64)
         kept = int((~rare).sum())
         g[~rare] = np.arange(kept)

@@ -26,7 +26,9 @@ the plan. The data-dependent choice of how many units a round takes is the fully
 adaptive composition AIM relies on (zCDP privacy filters).
 
 Compression (``compress``, MST's): after the 1-way measurements, each column's values
-whose noisy count is below ``compress_threshold`` noise sds are merged into one value;
+whose noisy count is below ``compress_threshold`` noise sds are merged into one value
+(with ``select=aim``, only the smallest of them whose merged mass is at most
+``compress_share`` of the records, so a noisy budget never merges a column whole);
 every later marginal is selected, measured and fitted on the merged values (a partition
 of values: sensitivity 1 still), and published with its map (``NoisyMarginal.groups``).
 
@@ -79,6 +81,12 @@ AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
 FIT_CELL_STEPS = 128_000_000
 
 
+#: select=aim: the largest share of the records a merged group of rare values may hold, even
+#: compress_threshold sds above its noisy sum (dpsynth.inference.compression.compression_maps).
+#: Set on the tuning half (car, nist tx2019, rare-a at epsilon 0.1 and 1; docs/pgm.md,
+#: "Compression of rare values"). select=mst keeps MST's rule (no bound): no bound tried there
+#: was better on that half.
+COMPRESS_SHARE = 0.15
 _AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
@@ -96,7 +104,10 @@ class PgmParams:
     scores on the NIST tables) or float64; the released model's beliefs are float64 either way.
     ``compress``: merge each column's values whose noisy 1-way count is below
     ``compress_threshold`` times its noise sd into one value before selecting and measuring
-    the larger marginals (MST's compression; 3 sds as in MST). ``sampling``: "rounded"
+    the larger marginals (MST's compression; 3 sds as in MST). ``compress_share``: merge only
+    the smallest of those values, as many as keep the merged group's mass, ``compress_threshold``
+    sds above its noisy sum, at most this share of the records (default: 0.15 for aim, no
+    bound for mst: MST's rule). ``sampling``: "rounded"
     (each value's rows by randomised rounding of their expected count, per separator cell)
     or "iid" (every row drawn independently; for comparison).
 
@@ -116,6 +127,9 @@ class PgmParams:
     precision: Literal["single", "double"] = param("single", "single or double (the fits' float width)")
     compress: bool = param(True, "true or false (merge rare values before the larger marginals)")
     compress_threshold: float = param(3.0, "number >= 0, in noise sds of the 1-way counts")
+    compress_share: float | None = param(
+        None, f"number > 0, or none (aim: {COMPRESS_SHARE:g}, mst: no bound): the largest share of the records "
+        "a merged group may hold")
     sampling: Literal["rounded", "iid"] = param("rounded", "rounded or iid")
 
     def __post_init__(self) -> None:
@@ -137,6 +151,9 @@ class PgmParams:
         t = self.compress_threshold
         if isinstance(t, bool) or not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
             raise ParamError(f"parameter 'compress_threshold' must be a number >= 0, got {t!r}")
+        f = self.compress_share
+        if f is not None and (isinstance(f, bool) or not (isinstance(f, (int, float)) and not math.isnan(f) and f > 0)):
+            raise ParamError(f"parameter 'compress_share' must be a number > 0, got {f!r}")
         if self.sampling not in ("rounded", "iid"):
             raise ParamError(f"parameter 'sampling' must be 'rounded' or 'iid', got {self.sampling!r}")
 
@@ -281,7 +298,8 @@ class PgmMethod(MethodBase):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
-                                 self.params.compress_threshold) if self.params.compress else {})
+                                 self.params.compress_threshold, self._compress_share())
+                if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
         truth = {r: (fold_table(t, [maps.get(names[j]) for j in r]) if len(r) > 1 and any(names[j] in maps for j in r)
@@ -304,6 +322,12 @@ class PgmMethod(MethodBase):
                   **({"compression": {a: g.tolist() for a, g in maps.items()}} if maps else {}),
                   **({"units": self._units(schema)} if self.params.select == "aim" else {})},
         )
+
+    def _compress_share(self) -> float:
+        """The bound on a merged group's share of the records (``compress_share``; its default per select)."""
+        if self.params.compress_share is not None:
+            return float(self.params.compress_share)
+        return COMPRESS_SHARE if self.params.select == "aim" else math.inf
 
     def _model_domain(self) -> Domain:
         return compressed_domain(self._domain, self._maps)

@@ -153,7 +153,8 @@ class ChunkedSampler:
             threshold=None if nm.threshold is None else float(nm.threshold) * s) for nm, split in self._pairs)
         ones = {j: split.take(q, rng) for j, split in self._ones.items()}
         self._left -= n
-        return dataclasses.replace(self.measurement, measured=pairs), ones, self.total * s
+        meta = {**self.measurement.meta, "chunk_share": s}  # the refit's allowance per chunk (refit.py)
+        return dataclasses.replace(self.measurement, measured=pairs, meta=meta), ones, self.total * s
 
     def _next_chunk(self) -> np.ndarray:
         i = self._chunk
