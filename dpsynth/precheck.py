@@ -10,7 +10,8 @@ budget is spent (exit 2); a problem found after measuring would waste the budget
 * :func:`check_rows`: the synthetic table of a method that holds it whole fits in memory
   (``--rows``, or the input's row count from Parquet metadata, against a stated limit,
   ``DPSYNTH_MAX_TABLE_BYTES``); methods that stream their synthesis are not limited;
-* :func:`check_disk`: the synthetic files of ``--rows`` fit the disk's free space;
+* :func:`check_disk`: the synthetic files of ``--rows`` (or of the input's row count) fit
+  the disks' free space;
 * :func:`noise_warnings`: an epsilon so large that the counts are effectively exact
   is allowed, but said out loud (CLI warning and a manifest note).
 """
@@ -139,9 +140,10 @@ def check_rows(rows: int | None, schema: Schema, *, streams: bool = False, input
         )
 
 
-#: Disk bytes per synthetic cell, written twice (the workspace's synthetic folder and the
-#: published copy): codes (~1), values in Parquet (~8) and CSV (~10), rounded up.
-DISK_BYTES_PER_CELL = 48
+#: Disk bytes per synthetic cell, one copy: codes (~1), values in Parquet (~8) and CSV
+#: (~10), rounded up. Publish moves the synthetic files into the release when the output
+#: folder is on the workspace's filesystem (no second copy); on another one it copies them.
+DISK_BYTES_PER_CELL = 24
 
 
 def _existing(path: Path) -> Path:
@@ -151,21 +153,31 @@ def _existing(path: Path) -> Path:
     return p
 
 
-def check_disk(rows: int | None, schema: Schema, folders: Sequence[Path]) -> None:
-    """Refuses a ``--rows`` whose synthetic files would not fit the free space of the disk
-    holding the workspace and the output folder (streamed methods hold no table in memory,
-    but write every row)."""
+def check_disk(rows: int | None, schema: Schema, folders: Sequence[Path], *, what: str | None = None) -> None:
+    """Refuses a synthetic table of ``rows`` records whose files would not fit the free space
+    of the disks holding ``folders`` (the workspace, then the output folder): each distinct
+    filesystem among them holds one copy (streamed methods hold no table in memory, but
+    write every row). ``what`` names the table in the message (default: ``--rows N``); the
+    message names the folder as the caller gave it."""
     if rows is None:
         return
-    need = int(rows) * len(schema.columns) * DISK_BYTES_PER_CELL
-    free = min(shutil.disk_usage(_existing(f)).free for f in folders)
-    if need > free:
-        most = max(1, free // (len(schema.columns) * DISK_BYTES_PER_CELL))
-        raise PrecheckError(
-            f"--rows {rows} needs about {_gib(need)} of disk for the synthetic files (workspace and "
-            f"published copy, ~{DISK_BYTES_PER_CELL} bytes per cell), more than the {_gib(free)} free: ask for at "
-            f"most --rows {most}, or free disk space"
-        )
+    cols = max(1, len(schema.columns))
+    need = int(rows) * cols * DISK_BYTES_PER_CELL
+    seen: set[int] = set()
+    for folder in folders:
+        where = _existing(folder)
+        device = os.stat(where).st_dev
+        if device in seen:
+            continue
+        seen.add(device)
+        free = shutil.disk_usage(where).free
+        if need > free:
+            most = max(1, free // (cols * DISK_BYTES_PER_CELL))
+            raise PrecheckError(
+                f"{what or f'--rows {rows}'} needs about {_gib(need)} of disk for the synthetic files "
+                f"(~{DISK_BYTES_PER_CELL} bytes per cell), more than the {_gib(free)} free on the disk of "
+                f"{folder}: ask for at most --rows {most}, or free disk space"
+            )
 
 
 def _number(x: Any) -> float | None:

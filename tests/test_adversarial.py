@@ -134,7 +134,7 @@ def test_huge_rows_are_refused_before_measuring(tmp_path, monkeypatch):
     import shutil
 
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(200 << 30, 100 << 30, 100 << 30))
-    with pytest.raises(PrecheckError, match=r"--rows 1000000000 needs about 447 GiB of disk.*100 GiB free"):
+    with pytest.raises(PrecheckError, match=r"--rows 1000000000 needs about 224 GiB of disk.*100 GiB free"):
         pipeline.run_release(_config(tmp_path, rows=1_000_000_000))
     assert _nothing_measured(tmp_path)
     pipeline.prepare(_config(tmp_path, rows=1_000_000))  # 0.45 GiB: fits
@@ -1191,17 +1191,25 @@ def test_new_rows_on_a_rerun_of_a_name_is_free_post_processing(tmp_path):
     assert (first / "measurement.parquet").read_bytes() == (second / "measurement.parquet").read_bytes()
 
 
-def test_a_redraw_never_publishes_a_synthetic_table_of_the_lost_measurement(tmp_path):
+def test_a_redraw_never_publishes_a_synthetic_table_of_the_lost_measurement(tmp_path, monkeypatch):
     """The measurement folder alone deleted: the rerun draws (and is charged) again, and its
     synthetic table of the same --rows must come from the new measurement, not from the
-    per-row-count cache the lost one left (only `synthetic/` was cleared before)."""
-    pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o1"))
+    per-row-count cache the lost one left (only `synthetic/` was cleared before). Publish
+    now moves the table out of the cache; a copying publish (as before, and as to another
+    filesystem) leaves a complete cache behind, the case checked here."""
+    from dpsynth.pipeline import stages
+
+    with monkeypatch.context() as mp:
+        mp.setattr(stages, "MOVED", ())
+        pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o1"))
     (done,) = _complete_measurements(tmp_path / "ws")
     release_dir = done.parent.parent
     old = (release_dir / "synthetic-rows300" / "COMPLETE").stat().st_mtime_ns
     shutil.rmtree(release_dir / "measurement")
     second = pipeline.run_release(_demo_config(tmp_path, name="r", rows=300, out=tmp_path / "o2"))
-    assert (release_dir / "synthetic-rows300" / "COMPLETE").stat().st_mtime_ns != old
+    synthetic = release_dir / "synthetic-rows300" / "COMPLETE"
+    assert not synthetic.exists() or synthetic.stat().st_mtime_ns != old
+    assert (second / "synthetic.csv").read_bytes() != (tmp_path / "o1" / "r" / "synthetic.csv").read_bytes()
     assert (second / "measurement.parquet").read_bytes() != (tmp_path / "o1" / "r" / "measurement.parquet").read_bytes()
 
 

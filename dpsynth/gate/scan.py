@@ -201,7 +201,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
         if first:
             out.columns = [str(c) for c in table.columns]
             out.dtypes = {str(c): str(t) for c, t in zip(table.columns, table.dtypes)}
-            out.head = table.iloc[:1]
+            # a copy: a slice (iloc[:1]) would keep the whole chunk's buffers alive with the scan
+            out.head = table.take(np.arange(min(1, len(table))))
             first = False
         out.rows += len(table)
         out.codes_rows += len(codes)

@@ -17,7 +17,8 @@ default (:func:`dpsynth.privacy.workspace.default_workspace`), owner-only (folde
       encoded/<HMAC of data sha256 and schema>/codes/   encode cache (Parquet parts)
       releases/<release key>/
         measurement/      measurement.parquet, measurement.json, ledger.json, COMPLETE
-        synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv
+        synthetic/        synthetic-codes.parquet, synthetic.parquet, synthetic.csv, COMPLETE
+                          (publish moves the last two into the release and removes COMPLETE)
         synthetic-rows<N>/  the same for --rows N (one cache per row count)
         validation.json
       names/<release name>.json                           name -> release key

@@ -355,11 +355,11 @@ def check_public(config: ReleaseConfig) -> PublicChecks:
     streams = (getattr(method, "streams_synthesis", False) and getattr(method, "chunks_synthesis", True)
                and not options.get("correct_marginals"))
     chunk = method.synthesis_chunk_rows(schema) if streams and hasattr(method, "synthesis_chunk_rows") else None
-    check_rows(config.rows, schema, streams=streams,
-               input_rows=None if (streams and chunk is None) or config.rows is not None
-               else parquet_rows(config.data),
+    input_rows = parquet_rows(config.data) if config.rows is None else None
+    check_rows(config.rows, schema, streams=streams, input_rows=None if streams and chunk is None else input_rows,
                bytes_per_cell=getattr(method, "synthesis_bytes_per_cell", None), chunk_rows=chunk)
-    check_disk(config.rows, schema, [config.workspace, Path(config.out)])
+    check_disk(config.rows if config.rows is not None else input_rows, schema, [config.workspace, Path(config.out)],
+               what=None if config.rows is not None else f"a synthetic table as large as the input ({input_rows} rows)")
     seed = read_seed_file(config.seed_file) if config.seed_file is not None else None
     if config.sign_key is not None:
         read_sign_key(config.sign_key)  # refused now, not at publishing

@@ -23,6 +23,7 @@ from ..measurement import Measurement
 from ..privacy.registry import DatasetState, DrawRefused, charge, near_twin_warning, registry_path
 from ..privacy.workspace import LockBusy, exclusive_lock, private_workspace
 from . import stages
+from .cluster import release_cluster
 from .messages import public_error, public_message
 from .config import BudgetSpent, ReleaseConfig, ReleaseError, ReleasePlan, prepare
 from .stages import COMPLETE, write_atomic
@@ -213,7 +214,8 @@ def run_stages(
             _progress.say(f"{stage}: reused from the cache (no noise redrawn)")
         return out
 
-    with claim_name(plan):
+    # one Dask cluster (of --dask-address) for every row stage, closed at the end, also on failure
+    with claim_name(plan), release_cluster(plan.config.dask_address):
         codes = step("encode", plan)
         if (twin := near_twin_warning(plan.config.workspace, plan.dataset)) is not None:
             warnings.append(twin)  # on the console only: it names another dataset

@@ -28,10 +28,12 @@ from ..measurement import Measurement, PrivacyStatement
 from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
 from ..privacy.registry import Draw, consume_draw
-from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, load_rows
+from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, load_rows
+from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
+from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner  # noqa: F401 (re-exported)
 from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
 
 __all__ = [
@@ -152,18 +154,6 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     return folder
 
 
-@contextmanager
-def row_runner(dask_address: str | None) -> Iterator[Runner]:
-    """This process (no address), or a Dask cluster (``dpsynth.rows.dask_runner.connect``)."""
-    if not dask_address:
-        yield SerialRunner()
-        return
-    from ..rows.dask_runner import connect
-
-    with connect(dask_address) as runner:
-        yield runner
-
-
 def synthetic_folder(plan: ReleasePlan) -> Path:
     """The synthetic cache of a plan: one per requested row count, since a new ``--rows``
     on the same measurement is free post-processing, not a reason to reuse the old table.
@@ -202,38 +192,13 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
         if plan.options.get("correct_marginals"):
             synth = correct_to_measurement(synth, m, plan.rng("correct"))
         sampler = TableSampler(synth)
+    rows = int(sampler.rows)  # the files must fit the disk: refused before a byte is written
+    check_disk(rows, plan.schema, [plan.config.workspace, Path(plan.config.out)],
+               what=f"the synthetic table of {rows} rows")
     with synthesis_runner(plan.config.dask_address, sampler) as runner, complete_folder(folder) as tmp:
         write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
                         chunk_rows=chunk_rows or plan.config.chunk_rows, runner=runner)
     return folder
-
-
-#: Blocks from which a synthetic table is drawn on a process pool of this machine's cores
-#: (below, starting the pool costs more than it saves).
-POOL_MIN_BLOCKS = 8
-
-
-@contextmanager
-def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | None]:
-    """Where the synthetic blocks are drawn and written: the Dask cluster of
-    ``dask_address``; else, for a streaming sampler of at least :data:`POOL_MIN_BLOCKS`
-    blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
-    (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
-    always written here. The bytes are the same in every case."""
-    from ..rows.pool_runner import default_workers, pool
-    from .synthetic import BLOCK_ROWS, TableSampler
-
-    if (isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False)  # read in order, here
-            or int(sampler.rows) <= BLOCK_ROWS):  # one block: nothing to share
-        yield None
-    elif dask_address:
-        with row_runner(dask_address) as runner:
-            yield runner
-    elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
-        with pool(workers) as runner:
-            yield runner
-    else:
-        yield None
 
 
 def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedTable:
@@ -471,6 +436,8 @@ def publish_stage(
         "timings": dict(timings),
     }
 
+    sizes = {rel: _size(Path(src)) for rel, src in files.items()}  # before publish moves files
+
     def report(full_manifest: Mapping[str, Any]) -> str:
         from ..gate.scan import CodeCounts
         from ..report import build_report
@@ -481,12 +448,12 @@ def publish_stage(
         codes_files = [c for c, _ in synthetic_pairs(synthetic_dir)]
         with row_runner(plan.config.dask_address) as runner:
             counts = CodeCounts.of_file(codes_files, plan.schema, m, plan.config.chunk_rows, runner)
-        sizes = {rel: _size(Path(src)) for rel, src in files.items()}
         return build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
-    return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
-                           sign_key=key)
+    with moving_out(synthetic_dir):  # the synthetic table is moved, never copied: one copy on disk
+        return publish_release(Path(plan.config.out), plan.name, files, manifest, extra={"report.html": report},
+                               sign_key=key, move=MOVED)
 
 
 def _method_entries(plan: ReleasePlan, m_meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -566,6 +533,28 @@ def _privacy_statement(m_meta: Mapping[str, Any], pure: bool = False) -> dict[st
     if st.detail:
         out["statement"] = st.detail
     return out
+
+
+#: The synthetic files publish moves into the release (on the same filesystem) instead of copying.
+MOVED = ("synthetic.parquet", "synthetic.csv")
+
+
+@contextmanager
+def moving_out(synthetic_dir: Path) -> Iterator[None]:
+    """The synthetic folder stops being a complete cache before publish moves its files out:
+    a crash from here on leaves it incomplete, so a rerun draws it again (post-processing
+    of the kept measurement: the same bytes, no charge). When the files are still there
+    afterwards (a failed publish moved them back; an output folder on another filesystem
+    got copies), the folder is marked complete again."""
+    marker = synthetic_dir / COMPLETE
+    marker.unlink(missing_ok=True)
+    fsync_path(synthetic_dir)
+    try:
+        yield
+    finally:
+        if all((synthetic_dir / name).is_file() for name in MOVED):
+            marker.write_text("")
+            fsync_path(synthetic_dir)
 
 
 @contextmanager

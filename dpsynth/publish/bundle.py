@@ -3,7 +3,8 @@
 Files are copied into a hidden temporary folder beside the target, flushed to disk,
 hashed into ``manifest.json``, and the folder is renamed into place in one step. A
 crash at any point leaves at most a hidden ``.NAME.partial-*`` folder, which is
-never read as a release.
+never read as a release. Large files may be *moved* in instead of copied (same
+filesystem): a failure moves them back.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 # One file hash for the whole package (defined with the input reader, used for manifests).
 from ..rows.encoding import file_sha256 as sha256_file
@@ -140,6 +141,17 @@ def _flushed_hashes(root: Path, names: list[str]) -> dict[str, str]:
         return dict(zip(names, pool.map(_flush_and_hash, [root / n for n in names])))
 
 
+def _same_filesystem(src: Path, folder: Path) -> bool:
+    return os.stat(src).st_dev == os.stat(folder).st_dev
+
+
+def _move_back(moved: list[tuple[Path, Path]]) -> None:
+    """Returns moved files to where they came from (a failed publish leaves them as found)."""
+    for src, dst in reversed(moved):
+        if dst.exists() and not src.exists():
+            os.rename(dst, src)
+
+
 def publish_release(
     out: Path,
     name: str,
@@ -147,11 +159,16 @@ def publish_release(
     manifest: Mapping[str, Any],
     extra: Mapping[str, Callable[[Mapping[str, Any]], str]] | None = None,
     sign_key: bytes | None = None,
+    move: Collection[str] = (),
 ) -> Path:
     """Copies ``files`` (bundle name -> file or folder) and a manifest into ``out/name`` atomically.
 
     ``extra`` maps a bundle name to a function that renders a text file from the
     manifest (without its file list), e.g. the HTML report; those files are hashed too.
+    The files named in ``move`` are moved (renamed) rather than copied when they are on
+    ``out``'s filesystem, so a large table never exists twice on disk; they get the same
+    reader modes as copies. If publishing fails they are moved back (a crash in between
+    leaves them in the hidden partial folder: the caller must not rely on them then).
     """
     t0 = time.perf_counter()
     _mkdir_for_readers(out)
@@ -159,6 +176,7 @@ def publish_release(
     if target.exists():
         raise PublishError(f"release {target} already exists: releases are never overwritten; pass another --name")
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-"))
+    moved: list[tuple[Path, Path]] = []
     try:
         copied: list[str] = []
         for rel, src in sorted(files.items()):
@@ -168,7 +186,11 @@ def publish_release(
                 shutil.copytree(src, dst)
                 copied += [p.relative_to(tmp).as_posix() for p in sorted(dst.rglob("*")) if p.is_file()]
             else:
-                shutil.copyfile(src, dst)
+                if rel in move and _same_filesystem(Path(src), dst.parent):
+                    os.rename(src, dst)
+                    moved.append((Path(src), dst))
+                else:
+                    shutil.copyfile(src, dst)
                 copied.append(rel)
         full = dict(manifest)
         full["versions"] = package_versions()
@@ -197,6 +219,9 @@ def publish_release(
         os.rename(tmp, target)
         fsync_path(out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _move_back(moved)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target

@@ -1,0 +1,125 @@
+"""Where a release's row stages run: this process, or one Dask cluster per release.
+
+:func:`row_runner` is what every row stage (encode, measure, synthesize, validate, the
+internal report, the report's counts) opens. Inside :func:`release_cluster` (which
+:func:`dpsynth.pipeline.engine.run_stages` enters for the whole release) the stages share
+one runner per Dask address: started when a stage first asks for it, closed when the
+release ends, whether it succeeded or failed. Outside it, each call opens and closes its
+own (the behaviour of the stage functions called alone).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
+
+from ..rows.rowsource import Runner, SerialRunner
+
+__all__ = ["POOL_MIN_BLOCKS", "open_clusters", "release_cluster", "row_runner", "synthesis_runner"]
+
+
+class _Shared:
+    """One Dask address's runner, started on first use, for the releases that share it."""
+
+    def __init__(self) -> None:
+        self.refs = 0
+        self.lock = threading.Lock()
+        self.stack: ExitStack | None = None
+        self.runner: Runner | None = None
+
+    def get(self, address: str) -> Runner:
+        with self.lock:
+            if self.runner is None:
+                from ..rows.dask_runner import connect
+
+                stack = ExitStack()
+                self.runner = stack.enter_context(connect(address))
+                self.stack = stack
+            return self.runner
+
+    def close(self) -> None:
+        with self.lock:
+            stack, self.stack, self.runner = self.stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+_LOCK = threading.Lock()
+_SHARED: dict[str, _Shared] = {}
+
+
+def open_clusters() -> int:
+    """How many shared runners are started now (for tests and diagnostics)."""
+    with _LOCK:
+        return sum(1 for s in _SHARED.values() if s.runner is not None)
+
+
+@contextmanager
+def release_cluster(dask_address: str | None) -> Iterator[None]:
+    """While open, :func:`row_runner` of ``dask_address`` hands out one shared runner,
+    started lazily and closed on exit (also when the release fails). Releases of one
+    process that run at once with the same address share it; the last one out closes it."""
+    if not dask_address:
+        yield
+        return
+    with _LOCK:
+        shared = _SHARED.setdefault(dask_address, _Shared())
+        shared.refs += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            shared.refs -= 1
+            last = shared.refs == 0
+            if last:
+                del _SHARED[dask_address]
+        if last:
+            shared.close()
+
+
+@contextmanager
+def row_runner(dask_address: str | None) -> Iterator[Runner]:
+    """This process (no address); the release's shared Dask runner inside
+    :func:`release_cluster`; else a cluster of its own (``dpsynth.rows.dask_runner.connect``),
+    closed on exit."""
+    if not dask_address:
+        yield SerialRunner()
+        return
+    with _LOCK:
+        shared = _SHARED.get(dask_address)
+    if shared is not None:
+        yield shared.get(dask_address)
+        return
+    from ..rows.dask_runner import connect
+
+    with connect(dask_address) as runner:
+        yield runner
+
+
+#: Blocks from which a synthetic table is drawn on a process pool of this machine's cores
+#: (below, starting the pool costs more than it saves).
+POOL_MIN_BLOCKS = 8
+
+
+@contextmanager
+def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | None]:
+    """Where the synthetic blocks are drawn and written: the Dask cluster of
+    ``dask_address``; else, for a streaming sampler of at least :data:`POOL_MIN_BLOCKS`
+    blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
+    (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
+    always written here. The bytes are the same in every case."""
+    from ..rows.pool_runner import default_workers, pool
+    from .synthetic import BLOCK_ROWS, TableSampler
+
+    if (isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False)  # read in order, here
+            or int(sampler.rows) <= BLOCK_ROWS):  # one block: nothing to share
+        yield None
+    elif dask_address:
+        with row_runner(dask_address) as runner:
+            yield runner
+    elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+        with pool(workers) as runner:
+            yield runner
+    else:
+        yield None
