@@ -73,3 +73,22 @@ def seed_file(tmp_path) -> Path:
     p = tmp_path / "seed"
     p.write_bytes(b"0123456789abcdef-test-seed-not-secret")
     return p
+
+
+@pytest.fixture
+def measure_calls():
+    """Counts calls of the marginals method's ``measure`` (one entry per call): a test asserts
+    a rerun, retry or republish measured (and so charged) nothing new. The patch is its own,
+    so a test's ``monkeypatch.undo()`` keeps the count going (``clear()`` starts it again)."""
+    from dpsynth.methods.marginals import MarginalsMethod
+
+    calls: list[int] = []
+    original = MarginalsMethod.measure
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MarginalsMethod, "measure", counting)
+        yield calls

@@ -42,18 +42,10 @@ def test_task_results_need_no_storage_block(prefect_harness, tmp_path, demo_path
     assert not [n for n in names if n.startswith("dpsynth-ws-")], names
 
 
-def test_retry_reuses_cached_measurement(prefect_harness, tmp_path, demo_paths, monkeypatch):
+def test_retry_reuses_cached_measurement(prefect_harness, tmp_path, demo_paths, monkeypatch, measure_calls):
     import dpsynth.orchestration.tasks.synthesize as synth_task
-    from dpsynth.methods.marginals import MarginalsMethod
 
-    calls = []
-    original_measure = MarginalsMethod.measure
-
-    def counting(self, *a, **k):
-        calls.append(1)
-        return original_measure(self, *a, **k)
-
-    monkeypatch.setattr(MarginalsMethod, "measure", counting)
+    calls = measure_calls
     original_synth = synth_task.synthesize_stage
 
     def crash(*a, **k):

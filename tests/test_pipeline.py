@@ -26,18 +26,6 @@ def _config(tmp_path, demo_paths, **kw) -> pipeline.ReleaseConfig:
     return pipeline.ReleaseConfig(**base)
 
 
-def _count_measures(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = MarginalsMethod.measure
-
-    def counting(self, *a, **k):
-        calls.append(1)
-        return original(self, *a, **k)
-
-    monkeypatch.setattr(MarginalsMethod, "measure", counting)
-    return calls
-
-
 def test_release_bundle_and_manifest(tmp_path, demo_paths, seed_file):
     folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file=seed_file, rows=777))
     names = sorted(p.name for p in folder.iterdir())
@@ -105,8 +93,8 @@ def test_same_seed_gives_byte_identical_files(tmp_path, demo_paths, seed_file):
     assert (a / "synthetic.csv").read_bytes() != (c / "synthetic.csv").read_bytes()
 
 
-def test_retry_after_crash_reuses_the_measurement(tmp_path, demo_paths, monkeypatch):
-    calls = _count_measures(monkeypatch)
+def test_retry_after_crash_reuses_the_measurement(tmp_path, demo_paths, monkeypatch, measure_calls):
+    calls = measure_calls
     cfg = _config(tmp_path, demo_paths)  # no seed: a redraw would give different noise
 
     def crash(*a, **k):
@@ -119,7 +107,7 @@ def test_retry_after_crash_reuses_the_measurement(tmp_path, demo_paths, monkeypa
     mfile = next((tmp_path / "ws" / "releases").glob("*/measurement/measurement.parquet"))
     before = mfile.read_bytes()
     monkeypatch.undo()
-    calls = _count_measures(monkeypatch)
+    measure_calls.clear()
     folder = pipeline.run_release(cfg)
     assert calls == []  # not measured again: no new noise, no second charge
     assert (folder / "measurement.parquet").read_bytes() == before

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.pipeline import cluster, stages
 from dpsynth.precheck import PrecheckError
 from dpsynth.publish import bundle
@@ -29,18 +28,6 @@ def _config(tmp_path, demo_paths, seed_file, ws="ws", out="out", **kw) -> pipeli
                 workspace=tmp_path / ws, seed_file=seed_file, name="r")
     base.update(kw)
     return pipeline.ReleaseConfig(**base)
-
-
-def _count_measures(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = MarginalsMethod.measure
-
-    def counting(self, *a, **k):
-        calls.append(1)
-        return original(self, *a, **k)
-
-    monkeypatch.setattr(MarginalsMethod, "measure", counting)
-    return calls
 
 
 def _files(folder: Path) -> dict[str, tuple[object, int]]:
@@ -120,8 +107,8 @@ def test_a_release_publishes_the_same_bytes_and_modes_without_a_second_copy(tmp_
 
 
 def test_a_failed_publish_leaves_nothing_published_and_a_rerun_republishes(tmp_path, demo_paths, seed_file,
-                                                                          reference, monkeypatch):
-    measures = _count_measures(monkeypatch)
+                                                                          reference, monkeypatch, measure_calls):
+    measures = measure_calls
 
     def boom(tmp):
         raise OSError("disk gone")
@@ -138,11 +125,11 @@ def test_a_failed_publish_leaves_nothing_published_and_a_rerun_republishes(tmp_p
 
 
 def test_a_crash_mid_publish_leaves_a_table_the_rerun_draws_again(tmp_path, demo_paths, seed_file, reference,
-                                                                 monkeypatch):
+                                                                 monkeypatch, measure_calls):
     """A process killed after moving the files out (simulated: nothing moves them back)
     leaves the workspace's table incomplete; the rerun draws it again from the kept
     measurement (no charge) and publishes the same bytes."""
-    measures = _count_measures(monkeypatch)
+    measures = measure_calls
 
     def crash(tmp):
         raise OSError("killed")
@@ -154,7 +141,7 @@ def test_a_crash_mid_publish_leaves_a_table_the_rerun_draws_again(tmp_path, demo
     (synthetic,) = _synthetic_dirs(tmp_path / "ws")
     assert not (synthetic / stages.COMPLETE).exists()
     monkeypatch.undo()
-    measures = _count_measures(monkeypatch)
+    measure_calls.clear()
     folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file))
     assert _files(folder) == reference and measures == []
 
@@ -209,10 +196,10 @@ def _small_disk(monkeypatch, free: int) -> None:
 
 
 def test_synthesize_refuses_a_table_the_disk_cannot_hold_before_writing(tmp_path, demo_paths, seed_file,
-                                                                       reference, monkeypatch):
+                                                                       reference, monkeypatch, measure_calls):
     """CSV input without --rows: the row count is known only after measuring, so the
     synthesize stage checks the free space before it writes anything."""
-    measures = _count_measures(monkeypatch)
+    measures = measure_calls
     _small_disk(monkeypatch, 1000)
     with pytest.raises(pipeline.BudgetSpent) as info:
         pipeline.run_release(_config(tmp_path, demo_paths, seed_file))
@@ -222,7 +209,7 @@ def test_synthesize_refuses_a_table_the_disk_cannot_hold_before_writing(tmp_path
     assert _synthetic_dirs(tmp_path / "ws") == [] and not list((tmp_path / "out").glob("*"))
     assert not [p for p in (tmp_path / "ws").glob("releases/*/.synthetic*")]
     monkeypatch.undo()
-    measures = _count_measures(monkeypatch)
+    measure_calls.clear()
     folder = pipeline.run_release(_config(tmp_path, demo_paths, seed_file))
     assert _files(folder) == reference and measures == []
 
@@ -240,7 +227,7 @@ def test_a_parquet_input_too_large_for_the_disk_is_refused_before_any_charge(tmp
 
 @pytest.mark.flow
 def test_a_crash_mid_publish_on_prefect_redraws_the_table(prefect_harness, tmp_path, demo_paths, seed_file,
-                                                         reference, monkeypatch):
+                                                         reference, monkeypatch, measure_calls):
     """The Prefect synthesize task caches its result: after a crash that moved the table
     out, the rerun must not take the cached folder (its files are gone) but draw it again."""
     from dpsynth.orchestration.release import release_flow
@@ -248,7 +235,7 @@ def test_a_crash_mid_publish_on_prefect_redraws_the_table(prefect_harness, tmp_p
     data, schema = demo_paths
     args = dict(data=str(data), schema_path=str(schema), method="marginals", epsilon=1.0, name="r",
                 out=str(tmp_path / "out"), workspace=str(tmp_path / "ws"), seed_file=str(seed_file))
-    measures = _count_measures(monkeypatch)
+    measures = measure_calls
 
     def crash(tmp):
         raise OSError("killed")
@@ -259,7 +246,7 @@ def test_a_crash_mid_publish_on_prefect_redraws_the_table(prefect_harness, tmp_p
         release_flow(**args)
     assert measures == [1] and not (tmp_path / "out" / "r").exists()
     monkeypatch.undo()
-    measures = _count_measures(monkeypatch)
+    measure_calls.clear()
     release_flow(**args)
     assert _files(tmp_path / "out" / "r") == reference and measures == []
 
