@@ -5,21 +5,21 @@ and the number of file pairs the table is split into."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from dpsynth import pipeline
 from dpsynth.gate.checks import measured_subsets
 from dpsynth.gate.scan import CodeCounts, Scan, file_chunks, merge_scans, scan_files, scan_parts, scan_table
 from dpsynth.measurement import Measurement
-from dpsynth.pipeline import stages, synthetic
+from dpsynth.pipeline import stages
 from dpsynth.gate.validation import column_domain
 from dpsynth.rows.encoding import EncodedTable, decode
 from dpsynth.schema import load_schema
+
+from small_release import ThreadRunner, pgm_release
 
 
 def _assert_same(a: Scan, b: Scan) -> None:
@@ -32,28 +32,10 @@ def _assert_same(a: Scan, b: Scan) -> None:
     pd.testing.assert_frame_equal(a.witness_frame(), b.witness_frame())
 
 
-class _ThreadRunner:
-    """A runner whose partitions run at once on threads and finish in any order."""
-
-    local = True
-
-    def map(self, fn, parts, *args):
-        """Each part's result, in order of the parts."""
-        with ThreadPoolExecutor(4) as pool:
-            return list(pool.map(lambda p: fn(p, *args), parts))
-
-
 @pytest.fixture
 def released(tmp_path, demo_paths, seed_file, monkeypatch):
     """A pgm release measured and synthesized on the demo table: 1234 rows in 13 row groups."""
-    data, schema_path = demo_paths
-    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="pgm", epsilon=1.0, rows=1234,
-                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
-    plan = pipeline.prepare(config)
-    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
-    measurement = pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
-    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
-    folder = pipeline.synthesize_stage(plan, measurement, chunk_rows=97)
+    plan, _, measurement, folder = pgm_release(tmp_path, demo_paths, seed_file, monkeypatch, synth_chunk_rows=97)
     assert pq.ParquetFile(str(folder / "synthetic.parquet")).metadata.num_row_groups == 13
     return plan, measurement, folder
 
@@ -71,7 +53,7 @@ def test_the_scan_is_the_one_pass_whatever_chunk_rows_and_runner(released):
     subsets = measured_subsets(plan.schema, Measurement.load(measurement))
     pairs = stages.synthetic_pairs(folder)
     for chunk_rows in (1, 97, 250, 1 << 20):
-        for runner in (None, _ThreadRunner()):
+        for runner in (None, ThreadRunner()):
             _assert_same(scan_files(pairs, plan.schema, subsets, chunk_rows=chunk_rows, runner=runner), want)
     assert len(scan_parts(pairs, plan.schema, 1)) == 13 and len(scan_parts(pairs, plan.schema, 250)) == 5
 

@@ -5,50 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from dpsynth import pipeline
 from dpsynth.evaluation.metrics import complete_share, tvd_by_k
 from dpsynth.measurement import Measurement
-from dpsynth.pipeline import stages, synthetic
+from dpsynth.pipeline import stages
 from dpsynth.report import internal
 from dpsynth.rows.encoding import EncodedTable
 from dpsynth.rows.rowsource import RowSource
 
-
-class _ThreadRunner:
-    """Partitions on threads, folded as they finish (in any order)."""
-
-    local = True
-
-    def map(self, fn, parts, *args):
-        """Each part's result, in order."""
-        with ThreadPoolExecutor(3) as pool:
-            return list(pool.map(lambda p: fn(p, *args), parts))
-
-    def fold(self, fn, parts, combine, *args):
-        """Results combined in the reverse order of the parts."""
-        results = self.map(fn, parts, *args)[::-1]
-        acc = results[0]
-        for r in results[1:]:
-            acc = combine(acc, r)
-        return acc
+from small_release import ThreadRunner, pgm_release
 
 
 @pytest.fixture
 def released(tmp_path, demo_paths, seed_file, monkeypatch):
     """A pgm release of 1234 rows on the demo table (13 row groups), its codes folder."""
-    data, schema_path = demo_paths
-    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="pgm", epsilon=1.0, rows=1234,
-                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
-    plan = pipeline.prepare(config)
-    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256, chunk_rows=300)
-    measurement = pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw)
-    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
-    return plan, codes, measurement, pipeline.synthesize_stage(plan, measurement)
+    return pgm_release(tmp_path, demo_paths, seed_file, monkeypatch, encode_chunk_rows=300)
 
 
 def _whole(plan, codes, measurement, folder) -> tuple[dict, str]:
@@ -77,7 +51,7 @@ def test_the_streamed_report_equals_the_whole_table_report(released, monkeypatch
     want_json, want_page = _whole(plan, codes, measurement, folder)
     assert want_json["tvd_by_k"]["3"]["count"] == 120 and want_json["scored_marginals"]["2"]["marginals"] == 45
     out = plan.release_dir() / "internal-utility-report.json"
-    for chunk_rows, runner, budget in ((1 << 20, None, internal.CELL_BUDGET), (97, _ThreadRunner(), 3000)):
+    for chunk_rows, runner, budget in ((1 << 20, None, internal.CELL_BUDGET), (97, ThreadRunner(), 3000)):
         monkeypatch.setattr(internal, "CELL_BUDGET", budget)  # 3000 cells: several counting groups
         cfg = dataclasses.replace(plan.config, chunk_rows=chunk_rows)
         page = stages.internal_report_stage(dataclasses.replace(plan, config=cfg), codes, folder, measurement,
@@ -110,7 +84,7 @@ def test_complete_records_counts_missing_codes_by_chunk(demo_paths):
     want = complete_share(codes, miss)
     assert want < 0.9
     for part_rows, chunk_rows in ((None, 1 << 20), (64, 5), (1, 1)):
-        src = RowSource.from_table(table, chunk_rows=chunk_rows, part_rows=part_rows, runner=_ThreadRunner())
+        src = RowSource.from_table(table, chunk_rows=chunk_rows, part_rows=part_rows, runner=ThreadRunner())
         assert internal.complete_records(src) == want
 
 
