@@ -477,11 +477,13 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
     candidate inside a measured set adds no edge and leaves the tree as it is."""
     cache: dict[int, bool] = {}
     graph = interaction_graph(dom, measured)  # built once a round; each candidate adds its edges
+    held = [frozenset(c) for c in measured]
 
     def ok(i: int) -> bool:
         if i not in cache:
             attrs = tuple(names[j] for j in cands[i])
-            if any(set(attrs) <= set(c) for c in measured):
+            want = frozenset(attrs)
+            if any(want <= c for c in held):
                 cache[i] = True
             else:
                 tri = triangulate(dom, [attrs], graph=graph)
