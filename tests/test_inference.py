@@ -474,6 +474,34 @@ def _reference_triangulation(dom: Domain, cliques) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(c for c in found if not any(set(c) < set(o) for o in found)))
 
 
+def test_a_junction_tree_answers_its_structure_queries_as_recomputed_every_time():
+    # A tree keeps its neighbours, separators and containing cliques after the first query
+    # (AIM's queries ask them hundreds of thousands of times a run): the kept answers must be
+    # those a plain recomputation from its cliques and edges gives, asked in any order.
+    from dpsynth.inference.junction_tree import build_junction_tree
+
+    rng = np.random.default_rng(38)
+    for _ in range(30):
+        d = int(rng.integers(2, 10))
+        dom = Domain(names=tuple(f"x{i}" for i in range(d)), sizes=tuple(int(v) for v in rng.choice([2, 3, 5], d)))
+        cliques = [tuple(rng.choice(dom.names, size=int(rng.integers(1, min(3, d) + 1)), replace=False))
+                   for _ in range(int(rng.integers(1, 2 * d)))]
+        tree = build_junction_tree(dom, cliques)
+        queries = [tuple(rng.choice(dom.names, size=int(rng.integers(1, 3)), replace=False)) for _ in range(20)]
+        for _ in range(2):  # the second pass reads what the first kept
+            for i in range(len(tree.cliques)):
+                assert tree.neighbours(i) == [b if a == i else a for a, b in tree.edges if i in (a, b)]
+                for j in range(len(tree.cliques)):
+                    assert tree.separator(i, j) == tuple(a for a in tree.cliques[i] if a in set(tree.cliques[j]))
+            for q in queries:
+                holders = [i for i, c in enumerate(tree.cliques) if set(q) <= set(c)]
+                want = min(holders, key=lambda i: (dom.cells(tree.cliques[i]), i)) if holders else None
+                assert tree.containing(q) == want
+        nb = tree.neighbours(0)
+        nb.append(-1)  # a caller changing the list it got leaves the tree as it was
+        assert -1 not in tree.neighbours(0)
+
+
 def test_triangulate_matches_the_plain_greedy_elimination():
     # triangulate keeps each variable's cells and counts fill-in edges only to break a tie (AIM's
     # size check triangulates every candidate each round): the same cliques as the plain rule.
