@@ -174,12 +174,28 @@ def test_the_shipped_schema_is_the_installed_prefects():
 def test_an_empty_cache_is_filled_from_the_shipped_schema_without_migrating(homes, tmp_path):
     home, template = homes
     plan = pdb.plan_database()
-    assert plan == pdb.DatabasePlan(migrate=False, seeded=True, database=home / "prefect.db")
+    assert plan == pdb.DatabasePlan(migrate=False, seeded=True, save_to=template, database=home / "prefect.db")
     reference = _from_script(tmp_path / "reference.db", _shipped_file().read_text())
     assert _schema(template) == _schema(reference) == _schema(home / "prefect.db")
     assert pdb.alembic_revision(home / "prefect.db") == pdb.migration_head() is not None
     assert sorted(p.name for p in template.parent.iterdir()) == ["prefect.db"]  # no temporary file left
     assert pdb.build_template() == template  # already there: nothing rebuilt
+
+
+def test_the_servers_database_with_its_block_types_replaces_a_template_made_from_the_schema(homes, monkeypatch):
+    """Made from the schema, the template has no block types (the server registers them at
+    its start, about 1 CPU s in every new PREFECT_HOME): once the server answers, its database
+    (block types, no run) is kept as the template; the next new home copies that one."""
+    home, template = homes
+    plan = pdb.plan_database()
+    with sqlite3.connect(home / "prefect.db") as con:  # what the server's start-up registers
+        con.execute("INSERT INTO block_type (id, name, slug) VALUES ('1', 'Local File System', 'local-file-system')")
+    assert plan.save_to == template and pdb.save_template(plan)
+    with sqlite3.connect(template) as con:
+        assert con.execute("SELECT name FROM block_type").fetchall() == [("Local File System",)]
+    next_home = home.parent / "next-home"
+    monkeypatch.setenv("PREFECT_HOME", str(next_home))
+    assert pdb.plan_database() == pdb.DatabasePlan(migrate=False, seeded=True, database=next_home / "prefect.db")
 
 
 @pytest.mark.parametrize("mismatch", ["revision", "version", "header", "no file"])
@@ -281,9 +297,9 @@ def test_prefects_migrations_regenerate_the_shipped_schema(tmp_path):
 @pytest.mark.slow
 def test_a_first_release_with_an_empty_cache_runs_on_the_shipped_schema(tmp_path):
     """A first release in a new PREFECT_HOME with an empty user cache (a ``pip install``
-    user): the template is made from the shipped schema (no block types: not a database a
-    server migrated), the server starts on a copy without migrating, registers its block
-    types and records the flow run, completed; the schema is still the shipped one."""
+    user): the template is made from the shipped schema, the server starts on a copy without
+    migrating, registers its block types (its database is then kept as the template, without
+    any run) and records the flow run, completed; the schema is still the shipped one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
                PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
@@ -299,8 +315,9 @@ def test_a_first_release_with_an_empty_cache_runs_on_the_shipped_schema(tmp_path
     with sqlite3.connect(database) as con:
         runs = con.execute("SELECT state_type FROM flow_run").fetchall()
         names = {r[0] for r in con.execute("SELECT name FROM block_type")}
-    with sqlite3.connect(template) as con:
-        assert con.execute("SELECT count(*) FROM block_type").fetchone() == (0,)  # made from the script
+    with sqlite3.connect(template) as con:  # made from the script, then the server's database (no run) kept
+        assert "Local File System" in {r[0] for r in con.execute("SELECT name FROM block_type")}
+        assert con.execute("SELECT count(*) FROM flow_run").fetchone() == (0,)
     assert runs == [("COMPLETED",)] and "Local File System" in names
     assert pdb.alembic_revision(database) == pdb.migration_head() is not None
     reference = _from_script(tmp_path / "reference.db", _shipped_file().read_text())

@@ -115,7 +115,20 @@ def plan_database() -> DatabasePlan:
     if head is None:
         return DatabasePlan(migrate=True, save_to=None if database.exists() else template, database=database)
     seeded = not database.exists() and _copy_new(template, database)
-    return DatabasePlan(migrate=alembic_revision(database) != head, seeded=seeded, database=database)
+    # A template made from the shipped schema has no block types yet: the server registers
+    # them at its start (about 1 CPU s); its database, then, is the better template.
+    save_to = template if seeded and not _has_block_types(template) else None
+    return DatabasePlan(migrate=alembic_revision(database) != head, seeded=seeded, save_to=save_to,
+                        database=database)
+
+
+def _has_block_types(database: Path) -> bool:
+    """Whether a template holds Prefect's registered block types (True if it cannot tell)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as con:
+            return con.execute("SELECT 1 FROM block_type LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return True
 
 
 def _copy_new(source: Path, target: Path) -> bool:
