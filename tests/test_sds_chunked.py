@@ -107,42 +107,6 @@ def test_chunk_tables_sum_exactly_to_the_measured_tables(sds_measured, monkeypat
     assert totals == pytest.approx(s.total)
 
 
-def test_what_a_chunk_leaves_of_its_tables_is_carried_to_the_next(sds_measured, monkeypatch):
-    """Defect (issue 25: 1,000,000 x 20 in 16 chunks, one pair refused by the gate after the
-    budget was spent; 200,000 x 20 in 17 chunks, pairs at 3.3 times their thresholds): a
-    chunk refits its share of a pair only part of the way, the sampler's bias is the same in
-    every chunk, so the chunks' leftovers added up. Here each chunk goes only half way from
-    a uniform table to its target: without a carry the release stays half way (TVD 0.5 of
-    the measured table's distance from uniform); with it, one chunk's leftover remains."""
-    plan, m = sds_measured
-    _small_chunks(monkeypatch, 100)
-    s = plan.method().sampler(m, plan.schema, 1234, np.random.default_rng(5))
-    assert isinstance(s, chunked.ChunkedSampler) and len(s.sizes) == 13
-    nm0 = next(nm for nm in m.measured if len(nm.attrs) == 2 and np.size(nm.counts) >= 4)
-    a, b = (plan.schema.index(x) for x in nm0.attrs)
-    shape = np.shape(nm0.counts)
-
-    def half_way(n, mk, ones, total, rng):
-        target = np.asarray(next(x.counts for x in mk.measured if x.attrs == nm0.attrs), dtype=float).ravel()
-        p = np.clip(0.5 * target / target.sum() + 0.5 / target.size, 0, None)
-        p = p / p.sum()
-        cells = np.repeat(np.arange(target.size), np.floor(p * n).astype(int))
-        extra = np.argsort(-(p * n - np.floor(p * n)), kind="stable")[: n - cells.size]
-        cells = np.sort(np.concatenate([cells, extra]))
-        out = np.zeros((n, len(plan.schema.columns)), dtype=np.int64)
-        out[:, a], out[:, b] = np.unravel_index(cells, shape)
-        return out
-
-    s.draw_chunk = half_way
-    out = s.sample(1234, np.random.default_rng(0))
-    made = np.bincount(out[:, a] * shape[1] + out[:, b], minlength=np.size(nm0.counts)) / 1234
-    goal = np.clip(nm0.counts, 0, None).ravel()
-    goal = goal / goal.sum()
-    far = 0.5 * np.abs(goal - 1.0 / goal.size).sum()
-    assert far > 0.1
-    assert 0.5 * np.abs(made - goal).sum() < 0.15 * far
-
-
 def test_same_bytes_whatever_chunk_rows(sds_measured, tmp_path, monkeypatch):
     """Chunks of 300 records, blocks of 100, writer chunks of 1, 97, 333 and all rows."""
     plan, m = sds_measured

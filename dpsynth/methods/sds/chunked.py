@@ -125,12 +125,9 @@ class ChunkedSampler:
     total: float
     key: list[int]
     draw_chunk: Callable[[int, Measurement, dict[int, np.ndarray], float, np.random.Generator], np.ndarray]
-    #: The schema's column names, in order (a pair's columns in the drawn codes).
-    names: tuple[str, ...] = ()
     sizes: list[int] = field(init=False)
     _pairs: list[tuple[NoisyMarginal, ExactSplit]] = field(init=False)
     _ones: dict[int, ExactSplit] = field(init=False)
-    _carry: dict[Any, np.ndarray] = field(init=False, default_factory=dict)
     _chunk: int = field(init=False, default=0)
     _left: int = field(init=False, default=0)
     _buffer: Any = field(init=False, default=None)
@@ -153,48 +150,18 @@ class ChunkedSampler:
         q = n / self._left if self._left else 1.0
         s = n / self.rows if self.rows else 0.0
         pairs = tuple(dataclasses.replace(
-            nm, counts=self._carried(nm.attrs, split.take(q, rng)), stddev=float(nm.stddev) * s,
+            nm, counts=split.take(q, rng), stddev=float(nm.stddev) * s,
             threshold=None if nm.threshold is None else float(nm.threshold) * s) for nm, split in self._pairs)
-        ones = {j: self._carried(j, split.take(q, rng)) for j, split in self._ones.items()}
+        ones = {j: split.take(q, rng) for j, split in self._ones.items()}
         self._left -= n
         meta = {**self.measurement.meta, "chunk_share": s}  # the refit's allowance per chunk (refit.py)
         return dataclasses.replace(self.measurement, measured=pairs, meta=meta), ones, self.total * s
-
-    def _carried(self, key: Any, share: np.ndarray) -> np.ndarray:
-        """A chunk's share plus what the chunks before it left of theirs (see :meth:`_settle`)."""
-        carry = self._carry.get(key)
-        return share if carry is None else share + carry.reshape(share.shape)
-
-    def _settle(self, m: Measurement, ones: dict[int, np.ndarray], total: float, out: np.ndarray) -> None:
-        """Keep what chunk ``out`` left of its tables ``m`` and ``ones`` (its share plus the
-        carry it was given, minus the records' counts scaled to its ``total``, as the refit
-        reads them) for the next chunk to draw.
-
-        A chunk refits its tables only down to what its own noise explains, and what is
-        left is mostly the sampler's bias, the same in every chunk: 16 chunks' leftovers
-        added up to a pair past its gate threshold at 1,000,000 x 20 (issue 25). Carried
-        over, each chunk makes up for the ones before, and the release keeps one chunk's
-        leftover instead of the sum of all of them."""
-        if not self.names or out.shape[0] == 0:
-            return
-        index = {c: j for j, c in enumerate(self.names)}
-        codes = np.asarray(out, dtype=np.int64)
-        scale = total / out.shape[0]
-        for nm in m.measured:
-            a, b = (index[x] for x in nm.attrs)
-            shape = np.shape(nm.counts)
-            made = np.bincount(codes[:, a] * shape[1] + codes[:, b], minlength=shape[0] * shape[1])
-            self._carry[nm.attrs] = np.asarray(nm.counts, dtype=np.float64).ravel() - made * scale
-        for j, t in ones.items():
-            made = np.bincount(codes[:, j], minlength=np.size(t))[: np.size(t)]
-            self._carry[j] = np.asarray(t, dtype=np.float64).ravel() - made * scale
 
     def _next_chunk(self) -> np.ndarray:
         i = self._chunk
         rng = self.chunk_rng(i)
         m, ones, total = self.shares(i, rng)
         out = np.asarray(self.draw_chunk(self.sizes[i], m, ones, total, rng))
-        self._settle(m, ones, total, out)
         self._chunk += 1
         return out
 

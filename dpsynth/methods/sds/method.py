@@ -201,4 +201,4 @@ class SdsMethod(MethodBase):
             return self._draw_complete(model, k, mk, schema, ones, tk, g).astype(code_dtype(schema.cardinalities))
 
         return ChunkedSampler(rows=n, columns=p, measurement=m, one_way=dict(targets), total=total, key=key,
-                              draw_chunk=draw, names=tuple(c.name for c in schema.columns))
+                              draw_chunk=draw)
