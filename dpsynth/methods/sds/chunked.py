@@ -5,9 +5,8 @@ row count and the schema's width only, so a seed gives the same bytes whatever
 ``chunk_rows`` or runner). The sampler's model is learnt once from the whole
 measurement; each chunk draws its records from it, then runs the pair refit and the
 raking against its own share of the measured 2-way and 1-way tables, split exactly
-(the chunks' tables sum to the measured ones, :class:`ExactSplit`); what a chunk leaves of
-its shares is carried to the next chunk's. Chunks are produced in order, one at a time,
-and handed out block by block. Design and figures: docs/scale.md, docs/sds.md.
+(the chunks' tables sum to the measured ones, :class:`ExactSplit`). Chunks are produced
+in order, one at a time, and handed out block by block. Design and figures: docs/scale.md.
 """
 
 from __future__ import annotations
