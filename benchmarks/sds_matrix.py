@@ -56,6 +56,7 @@ with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -69,6 +70,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dpsynth.privacy.budget import RefusedMidPlan  # noqa: E402
 from benchmarks._common import (RESULTS, SHARED_DATA as _DEFAULT_DATA, add_ceilings, ceiling_text,  # noqa: E402
                                 ceilings, print_table, write_json)
 
@@ -263,6 +265,24 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
     return meas, synth, r_decode, wall
 
 
+def gate_margins(synth, meas, decode_rng) -> dict[str, float]:
+    """The gate's worst TVD / threshold per marginal size (``max_ratio_k<k>``; above 1 the gate
+    refuses): how close a release came to failing. Same decode as :func:`gate_verdict`."""
+    from dpsynth.rows.encoding import decode
+    from dpsynth.gate.checks import prepare
+
+    plan = prepare(decode(synth, decode_rng), synth, meas, None, None)
+    out: dict[str, Any] = {}
+    for k in sorted({e["k"] for e in plan.marginal_errors}):
+        errs = [e for e in plan.marginal_errors if e["k"] == k]
+        worst = max(errs, key=lambda e: e["tvd"] / e["threshold"])
+        out[f"max_ratio_k{k}"] = round(worst["tvd"] / worst["threshold"], 4)
+        out[f"worst_k{k}"] = {"marginal": worst["marginal"], "tvd": round(worst["tvd"], 5),
+                              "threshold": round(worst["threshold"], 5)}
+        out[f"min_threshold_k{k}"] = round(min(e["threshold"] for e in errs), 5)
+    return out
+
+
 def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, list[str]]:
     """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
     from dpsynth import gate
@@ -391,25 +411,53 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
     runs = []
     for seed in seeds:
         cpu0 = time.process_time()
-        meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+        try:
+            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+        except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
+            forecast = getattr(exc, "forecast", None)
+            runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
+                         "cpu_s": round(time.process_time() - cpu0, 2),
+                         "forecast": None if forecast is None else forecast.to_dict()})
+            continue
         cpu = time.process_time() - cpu0
+        margins = gate_margins(synth, meas, copy.deepcopy(r_dec))
         ok, failed = gate_verdict(synth, meas, r_dec, use_ge)
         s = score(table, synth.codes.astype(np.int64))
         advice = assess(meas, table.schema)
         runs.append({"seed": seed, "published": ok, "failed": failed, "wall_s": round(wall, 2),
                      "cpu_s": round(cpu, 2), **s,
+                     **margins,
                      "guard_warns": None if advice is None else advice.below_baseline,
                      "signal_to_noise": None if advice is None else round(advice.signal_to_noise, 3),
-                     "pair_noise_ratio": meas.meta.get("pair_noise_ratio"),
+                     "pair_noise_ratio": meas.meta.get("pair_noise_ratio"), "refused": False,
+                     "forecast": _forecast(meas, table.schema, method),
                      "levels": meas.meta.get("reporting_length"),
                      "choice": meas.meta.get("synthesis_choice")})
-    keys = [k for k in runs[0] if k.startswith(("kmarginal", "tvd"))]
+    done = [r for r in runs if not r["refused"]] or [{}]
+    keys = [k for k in done[0] if k.startswith(("kmarginal", "tvd"))]
     return {"method": method, "table": table.name, "half": table.half, "epsilon": eps,
             "publish_rate": sum(r["published"] for r in runs) / len(runs),
-            **{k: float(np.mean([r[k] for r in runs])) for k in keys},
-            **{f"{k}_sd": float(np.std([r[k] for r in runs], ddof=1)) if len(runs) > 1 else 0.0 for k in keys},
-            "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+            "refused": sum(r["refused"] for r in runs),
+            **{k: float(np.mean([r[k] for r in done])) for k in keys},
+            **{f"{k}_sd": float(np.std([r[k] for r in done], ddof=1)) if len(done) > 1 else 0.0 for k in keys},
+            "wall_s": float(np.mean([r.get("wall_s", 0.0) for r in runs])),
             "cpu_s": float(np.sum([r["cpu_s"] for r in runs])), "runs": runs}
+
+
+def _forecast(meas, schema, method: str) -> dict[str, Any] | None:
+    """sds's pre-spend rule on this release (:func:`dpsynth.methods.sds.guard.forecast`) from
+    its public inputs: the parameters, the budget split and the DP record count."""
+    if method != "sds" or int(meas.meta.get("reporting_length", 1)) < 2:
+        return None
+    from dpsynth.methods.sds import SdsParams, noise_split
+    from dpsynth.methods.sds.guard import forecast
+    from dpsynth.privacy.budget import Budget
+
+    params = SdsParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in meas.params.items()})
+    split = noise_split(params, schema, Budget(epsilon=float(meas.meta["epsilon"]), delta=DELTA))
+    count = (meas.meta.get("dp_record_count") or {}).get("value", meas.records.value)
+    f = forecast(params, schema.cardinalities, split, float(count))
+    return None if f is None else f.to_dict()
 
 
 def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -538,12 +586,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epsilons", nargs="*", type=float, default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--ge", action="store_true", help="run the full GE gate for every verdict")
+    ap.add_argument("--no-refusal", action="store_true",
+                    help="measure even where sds's pre-spend rule refuses (to see what the gate says there)")
     ap.add_argument("--merge", nargs="*", default=None,
                     help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
     ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if args.no_refusal:
+        import dpsynth.methods.sds.guard as guard
+
+        guard.MIN_PAIR_THRESHOLD = 0.0
     if args.ceilings_only:
         report(add_ceilings_only(args))
         return 0
