@@ -433,15 +433,40 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
                      "forecast": _forecast(meas, table.schema, method),
                      "levels": meas.meta.get("reporting_length"),
                      "choice": meas.meta.get("synthesis_choice")})
-    done = [r for r in runs if not r["refused"]] or [{}]
+    return summarise(method, table.name, table.half, eps, runs)
+
+
+def summarise(method: str, table: str, half: str, eps: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell from its runs: publish rate (refused runs count as not published), refusals,
+    mean scores and their spread over the runs that measured, CPU seconds summed."""
+    done = [r for r in runs if not r.get("refused")] or [{}]
     keys = [k for k in done[0] if k.startswith(("kmarginal", "tvd"))]
-    return {"method": method, "table": table.name, "half": table.half, "epsilon": eps,
+    return {"method": method, "table": table, "half": half, "epsilon": eps,
             "publish_rate": sum(r["published"] for r in runs) / len(runs),
-            "refused": sum(r["refused"] for r in runs),
+            "refused": sum(bool(r.get("refused")) for r in runs),
             **{k: float(np.mean([r[k] for r in done])) for k in keys},
             **{f"{k}_sd": float(np.std([r[k] for r in done], ddof=1)) if len(done) > 1 else 0.0 for k in keys},
             "wall_s": float(np.mean([r.get("wall_s", 0.0) for r in runs])),
             "cpu_s": float(np.sum([r["cpu_s"] for r in runs])), "runs": runs}
+
+
+def pool_cells(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cells of the same (method, table, epsilon) from partial runs (one seed each) as one
+    cell with all their runs; a cell's load averages are kept per part (``loadavg_parts``)."""
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["method"], c["table"], c["epsilon"]), []).append(c)
+    out = []
+    for (method, table, eps), parts in groups.items():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        runs = sorted((r for c in parts for r in c["runs"]), key=lambda r: r["seed"])
+        cell = summarise(method, table, parts[0]["half"], eps, runs)
+        cell.update({k: parts[0][k] for k in ("independent", "ceiling") if k in parts[0]})
+        cell["loadavg_parts"] = [c.get("loadavg") for c in parts]
+        out.append(cell)
+    return out
 
 
 def _forecast(meas, schema, method: str) -> dict[str, Any] | None:
@@ -498,7 +523,21 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     return cells
 
 
+def _rule_text(runs: Sequence[dict[str, Any]]) -> str:
+    """The smallest of the runs' predicted tightest 2-way gate thresholds (sds's pre-spend rule)."""
+    t = [r["forecast"]["min_pair_threshold"] for r in runs if r.get("forecast")]
+    return f"{min(t):.4f}" if t else "-"
+
+
+def _ratio_text(runs: Sequence[dict[str, Any]], k: int) -> str:
+    """The largest TVD / gate threshold of the k-way marginals over the runs (above 1: refused)."""
+    v = [r[f"max_ratio_k{k}"] for r in runs if f"max_ratio_k{k}" in r]
+    return f"{max(v):.2f}" if v else "-"
+
+
 def _score_text(c: dict[str, Any]) -> str:
+    if "kmarginal" not in c and "tvd1" not in c:
+        return "refused"
     if "kmarginal" in c:
         return f"{c['kmarginal']:.1f}"
     return "/".join(f"{c[f'tvd{k}']:.3f}" for k in (1, 2, 3))
@@ -506,6 +545,8 @@ def _score_text(c: dict[str, Any]) -> str:
 
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether scores ``a`` beat ``b`` (NIST: k-marginal; generated: both 2- and 3-way TVD)."""
+    if "kmarginal" not in a and "tvd1" not in a:  # every run refused
+        return False
     if "kmarginal" in a:
         return a["kmarginal"] > b["kmarginal"]
     return a["tvd2"] < b["tvd2"] and a["tvd3"] < b["tvd3"]
@@ -519,7 +560,7 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
     keys = sorted({(c["half"], c["table"], c["epsilon"]) for c in cells},
                   key=lambda k: (("nist", "tuning", "held-out").index(k[0]), k[1], k[2]))
     headers = ["table", "eps", *methods, "exact-indep", "ceiling binned/resample", "noise2/indep2",
-               "sds>exact", "sds>marg", "publish", "guard",
+               "sds>exact", "sds>marg", "publish", "refused", "rule t2", "worst k2", "guard",
                "levels", "cpu_s"]
     for half in ("nist", "tuning", "held-out"):
         rows = []
@@ -540,7 +581,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
                          _score_text(sds["independent"]), ceiling_text(sds.get("ceiling")), noise_text,
                          "yes" if _better(sds, sds["independent"]) else "NO" + exempt,
                          "-" if marg is None else ("yes" if _better(sds, marg) else "NO" + exempt),
-                         pubs, f"{sum(warns)}/{len(warns)}" if warns else "-",
+                         pubs, f"{sds.get('refused', 0)}/{len(runs)}", _rule_text(runs),
+                         _ratio_text(runs, 2), f"{sum(warns)}/{len(warns)}" if warns else "-",
                          ",".join(sorted({str(r.get("levels")) for r in runs})) or "-",
                          f"{sum(by[(table, eps, m)].get('cpu_s', 0.0) for m in methods if (table, eps, m) in by):.0f}"])
         if rows:
@@ -603,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.merge:
         parts = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.merge]
-        cells = [c for part in parts for c in part["cells"]]
+        cells = pool_cells([c for part in parts for c in part["cells"]])
         _add_missing_baseline_tvd2(cells, args)
         cpu = sum(float(part.get("cpu_s", 0.0)) for part in parts)
         wall = sum(float(part.get("wall_s", 0.0)) for part in parts)
