@@ -124,3 +124,23 @@ def test_a_refused_release_charges_the_registry_only_the_count(tmp_path, demo_pa
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     spent = registry.state(tmp_path / "ws", "demo-refuse", DELTA).spent_epsilon
     assert 0 < spent < 0.02  # the count: 0.5% of epsilon 1, against 1.0 for the whole release
+
+
+def test_the_closed_form_is_the_gates_prediction_for_a_uniform_table():
+    """The rule's thresholds are the gate's (predicted_tvds and the default factors) for a
+    uniform table of each pair's cells, without building the tables."""
+    from dpsynth.gate.thresholds import predicted_tvds
+
+    cards = [2, 3, 7, 12]
+    schema_split = noise_split(SdsParams(), _schema(cards), Budget(epsilon=2.0, delta=DELTA))
+    pairs, limits = guard.predicted_pair_thresholds(cards, schema_split, 12_345)
+    sd = schema_split.sigmas[1] * np.sqrt(6)
+    e, spread = predicted_tvds([np.ones(cards[a] * cards[b]) for a, b in pairs], 12_345, 12_345.0, [sd] * 6)
+    assert np.allclose(limits, np.maximum(2.0 * e, e + 6.0 * spread), rtol=1e-12)
+
+
+def _schema(cards):
+    from dpsynth.schema import schema_from_dict
+
+    return schema_from_dict({"name": "s", "columns": [
+        {"name": f"c{j}", "type": "categorical", "values": [f"v{v}" for v in range(c)]} for j, c in enumerate(cards)]})

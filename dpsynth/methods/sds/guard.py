@@ -56,7 +56,7 @@ class Forecast:
     publishable: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (the measurement's ``meta["publish_forecast"]``)."""
+        """Plain JSON values (as benchmarks/sds_matrix.py records them)."""
         return {"min_pair_threshold": self.min_pair_threshold, "pair": list(self.pair), "floor": self.floor,
                 "publishable": self.publishable}
 
@@ -64,20 +64,26 @@ class Forecast:
 def predicted_pair_thresholds(cardinalities: Sequence[int], split: NoiseSplit,
                               records: float) -> tuple[list[tuple[int, int]], np.ndarray]:
     """Every column pair and the gate's predicted threshold for it: ``max(min_factor E, E +
-    sd_factor SD)`` with E and SD from :func:`dpsynth.gate.thresholds.predicted_tvds` for a
-    uniform table of the pair's cells, ``records`` rows and records, and the noise sd
-    sigma_2 sqrt(C(p, 2)) (Delta_2 at its bound; the DP percentile takes it wherever
-    every record holds every pair, as with ``empty_cells="value"``)."""
-    from ...gate.thresholds import DEFAULT_MIN_FACTOR, DEFAULT_SD_FACTOR, predicted_tvds
+    sd_factor SD)`` with E and SD as :func:`dpsynth.gate.thresholds.predicted_tvds` gives them
+    for a uniform table of the pair's d cells (in closed form: s = sqrt((1/d)(1 - 1/d)/n +
+    (sd/n)^2), E = d s / sqrt(2 pi), SD = 0.5 sqrt(1 - 2/pi) s sqrt(d + 1); no table is
+    built), ``records`` rows and records, and the noise sd sigma_2 sqrt(C(p, 2)) (Delta_2 at
+    its bound; the DP percentile takes it wherever every record holds every pair, as with
+    ``empty_cells="value"``)."""
+    from ...gate.thresholds import DEFAULT_MIN_FACTOR, DEFAULT_SD_FACTOR
 
     cards = [int(c) for c in cardinalities]
     pairs = list(combinations(range(len(cards)), 2))
     if not pairs:
         return pairs, np.empty(0)
     sd = split.sigmas[1] * math.sqrt(math.comb(len(cards), 2))
-    tables = [np.ones(cards[a] * cards[b]) for a, b in pairs]
+    d = np.array([cards[a] * cards[b] for a, b in pairs], dtype=np.float64)
     n = max(1.0, float(records))
-    e, spread = predicted_tvds(tables, int(round(n)), n, [sd] * len(tables))
+    rows = max(1, int(round(n)))
+    q = 1.0 / d
+    s = np.sqrt(q * (1.0 - q) / rows + (sd / n) ** 2)
+    e = d * s / math.sqrt(2.0 * math.pi)
+    spread = 0.5 * math.sqrt(1.0 - 2.0 / math.pi) * s * np.sqrt(d + 1.0)
     return pairs, np.maximum(DEFAULT_MIN_FACTOR * e, e + DEFAULT_SD_FACTOR * spread)
 
 
