@@ -178,8 +178,29 @@ def test_make_test_runs_in_parallel_with_the_prefect_tests_grouped():
     assert "-n $(TEST_WORKERS) --dist loadgroup" in recipe
     assert any("pytest-xdist" in r for r in _pyproject()["project"]["optional-dependencies"]["test"])
     marks: dict[str, list] = {"flow": [], "plain": []}
-    items = [SimpleNamespace(fixturenames=("tmp_path", "prefect_harness"), add_marker=marks["flow"].append),
-             SimpleNamespace(fixturenames=("tmp_path",), add_marker=marks["plain"].append)]
+
+    def item(name, fixtures, marked, slow=False):
+        return SimpleNamespace(name=name, fixturenames=fixtures, add_marker=marked.append,
+                               get_closest_marker=lambda m: object() if slow and m == "slow" else None)
+
+    items = [item("flow", ("tmp_path", "prefect_harness"), marks["flow"]),
+             item("plain", ("tmp_path",), marks["plain"])]
     conftest.pytest_collection_modifyitems(None, items)
     assert [m.kwargs.get("name", m.args[0] if m.args else None) for m in marks["flow"]] == ["prefect"]
     assert [m.name for m in marks["flow"]] == ["xdist_group"] and marks["plain"] == []
+
+
+def test_slow_tests_are_handed_out_first_in_their_collection_order():
+    """A long test met last by the workers runs alone at the end (the 8-minute tail of
+    test_nist_complete_mode_beats_the_independent_baseline); slow ones go first."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    def item(name, slow):
+        return SimpleNamespace(name=name, fixturenames=(), add_marker=lambda m: None,
+                               get_closest_marker=lambda m: object() if slow and m == "slow" else None)
+
+    items = [item("a", False), item("b", True), item("c", False), item("d", True)]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [i.name for i in items] == ["b", "d", "a", "c"]
