@@ -204,3 +204,36 @@ def test_slow_tests_are_handed_out_first_in_their_collection_order():
     items = [item("a", False), item("b", True), item("c", False), item("d", True)]
     conftest.pytest_collection_modifyitems(None, items)
     assert [i.name for i in items] == ["b", "d", "a", "c"]
+
+
+def test_the_prefect_harness_tests_run_on_one_worker(tmp_path):
+    """Defect: under pytest 9 xdist's group suffix (set on ``item._nodeid``) was lost, so
+    ``--dist loadgroup`` handed the flow tests to both workers and each started a Prefect
+    harness. Run with the real hook on a stand-in harness: the flow tests share a worker."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("xdist")
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util, os, pytest\n"
+        f"spec = importlib.util.spec_from_file_location('repo_conftest', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
+        "repo = importlib.util.module_from_spec(spec); spec.loader.exec_module(repo)\n"
+        "pytest_collection_modifyitems = repo.pytest_collection_modifyitems\n"
+        "@pytest.fixture(scope='session')\n"
+        "def prefect_harness():\n"
+        "    return os.environ['PYTEST_XDIST_WORKER']\n")
+    (tmp_path / "test_g.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_flow(prefect_harness, i):\n"
+        "    open(f'flow-{prefect_harness}-{i}', 'w').close()\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_plain(i):\n"
+        "    pass\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                          "no:cacheprovider", "test_g.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    workers = {p.name.split("-")[1] for p in tmp_path.glob("flow-*")}
+    assert len(list(tmp_path.glob("flow-*"))) == 6 and len(workers) == 1, workers
