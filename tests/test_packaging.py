@@ -179,8 +179,62 @@ def test_make_test_runs_in_parallel_with_the_prefect_tests_grouped():
     assert "-n $(TEST_WORKERS) --dist loadgroup" in recipe
     assert any("pytest-xdist" in r for r in _pyproject()["project"]["optional-dependencies"]["test"])
     marks: dict[str, list] = {"flow": [], "plain": []}
-    items = [SimpleNamespace(fixturenames=("tmp_path", "prefect_harness"), add_marker=marks["flow"].append),
-             SimpleNamespace(fixturenames=("tmp_path",), add_marker=marks["plain"].append)]
+
+    def item(name, fixtures, marked, slow=False):
+        return SimpleNamespace(name=name, fixturenames=fixtures, add_marker=marked.append,
+                               get_closest_marker=lambda m: object() if slow and m == "slow" else None)
+
+    items = [item("flow", ("tmp_path", "prefect_harness"), marks["flow"]),
+             item("plain", ("tmp_path",), marks["plain"])]
     conftest.pytest_collection_modifyitems(None, items)
     assert [m.kwargs.get("name", m.args[0] if m.args else None) for m in marks["flow"]] == ["prefect"]
     assert [m.name for m in marks["flow"]] == ["xdist_group"] and marks["plain"] == []
+
+
+def test_slow_tests_are_handed_out_first_in_their_collection_order():
+    """A long test met last by the workers runs alone at the end (the 8-minute tail of
+    test_nist_complete_mode_beats_the_independent_baseline); slow ones go first."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    def item(name, slow):
+        return SimpleNamespace(name=name, fixturenames=(), add_marker=lambda m: None,
+                               get_closest_marker=lambda m: object() if slow and m == "slow" else None)
+
+    items = [item("a", False), item("b", True), item("c", False), item("d", True)]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [i.name for i in items] == ["b", "d", "a", "c"]
+
+
+def test_the_prefect_harness_tests_run_on_one_worker(tmp_path):
+    """Defect: under pytest 9 xdist's group suffix (set on ``item._nodeid``) was lost, so
+    ``--dist loadgroup`` handed the flow tests to both workers and each started a Prefect
+    harness. Run with the real hook on a stand-in harness: the flow tests share a worker."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("xdist")
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util, os, pytest\n"
+        f"spec = importlib.util.spec_from_file_location('repo_conftest', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
+        "repo = importlib.util.module_from_spec(spec); spec.loader.exec_module(repo)\n"
+        "pytest_collection_modifyitems = repo.pytest_collection_modifyitems\n"
+        "@pytest.fixture(scope='session')\n"
+        "def prefect_harness():\n"
+        "    return os.environ['PYTEST_XDIST_WORKER']\n")
+    (tmp_path / "test_g.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_flow(prefect_harness, i):\n"
+        "    open(f'flow-{prefect_harness}-{i}', 'w').close()\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_plain(i):\n"
+        "    pass\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                          "no:cacheprovider", "test_g.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    workers = {p.name.split("-")[1] for p in tmp_path.glob("flow-*")}
+    assert len(list(tmp_path.glob("flow-*"))) == 6 and len(workers) == 1, workers
