@@ -137,10 +137,17 @@ class FitTarget:
 
     limits: Mapping[frozenset[str], float]
     most_steps: int
+    #: Also stop once the largest ratio to a limit has fallen by less than ``min_gain`` (relative)
+    #: over the last ``window`` accepted steps: the fit has reached what the noisy, mutually
+    #: inconsistent marginals allow under the estimator's loss, and more steps buy nothing.
+    window: int = 100
+    min_gain: float = 0.01
 
     def __post_init__(self) -> None:
         if self.most_steps < 1:
             raise ValueError("most_steps must be >= 1")
+        if self.window < 1 or not (0.0 <= self.min_gain < 1.0):
+            raise ValueError("window must be >= 1 and min_gain in [0, 1)")
         bad = [sorted(k) for k, v in self.limits.items() if not (v >= 0.0)]
         if bad:
             raise ValueError(f"limits must be >= 0: {bad}")
@@ -307,8 +314,8 @@ def fit_to_target(
     options: EstimatorOptions | None = None,
 ) -> tuple[GraphicalModel, FitReport]:
     """:func:`estimate`, then more steps while some marginal named in ``target`` has a TVD
-    above its limit (at most ``target.most_steps`` attempts in all; stops early if the step
-    size collapses). A fit already within every limit when the stop rules end it is the
+    above its limit and the largest ratio to a limit still falls (at most
+    ``target.most_steps`` attempts in all; stops early if the step size collapses). A fit already within every limit when the stop rules end it is the
     same model :func:`estimate` returns, bit for bit."""
     model, report = _fit(domain, observations, total, options, (), None, target)
     assert report is not None
@@ -360,8 +367,9 @@ class _Misfit:
 
 
 def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: bool, stale: bool) -> FitReport:
-    """Steps past the stop rules until every limited term is within its limit, the step
-    size collapses or ``target.most_steps`` attempts have been made in all."""
+    """Steps past the stop rules until every limited term is within its limit, the largest
+    ratio stops falling (``target.window``, ``target.min_gain``), the step size collapses or
+    ``target.most_steps`` attempts have been made in all."""
     misfit = _Misfit(descent.layout, target.limits)
     first = ratio = misfit.ratio(descent.x[3])
     done = steps
@@ -370,6 +378,7 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
                          most_steps=target.most_steps)
     if stale:
         descent.extrapolate()
+    trail = [ratio]  # the ratio after each accepted step
     while done < target.most_steps:
         _show_step(done, target.most_steps)
         done += 1
@@ -378,7 +387,9 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
             break
         if accepted:
             ratio = misfit.ratio(descent.x[3])
-            if ratio <= 1.0:
+            trail.append(ratio)
+            if ratio <= 1.0 or (len(trail) > target.window
+                                and ratio > (1.0 - target.min_gain) * trail[-1 - target.window]):
                 break
             descent.extrapolate()
     return FitReport(steps=done, extra_steps=done - steps, ratio_at_stop=first, ratio=ratio,
