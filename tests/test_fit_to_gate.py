@@ -104,10 +104,13 @@ def test_the_fit_stops_once_the_worst_ratio_no_longer_falls():
     dom, obs = _observations(1e6, seed=2)
     opts = EstimatorOptions(iters=10, tol=0.0)
     limits = {frozenset(o.attrs): 1e-12 for o in obs}  # below what any consistent model reaches
-    _, report = fit_to_target(dom, obs, FitTarget(limits=limits, most_steps=10**6, window=20, min_gain=0.01),
-                              options=opts)
+    model, report = fit_to_target(dom, obs, FitTarget(limits=limits, most_steps=10**6, window=20, min_gain=0.01),
+                                  options=opts)
     assert not report.met and 10 < report.steps < 10**5
     assert report.ratio < report.ratio_at_stop
+    # the released state is the one of the best ratio the report states
+    worst = max(tvd(model.project(o.attrs).ravel(), np.clip(o.counts, 0, None).ravel()) for o in obs) / 1e-12
+    assert worst == pytest.approx(report.ratio, rel=1e-6)
     # without the plateau stop the same fit goes on (the stop above was not the step size's collapse)
     _, longer = fit_to_target(dom, obs, FitTarget(limits=limits, most_steps=report.steps + 50, window=10**9),
                               options=opts)

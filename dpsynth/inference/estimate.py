@@ -137,10 +137,11 @@ class FitTarget:
 
     limits: Mapping[frozenset[str], float]
     most_steps: int
-    #: Also stop once the largest ratio to a limit has fallen by less than ``min_gain`` (relative)
-    #: over the last ``window`` accepted steps: the fit has reached what the noisy, mutually
-    #: inconsistent marginals allow under the estimator's loss, and more steps buy nothing.
-    window: int = 100
+    #: Also stop once the best largest ratio to a limit has fallen by less than ``min_gain``
+    #: (relative) over the last ``window`` accepted steps: the fit has reached what the noisy,
+    #: mutually inconsistent marginals allow under the estimator's loss. The state of the best
+    #: ratio is the one returned (that ratio is not monotone in the steps).
+    window: int = 300
     min_gain: float = 0.01
 
     def __post_init__(self) -> None:
@@ -367,9 +368,9 @@ class _Misfit:
 
 
 def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: bool, stale: bool) -> FitReport:
-    """Steps past the stop rules until every limited term is within its limit, the largest
+    """Steps past the stop rules until every limited term is within its limit, the best largest
     ratio stops falling (``target.window``, ``target.min_gain``), the step size collapses or
-    ``target.most_steps`` attempts have been made in all."""
+    ``target.most_steps`` attempts have been made in all; the state of the best ratio is kept."""
     misfit = _Misfit(descent.layout, target.limits)
     first = ratio = misfit.ratio(descent.x[3])
     done = steps
@@ -378,7 +379,8 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
                          most_steps=target.most_steps)
     if stale:
         descent.extrapolate()
-    trail = [ratio]  # the ratio after each accepted step
+    best, kept = ratio, descent.x
+    bests = [best]  # the best ratio so far, after each accepted step
     while done < target.most_steps:
         _show_step(done, target.most_steps)
         done += 1
@@ -387,12 +389,15 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
             break
         if accepted:
             ratio = misfit.ratio(descent.x[3])
-            trail.append(ratio)
-            if ratio <= 1.0 or (len(trail) > target.window
-                                and ratio > (1.0 - target.min_gain) * trail[-1 - target.window]):
+            if ratio < best:  # states are never changed in place: keeping one costs nothing
+                best, kept = ratio, descent.x
+            bests.append(best)
+            if best <= 1.0 or (len(bests) > target.window
+                               and best > (1.0 - target.min_gain) * bests[-1 - target.window]):
                 break
             descent.extrapolate()
-    return FitReport(steps=done, extra_steps=done - steps, ratio_at_stop=first, ratio=ratio,
+    descent.x = kept  # the worst marginal's TVD is not monotone in the steps: the best state is released
+    return FitReport(steps=done, extra_steps=done - steps, ratio_at_stop=first, ratio=best,
                      most_steps=target.most_steps)
 
 
