@@ -5,8 +5,9 @@ user would, each in a fresh process and a fresh private workspace:
 
 * ``local``: ``--engine local`` (the reference: the same stages, no Prefect);
 * ``prefect first, no template``: the Prefect engine with a new PREFECT_HOME and an empty
-  user cache (the temporary server creates and migrates its database, which is then kept as
-  the template: a first release without ``make install``'s template);
+  user cache (a first release without ``make install``'s template: the template is made from
+  the shipped schema when it matches the installed Prefect, else the temporary server creates
+  and migrates its database, which is then kept as the template);
 * ``prefect first, template``: another new PREFECT_HOME, the template now in the cache (its
   database is a copy: a first release after ``make install``);
 * ``prefect second``: that PREFECT_HOME again (its database exists);

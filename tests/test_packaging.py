@@ -114,6 +114,7 @@ def test_wheel_has_no_top_level_flows_or_tasks(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"dpsynth", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "dpsynth/orchestration/release.py" in names and "dpsynth/py.typed" in names
+    assert any(n.startswith("dpsynth/orchestration/prefect_schema/prefect-") for n in names)  # the shipped schema
     assert not any(n.startswith(("flows/", "tasks/")) for n in names)
 
 

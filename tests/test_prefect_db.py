@@ -70,8 +70,9 @@ def test_a_home_at_the_templates_revision_skips_the_check_another_revision_keeps
     assert pdb.alembic_revision(home / "prefect.db") == "rev-old"  # left to Prefect's migrations
 
 
-def test_without_a_template_the_new_database_is_kept_as_one_after_the_start(homes):
+def test_without_a_template_the_new_database_is_kept_as_one_after_the_start(homes, monkeypatch):
     home, template = homes
+    monkeypatch.setattr(pdb, "shipped_schema", lambda: None)  # another Prefect than the shipped schema's
     plan = pdb.plan_database()
     assert plan == pdb.DatabasePlan(migrate=True, save_to=template, database=home / "prefect.db")
     assert not pdb.save_template(plan)  # the server has not created it yet
@@ -131,6 +132,7 @@ def test_a_database_created_meanwhile_is_kept_not_overwritten(homes):
 
 def test_the_launch_turns_the_check_off_only_at_the_templates_revision(homes, monkeypatch):
     home, template = homes
+    monkeypatch.setattr(pdb, "shipped_schema", lambda: None)  # another Prefect than the shipped schema's
     seen = []
 
     class _Popen:
@@ -151,27 +153,189 @@ def test_the_launch_turns_the_check_off_only_at_the_templates_revision(homes, mo
     assert (home / "prefect.db").exists()
 
 
+def _shipped_file() -> Path:
+    return pdb.SCHEMA_DIR / f"prefect-{pdb.metadata.version('prefect')}.sql"
+
+
+def _from_script(path: Path, text: str) -> Path:
+    with sqlite3.connect(path, isolation_level=None) as con:
+        con.executescript(text)
+    return path
+
+
+def test_the_shipped_schema_is_the_installed_prefects():
+    """A Prefect upgrade without a regenerated schema would silently fall back to migrating:
+    this says so (``python -m dpsynth.orchestration.prefect_db --write-schema``)."""
+    text = pdb.shipped_schema()
+    assert text is not None, f"regenerate {_shipped_file().name} for this Prefect"
+    assert f"VALUES ('{pdb.migration_head()}')" in text
+
+
+def test_an_empty_cache_is_filled_from_the_shipped_schema_without_migrating(homes, tmp_path):
+    home, template = homes
+    plan = pdb.plan_database()
+    assert plan == pdb.DatabasePlan(migrate=False, seeded=True, save_to=template, database=home / "prefect.db")
+    reference = _from_script(tmp_path / "reference.db", _shipped_file().read_text())
+    assert _schema(template) == _schema(reference) == _schema(home / "prefect.db")
+    assert pdb.alembic_revision(home / "prefect.db") == pdb.migration_head() is not None
+    assert sorted(p.name for p in template.parent.iterdir()) == ["prefect.db"]  # no temporary file left
+    assert pdb.build_template() == template  # already there: nothing rebuilt
+
+
+def test_the_servers_database_with_its_block_types_replaces_a_template_made_from_the_schema(homes, monkeypatch):
+    """Made from the schema, the template has no block types (the server registers them at
+    its start, about 1 CPU s in every new PREFECT_HOME): once the server answers, its database
+    (block types, no run) is kept as the template; the next new home copies that one."""
+    home, template = homes
+    plan = pdb.plan_database()
+    with sqlite3.connect(home / "prefect.db") as con:  # what the server's start-up registers
+        con.execute("INSERT INTO block_type (id, name, slug) VALUES ('1', 'Local File System', 'local-file-system')")
+    assert plan.save_to == template and pdb.save_template(plan)
+    with sqlite3.connect(template) as con:
+        assert con.execute("SELECT name FROM block_type").fetchall() == [("Local File System",)]
+    next_home = home.parent / "next-home"
+    monkeypatch.setenv("PREFECT_HOME", str(next_home))
+    assert pdb.plan_database() == pdb.DatabasePlan(migrate=False, seeded=True, database=next_home / "prefect.db")
+
+
+@pytest.mark.parametrize("mismatch", ["revision", "version", "header", "no file"])
+def test_a_version_or_revision_mismatch_falls_back_to_prefects_migrations(homes, monkeypatch, tmp_path, mismatch):
+    home, _ = homes
+    if mismatch == "revision":  # the installed Prefect's scripts end at another revision
+        monkeypatch.setattr(pdb, "migration_head", lambda: "0123456789ab")
+    elif mismatch == "version":  # another Prefect version: no file of that name
+        monkeypatch.setattr(pdb.metadata, "version", lambda name: "3.99.0")
+    else:
+        shipped = tmp_path / "shipped"
+        shipped.mkdir()
+        if mismatch == "header":  # a file whose header names another version
+            (shipped / _shipped_file().name).write_text(_shipped_file().read_text().replace(
+                f"Prefect {pdb.metadata.version('prefect')}'s", "Prefect 0.0.1's", 1))
+        monkeypatch.setattr(pdb, "SCHEMA_DIR", shipped)
+    template = pdb.template_path()
+    assert pdb.shipped_schema() is None
+    assert pdb.plan_database() == pdb.DatabasePlan(migrate=True, save_to=template, database=home / "prefect.db")
+    assert not template.exists() and not (home / "prefect.db").exists()
+
+
 @pytest.mark.slow
-def test_a_server_started_from_the_built_template_serves_a_release(tmp_path):
-    """The template Prefect's own migrations build has the schema at Alembic's head (as
-    Prefect's scripts say it); a first release in a new PREFECT_HOME starts from it and its
-    flow run is recorded, completed, in that home's database."""
+def test_the_migration_head_read_as_text_is_alembics():
     from alembic.script import ScriptDirectory
 
     from prefect.server.database.alembic_commands import alembic_config
 
+    scripts = ScriptDirectory.from_config(alembic_config())
+    scripts.version_locations = [str(Path(scripts.dir) / "versions" / "sqlite")]  # as Prefect's env.py does
+    assert pdb.migration_head() == scripts.get_current_head() is not None
+
+
+def test_a_migrated_database_holding_rows_is_not_written_as_a_schema(tmp_path):
+    with sqlite3.connect(_fake_db(tmp_path / "p.db")) as con:
+        con.execute("INSERT INTO flow_run VALUES ('1', 'a-run')")
+    with pytest.raises(ValueError, match="flow_run"):
+        pdb.schema_sql(tmp_path / "p.db")
+
+
+def _items(body: str) -> list[str]:
+    """A CREATE TABLE's body split at its top-level commas (not inside parentheses or quotes)."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(body):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(body[start:i].strip())
+            start = i + 1
+    return items + [body[start:].strip()]
+
+
+def _canonical(text: str, tmp: Path) -> list[tuple]:
+    """A schema script's ``sqlite_master`` with each table's constraints in name order: Prefect's
+    own migrations write a recreated table's foreign keys and unique constraints in an order
+    that varies from run to run (the same schema; two runs of ``create_db`` differ so)."""
+    out = []
+    for kind, name, table, sql in _schema(_from_script(tmp, text)):
+        if kind == "table":
+            head, body = sql[:sql.index("(")], sql[sql.index("(") + 1:sql.rindex(")")]
+            items = _items(body)
+            columns = [i for i in items if not i.upper().startswith("CONSTRAINT")]
+            sql = (head, columns, sorted(i for i in items if i.upper().startswith("CONSTRAINT")))
+        out.append((kind, name, table, sql))
+    return out
+
+
+def test_the_canonical_form_ignores_constraint_order_only(tmp_path):
+    one = "CREATE TABLE t (a INT, b TEXT DEFAULT 'x,(y', CONSTRAINT u UNIQUE (a, b), CONSTRAINT f CHECK (a > 0));"
+    two = "CREATE TABLE t (a INT, b TEXT DEFAULT 'x,(y', CONSTRAINT f CHECK (a > 0), CONSTRAINT u UNIQUE (a, b));"
+    three = "CREATE TABLE t (b TEXT DEFAULT 'x,(y', a INT, CONSTRAINT u UNIQUE (a, b), CONSTRAINT f CHECK (a > 0));"
+    assert _canonical(one, tmp_path / "1.db") == _canonical(two, tmp_path / "2.db")
+    assert _canonical(one, tmp_path / "3.db") != _canonical(three, tmp_path / "4.db")  # column order counts
+
+
+@pytest.mark.slow
+def test_prefects_migrations_regenerate_the_shipped_schema(tmp_path):
+    """The shipped file is what ``--write-schema`` makes from Prefect's own migrations now
+    (up to the order of a table's constraints, which varies between runs of the migrations)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PYTHONPATH=str(ROOT), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    code = ("import tempfile, pathlib; from dpsynth.orchestration import prefect_db as p\n"
+            "with tempfile.TemporaryDirectory() as h: print(p.schema_sql(p._migrated(h, 600)), end='')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    shipped = _shipped_file().read_text()
+    assert out.stdout.splitlines()[0] == shipped.splitlines()[0]  # version and Alembic revision
+    assert _canonical(out.stdout, tmp_path / "new.db") == _canonical(shipped, tmp_path / "shipped.db")
+    assert len(_schema(tmp_path / "new.db")) == len(_schema(tmp_path / "shipped.db")) > 200
+
+
+@pytest.mark.slow
+def test_a_first_release_with_an_empty_cache_runs_on_the_shipped_schema(tmp_path):
+    """A first release in a new PREFECT_HOME with an empty user cache (a ``pip install``
+    user): the template is made from the shipped schema, the server starts on a copy without
+    migrating, registers its block types (its database is then kept as the template, without
+    any run) and records the flow run, completed; the schema is still the shipped one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
                PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    built = subprocess.run([sys.executable, "-m", "dpsynth.orchestration.prefect_db"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
+    (tmp_path / "seed").write_bytes(b"s" * 32)
+    run = subprocess.run([sys.executable, "-m", "dpsynth", "release", "--data", str(ROOT / "data" / "demo.csv"),
+                          "--schema", str(ROOT / "schemas" / "demo.yaml"), "--epsilon", "1", "--seed-file",
+                          str(tmp_path / "seed"), "--out", str(tmp_path / "out"), "--workspace",
+                          str(tmp_path / "ws"), "--name", "seeded", "--engine", "prefect"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    template = tmp_path / "cache" / "dpsynth" / "prefect-db" / pdb.metadata.version("prefect") / "prefect.db"
+    database = tmp_path / "home" / "prefect.db"
+    with sqlite3.connect(database) as con:
+        runs = con.execute("SELECT state_type FROM flow_run").fetchall()
+        names = {r[0] for r in con.execute("SELECT name FROM block_type")}
+    with sqlite3.connect(template) as con:  # made from the script, then the server's database (no run) kept
+        assert "Local File System" in {r[0] for r in con.execute("SELECT name FROM block_type")}
+        assert con.execute("SELECT count(*) FROM flow_run").fetchone() == (0,)
+    assert runs == [("COMPLETED",)] and "Local File System" in names
+    assert pdb.alembic_revision(database) == pdb.migration_head() is not None
+    reference = _from_script(tmp_path / "reference.db", _shipped_file().read_text())
+    assert _schema(database) == _schema(template) == _schema(reference)
+
+
+@pytest.mark.slow
+def test_a_template_built_by_prefects_migrations_serves_a_release(tmp_path):
+    """The fallback: ``--migrate`` builds the template with Prefect's own migrations (what a
+    Prefect without a matching shipped schema gets); a release on a copy completes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
+               PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    built = subprocess.run([sys.executable, "-m", "dpsynth.orchestration.prefect_db", "--migrate"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     template = tmp_path / "cache" / "dpsynth" / "prefect-db" / pdb.metadata.version("prefect") / "prefect.db"
     assert built.returncode == 0 and str(template) in built.stdout
-    scripts = ScriptDirectory.from_config(alembic_config())
-    scripts.version_locations = [str(Path(scripts.dir) / "versions" / "sqlite")]  # as Prefect's env.py does
-    head = scripts.get_current_head()
-    assert head is not None
-    assert pdb.alembic_revision(template) == head
+    assert pdb.alembic_revision(template) == pdb.migration_head() is not None
     (tmp_path / "seed").write_bytes(b"s" * 32)
     run = subprocess.run([sys.executable, "-m", "dpsynth", "release", "--data", str(ROOT / "data" / "demo.csv"),
                           "--schema", str(ROOT / "schemas" / "demo.yaml"), "--epsilon", "1", "--seed-file",
@@ -182,7 +346,5 @@ def test_a_server_started_from_the_built_template_serves_a_release(tmp_path):
     database = tmp_path / "home" / "prefect.db"
     with sqlite3.connect(database) as con:
         runs = con.execute("SELECT state_type FROM flow_run").fetchall()
-        names = {r[0] for r in con.execute("SELECT name FROM block_type")}
-    assert runs == [("COMPLETED",)] and "Local File System" in names
-    assert pdb.alembic_revision(database) == head
+    assert runs == [("COMPLETED",)]
     assert _schema(database) == _schema(template)  # the template's schema, as Prefect's migrations made it

@@ -112,6 +112,7 @@ def triangulate(domain: Domain, cliques: Iterable[Iterable[str]],
     remaining = set(domain.names)
     cells = {v: size[v] * math.prod(size[a] for a in adj[v]) for v in remaining}
     found: list[Clique] = []
+    eliminated: list[str] = []
     while remaining:
         low = min(cells[v] for v in remaining)
         ties = [v for v in remaining if cells[v] == low]
@@ -124,13 +125,18 @@ def triangulate(domain: Domain, cliques: Iterable[Iterable[str]],
             best = min(ties, key=tie_key)
         nb = adj[best] & remaining
         for a in nb:
-            adj[a].update(b for b in nb if b != a)
+            adj[a] |= nb
+            adj[a].discard(a)
         found.append(tuple(sorted(nb | {best}, key=order)))
+        eliminated.append(best)
         remaining.remove(best)
         for a in nb:
-            cells[a] = size[a] * math.prod(size[b] for b in adj[a] & remaining)
+            cells[a] = size[a] * math.prod(map(size.__getitem__, adj[a] & remaining))
+    # A clique found later never holds a variable eliminated before it, so clique i can lie
+    # inside only an earlier clique that holds its own eliminated variable.
     sets = [frozenset(c) for c in found]
-    maximal = [c for c, s in zip(found, sets) if not any(len(o) > len(s) and s < o for o in sets)]
+    maximal = [c for i, (c, s) in enumerate(zip(found, sets))
+               if not any(eliminated[i] in o and s < o for o in sets[:i])]
     return list(dict.fromkeys(maximal))
 
 
@@ -150,12 +156,22 @@ class JunctionTree:
 
     def separator(self, i: int, j: int) -> Clique:
         """Columns shared by cliques ``i`` and ``j``, in domain order."""
-        s = set(self.cliques[i]) & set(self.cliques[j])
-        return tuple(a for a in self.cliques[i] if a in s)
+        known = self.__dict__.setdefault("_separators", {})  # kept per tree (it is frozen)
+        if (i, j) not in known:
+            s = set(self.cliques[i]) & set(self.cliques[j])
+            known[(i, j)] = tuple(a for a in self.cliques[i] if a in s)
+        return known[(i, j)]
 
     def neighbours(self, i: int) -> list[int]:
         """Indices of the cliques joined to clique ``i`` by a tree edge."""
-        return [b if a == i else a for a, b in self.edges if i in (a, b)]
+        adjacency = self.__dict__.get("_adjacency")
+        if adjacency is None:  # built once per tree (a cache on the frozen dataclass)
+            adjacency = [[] for _ in self.cliques]
+            for a, b in self.edges:
+                adjacency[a].append(b)
+                adjacency[b].append(a)
+            self.__dict__["_adjacency"] = adjacency
+        return list(adjacency[i])
 
     def cells(self) -> list[int]:
         """Number of cells of each clique's table, in clique order."""
@@ -167,11 +183,15 @@ class JunctionTree:
 
     def containing(self, attrs: Iterable[str]) -> int | None:
         """Index of the smallest clique that holds every column of ``attrs``, or None."""
-        want = set(attrs)
+        want = frozenset(attrs)
+        known = self.__dict__.setdefault("_containing", {})  # answers kept per tree (it is frozen)
+        if want in known:
+            return known[want]
         best = None
         for i, c in enumerate(self.cliques):
             if want <= set(c) and (best is None or self.domain.cells(c) < self.domain.cells(self.cliques[best])):
                 best = i
+        known[want] = best
         return best
 
 

@@ -72,12 +72,12 @@ __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 log = logging.getLogger(__name__)
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
-#: The estimator's steps scale with the model (EstimatorOptions.cell_steps): every fit gets
+#: Small models get more estimator steps (EstimatorOptions.cell_steps): every fit gets
 #: FIT_CELL_STEPS / units cell-steps (``units``: AIM's budget units, 16 per column by default;
-#: MST counts 16 per column too), so a junction tree of size S (cells + 100 per clique) takes up
-#: to that / S steps (at least the fit's own cap, at most 1000), and one small enough for 1000
-#: steps runs them in float64 without the noise stop. Over a whole AIM run the refits spend at
-#: most FIT_CELL_STEPS cell-steps beyond their caps. Set on the tuning half of
+#: MST counts 16 per column too); a junction tree of size S (cells + 100 per clique) with
+#: 1000 x S within that runs 1000 steps in float64 without the noise stop, larger trees keep
+#: the fit's own cap (dpsynth.inference.scaled_options). Over a whole AIM run the refits spend
+#: at most FIT_CELL_STEPS cell-steps beyond their caps. Set on the tuning half of
 #: benchmarks/aim_head_to_head.py (docs/pgm.md, "Steps scaled by the model's size").
 FIT_CELL_STEPS = 128_000_000
 
@@ -149,7 +149,7 @@ class PgmParams:
     What bounds AIM's time, by construction: every estimator iteration costs a few passes over
     the junction tree's cells (at most ``max_model_cells``), and there are at most
     ``units`` refits of ``refit_iters`` iterations plus one fit of ``iters`` (a fit on a tree
-    of size S may take up to FIT_CELL_STEPS / units / S steps, see FIT_CELL_STEPS)."""
+    of size S with 1000 x S <= FIT_CELL_STEPS / units takes 1000 steps, see FIT_CELL_STEPS)."""
 
     select: Literal["mst", "aim"] = "mst"
     degree: int = param(3, "2 or 3 (aim only)", only=_AIM)
@@ -375,7 +375,7 @@ class PgmMethod(MethodBase):
         return estimate(self._model_domain(), folded, options=opts, warm=warm)
 
     def _options(self, iters: int, schema: Schema, **extra) -> EstimatorOptions:
-        """Every fit's estimator options: at most ``iters`` steps (more for a small model, see
+        """Every fit's estimator options: at most ``iters`` steps (1000 for a small model, see
         :data:`FIT_CELL_STEPS`), the same noise stop and precision."""
         units = self.params.units if self.params.select == "aim" and self.params.units else 16 * len(schema.columns)
         return EstimatorOptions(iters=iters, noise_tol=self.params.noise_tol or None, precision=self.params.precision,
@@ -531,11 +531,13 @@ def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool
     candidate inside a measured set adds no edge and leaves the tree as it is."""
     cache: dict[int, bool] = {}
     graph = interaction_graph(dom, measured)  # built once a round; each candidate adds its edges
+    held = [frozenset(c) for c in measured]
 
     def ok(i: int) -> bool:
         if i not in cache:
             attrs = tuple(names[j] for j in cands[i])
-            if any(set(attrs) <= set(c) for c in measured):
+            want = frozenset(attrs)
+            if any(want <= c for c in held):
                 cache[i] = True
             else:
                 tri = triangulate(dom, [attrs], graph=graph)

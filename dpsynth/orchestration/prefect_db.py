@@ -2,18 +2,23 @@
 
 A Prefect server checks its database at every start (``alembic upgrade head``: 1.5 s on an
 idle core even when nothing is to do) and, in a new ``PREFECT_HOME``, creates it by running
-every migration (5-9 s). Here, once per Prefect version, the database a temporary server has
-just created (migrated, block types registered, no run yet) is copied to the user's cache;
-a new ``PREFECT_HOME`` then starts from a copy of it, and a database already at that
-template's Alembic revision is started without the check. Everything else is left as
-Prefect does it: a database setting anywhere in Prefect's settings sources, a database at
-another revision, or no template yet. ``python -m dpsynth.orchestration.prefect_db``
-builds the template ahead (``make install`` does), so that even a first release has it.
+every migration (5-9 s). Here a migrated template is kept once per Prefect version in the
+user's cache; a new ``PREFECT_HOME`` starts from a copy of it, and a database already at that
+template's Alembic revision is started without the check. The template comes from the schema
+shipped with dpsynth for the pinned Prefect (``prefect_schema/prefect-<version>.sql``: the
+statements Prefect's own migrations leave in ``sqlite_master``, and the Alembic revision), used
+only when the installed version and the head of its migration scripts both match; else from
+the database a temporary server has just created (migrated, block types registered, no run
+yet). Everything else is left as Prefect does it: a database setting anywhere in Prefect's
+settings sources, a database at another revision, or no template. ``python -m
+dpsynth.orchestration.prefect_db`` builds the template ahead (``make install`` does);
+``--write-schema`` regenerates the shipped schema from Prefect's migrations.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import sqlite3
@@ -24,8 +29,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["DatabasePlan", "alembic_revision", "build_template", "default_database", "plan_database",
-           "save_template", "template_path"]
+__all__ = ["DatabasePlan", "alembic_revision", "build_template", "default_database", "migration_head",
+           "plan_database", "save_template", "schema_sql", "shipped_schema", "template_path", "write_schema"]
 
 # A setting that may move Prefect's database: in env-style files (profiles, .env) a PREFECT_
 # variable naming DATABASE or HOME; in TOML files (prefect.toml, [tool.prefect]) a database
@@ -105,10 +110,25 @@ def plan_database() -> DatabasePlan:
     if database is None or template is None:
         return DatabasePlan(migrate=True)
     head = alembic_revision(template)
+    if head is None and not database.exists() and _template_from_schema(template):
+        head = alembic_revision(template)  # an empty cache, filled from the shipped schema
     if head is None:
         return DatabasePlan(migrate=True, save_to=None if database.exists() else template, database=database)
     seeded = not database.exists() and _copy_new(template, database)
-    return DatabasePlan(migrate=alembic_revision(database) != head, seeded=seeded, database=database)
+    # A template made from the shipped schema has no block types yet: the server registers
+    # them at its start (about 1 CPU s); its database, then, is the better template.
+    save_to = template if seeded and not _has_block_types(template) else None
+    return DatabasePlan(migrate=alembic_revision(database) != head, seeded=seeded, save_to=save_to,
+                        database=database)
+
+
+def _has_block_types(database: Path) -> bool:
+    """Whether a template holds Prefect's registered block types (True if it cannot tell)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as con:
+            return con.execute("SELECT 1 FROM block_type LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return True
 
 
 def _copy_new(source: Path, target: Path) -> bool:
@@ -172,23 +192,134 @@ def save_template(plan: DatabasePlan) -> bool:
 _MIGRATE = "import asyncio; from prefect.server.database import provide_database_interface as p; asyncio.run(p().create_db())"
 
 
-def build_template(timeout: float = 600.0) -> Path | None:
-    """The template for the installed Prefect version, built now if missing by Prefect's own
-    migrations (``create_db``) in an isolated ``PREFECT_HOME``; None without Prefect."""
+def _migrated(home: str, timeout: float) -> Path:
+    """A new database migrated by Prefect's own ``create_db`` in an isolated ``PREFECT_HOME``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=home, PREFECT_PROFILES_PATH=str(Path(home) / "profiles.toml"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    subprocess.run([sys.executable, "-c", _MIGRATE], env=env, cwd=home, check=True, timeout=timeout,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return Path(home) / "prefect.db"
+
+
+def build_template(timeout: float = 600.0, migrate: bool = False) -> Path | None:
+    """The template for the installed Prefect version, built now if missing: from the shipped
+    schema when it matches, else (or with ``migrate``) by Prefect's own migrations in an
+    isolated ``PREFECT_HOME``; None without Prefect."""
     template = template_path()
     if template is None or alembic_revision(template) is not None:
         return template
+    if not migrate and _template_from_schema(template):
+        return template
     template.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=template.parent) as home:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env.update(PREFECT_HOME=home, PREFECT_PROFILES_PATH=str(Path(home) / "profiles.toml"),
-                   PREFECT_SERVER_ANALYTICS_ENABLED="false")
-        subprocess.run([sys.executable, "-c", _MIGRATE], env=env, cwd=home, check=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        save_template(DatabasePlan(migrate=True, save_to=template, database=Path(home) / "prefect.db"))
+        database = _migrated(home, timeout)
+        save_template(DatabasePlan(migrate=True, save_to=template, database=database))
     return template if alembic_revision(template) is not None else None
 
 
+# The shipped schema: one file per Prefect version, its first line naming the Alembic revision.
+SCHEMA_DIR = Path(__file__).with_name("prefect_schema")
+_HEADER = "-- dpsynth: the SQLite schema Prefect {version}'s migrations create, at Alembic revision {revision}"
+_HEADER_RE = re.compile(r"-- dpsynth: the SQLite schema Prefect (\S+)'s migrations create, at Alembic revision (\w+)")
+_REVISION = re.compile(r"^revision\b[^=\n]*=\s*['\"](\w+)['\"]", re.MULTILINE)
+_DOWN = re.compile(r"^down_revision\b[^=\n]*=(.*)$", re.MULTILINE)
+
+
+def migration_head() -> str | None:
+    """The head revision of the installed Prefect's SQLite migration scripts, read as text
+    (importing Alembic and Prefect's settings costs 1-2 s); None if not exactly one head."""
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    versions = Path(list(spec.submodule_search_locations)[0]) / "server/database/_migrations/versions/sqlite"
+    revisions, parents = set(), set()
+    for script in versions.glob("*.py"):
+        text = script.read_text(errors="replace")
+        rev, down = _REVISION.search(text), _DOWN.search(text)
+        if rev is None or down is None:
+            continue  # not a migration script
+        revisions.add(rev.group(1))
+        parents.update(re.findall(r"['\"](\w+)['\"]", down.group(1)))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def schema_sql(database: Path) -> str:
+    """A migrated Prefect database as SQL text: every table, index, trigger and view of
+    ``sqlite_master`` (tables first, by name) and the ``alembic_version`` row. Refuses a
+    database holding any other row (the text carries the schema, no data)."""
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as con:
+        entries = con.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE "
+                              "'sqlite_%' ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, "
+                              "name").fetchall()
+        for kind, name, _ in entries:
+            if kind == "table" and name != "alembic_version" and con.execute(f'SELECT 1 FROM "{name}"').fetchone():
+                raise ValueError(f"the database holds rows in {name}: not a freshly migrated one")
+        (revision,), = con.execute("SELECT version_num FROM alembic_version").fetchall()
+    version = metadata.version("prefect")
+    lines = [_HEADER.format(version=version, revision=revision), "BEGIN;"]
+    lines += [f"{sql};" for _, _, sql in entries]  # as stored, its whitespace included
+    lines += [f"INSERT INTO alembic_version (version_num) VALUES ('{revision}');", "COMMIT;", ""]
+    return "\n".join(lines)
+
+
+def write_schema(timeout: float = 600.0) -> Path:
+    """Regenerates the shipped schema of the installed Prefect from its own migrations."""
+    target = SCHEMA_DIR / f"prefect-{metadata.version('prefect')}.sql"
+    with tempfile.TemporaryDirectory(prefix="dpsynth-prefect-schema-") as home:
+        text = schema_sql(_migrated(home, timeout))
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(text)
+    return target
+
+
+def shipped_schema() -> str | None:
+    """The shipped schema's SQL text when it is the installed Prefect's: same version and
+    the same head revision of its migration scripts; else None (Prefect migrates)."""
+    try:
+        version = metadata.version("prefect")
+        text = (SCHEMA_DIR / f"prefect-{version}.sql").read_text()
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+    header = _HEADER_RE.match(text)
+    if header is None or header.group(1) != version or header.group(2) != migration_head():
+        return None
+    return text
+
+
+def _template_from_schema(template: Path) -> bool:
+    """Creates the template from the shipped schema (tens of ms, against 5-9 s of migrations)
+    if it matches the installed Prefect; a template another process made meanwhile is kept."""
+    text = shipped_schema()
+    if text is None:
+        return False
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".prefect-db-", dir=template.parent)
+        os.close(fd)
+        try:
+            with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as con:
+                con.executescript(text)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, template)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    except (OSError, sqlite3.Error):
+        return False
+    return alembic_revision(template) is not None
+
+
 if __name__ == "__main__":
-    built = build_template()
-    print(f"Prefect database template: {built or 'not built (Prefect is not installed)'}")
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Builds the Prefect database template in the user's cache.")
+    ap.add_argument("--migrate", action="store_true", help="by Prefect's migrations, not the shipped schema")
+    ap.add_argument("--write-schema", action="store_true", help="regenerate the shipped schema from the migrations")
+    opts = ap.parse_args()
+    if opts.write_schema:
+        print(f"wrote {write_schema()}")
+    else:
+        built = build_template(migrate=opts.migrate)
+        print(f"Prefect database template: {built or 'not built (Prefect is not installed)'}")
