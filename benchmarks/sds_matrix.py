@@ -56,6 +56,7 @@ with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -69,6 +70,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dpsynth.privacy.budget import RefusedMidPlan  # noqa: E402
 from benchmarks._common import (RESULTS, SHARED_DATA as _DEFAULT_DATA, add_ceilings, ceiling_text,  # noqa: E402
                                 ceilings, print_table, write_json)
 
@@ -263,6 +265,24 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
     return meas, synth, r_decode, wall
 
 
+def gate_margins(synth, meas, decode_rng) -> dict[str, float]:
+    """The gate's worst TVD / threshold per marginal size (``max_ratio_k<k>``; above 1 the gate
+    refuses): how close a release came to failing. Same decode as :func:`gate_verdict`."""
+    from dpsynth.rows.encoding import decode
+    from dpsynth.gate.checks import prepare
+
+    plan = prepare(decode(synth, decode_rng), synth, meas, None, None)
+    out: dict[str, Any] = {}
+    for k in sorted({e["k"] for e in plan.marginal_errors}):
+        errs = [e for e in plan.marginal_errors if e["k"] == k]
+        worst = max(errs, key=lambda e: e["tvd"] / e["threshold"])
+        out[f"max_ratio_k{k}"] = round(worst["tvd"] / worst["threshold"], 4)
+        out[f"worst_k{k}"] = {"marginal": worst["marginal"], "tvd": round(worst["tvd"], 5),
+                              "threshold": round(worst["threshold"], 5)}
+        out[f"min_threshold_k{k}"] = round(min(e["threshold"] for e in errs), 5)
+    return out
+
+
 def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, list[str]]:
     """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
     from dpsynth import gate
@@ -391,25 +411,78 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
     runs = []
     for seed in seeds:
         cpu0 = time.process_time()
-        meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+        try:
+            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+        except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
+            forecast = getattr(exc, "forecast", None)
+            runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
+                         "cpu_s": round(time.process_time() - cpu0, 2),
+                         "forecast": None if forecast is None else forecast.to_dict()})
+            continue
         cpu = time.process_time() - cpu0
+        margins = gate_margins(synth, meas, copy.deepcopy(r_dec))
         ok, failed = gate_verdict(synth, meas, r_dec, use_ge)
         s = score(table, synth.codes.astype(np.int64))
         advice = assess(meas, table.schema)
         runs.append({"seed": seed, "published": ok, "failed": failed, "wall_s": round(wall, 2),
                      "cpu_s": round(cpu, 2), **s,
+                     **margins,
                      "guard_warns": None if advice is None else advice.below_baseline,
                      "signal_to_noise": None if advice is None else round(advice.signal_to_noise, 3),
-                     "pair_noise_ratio": meas.meta.get("pair_noise_ratio"),
+                     "pair_noise_ratio": meas.meta.get("pair_noise_ratio"), "refused": False,
+                     "forecast": _forecast(meas, table.schema, method),
                      "levels": meas.meta.get("reporting_length"),
                      "choice": meas.meta.get("synthesis_choice")})
-    keys = [k for k in runs[0] if k.startswith(("kmarginal", "tvd"))]
-    return {"method": method, "table": table.name, "half": table.half, "epsilon": eps,
+    return summarise(method, table.name, table.half, eps, runs)
+
+
+def summarise(method: str, table: str, half: str, eps: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell from its runs: publish rate (refused runs count as not published), refusals,
+    mean scores and their spread over the runs that measured, CPU seconds summed."""
+    done = [r for r in runs if not r.get("refused")] or [{}]
+    keys = [k for k in done[0] if k.startswith(("kmarginal", "tvd"))]
+    return {"method": method, "table": table, "half": half, "epsilon": eps,
             "publish_rate": sum(r["published"] for r in runs) / len(runs),
-            **{k: float(np.mean([r[k] for r in runs])) for k in keys},
-            **{f"{k}_sd": float(np.std([r[k] for r in runs], ddof=1)) if len(runs) > 1 else 0.0 for k in keys},
-            "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+            "refused": sum(bool(r.get("refused")) for r in runs),
+            **{k: float(np.mean([r[k] for r in done])) for k in keys},
+            **{f"{k}_sd": float(np.std([r[k] for r in done], ddof=1)) if len(done) > 1 else 0.0 for k in keys},
+            "wall_s": float(np.mean([r.get("wall_s", 0.0) for r in runs])),
             "cpu_s": float(np.sum([r["cpu_s"] for r in runs])), "runs": runs}
+
+
+def pool_cells(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cells of the same (method, table, epsilon) from partial runs (one seed each) as one
+    cell with all their runs; a cell's load averages are kept per part (``loadavg_parts``)."""
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["method"], c["table"], c["epsilon"]), []).append(c)
+    out = []
+    for (method, table, eps), parts in groups.items():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        runs = sorted((r for c in parts for r in c["runs"]), key=lambda r: r["seed"])
+        cell = summarise(method, table, parts[0]["half"], eps, runs)
+        cell.update({k: parts[0][k] for k in ("independent", "ceiling") if k in parts[0]})
+        cell["loadavg_parts"] = [c.get("loadavg") for c in parts]
+        out.append(cell)
+    return out
+
+
+def _forecast(meas, schema, method: str) -> dict[str, Any] | None:
+    """sds's pre-spend rule on this release (:func:`dpsynth.methods.sds.guard.forecast`) from
+    its public inputs: the parameters, the budget split and the DP record count."""
+    if method != "sds" or int(meas.meta.get("reporting_length", 1)) < 2:
+        return None
+    from dpsynth.methods.sds import SdsParams, noise_split
+    from dpsynth.methods.sds.guard import forecast
+    from dpsynth.privacy.budget import Budget
+
+    params = SdsParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in meas.params.items()})
+    split = noise_split(params, schema, Budget(epsilon=float(meas.meta["epsilon"]), delta=DELTA))
+    count = (meas.meta.get("dp_record_count") or {}).get("value", meas.records.value)
+    f = forecast(params, schema.cardinalities, split, float(count))
+    return None if f is None else f.to_dict()
 
 
 def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -450,7 +523,21 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     return cells
 
 
+def _rule_text(runs: Sequence[dict[str, Any]]) -> str:
+    """The smallest of the runs' predicted tightest 2-way gate thresholds (sds's pre-spend rule)."""
+    t = [r["forecast"]["min_pair_threshold"] for r in runs if r.get("forecast")]
+    return f"{min(t):.4f}" if t else "-"
+
+
+def _ratio_text(runs: Sequence[dict[str, Any]], k: int) -> str:
+    """The largest TVD / gate threshold of the k-way marginals over the runs (above 1: refused)."""
+    v = [r[f"max_ratio_k{k}"] for r in runs if f"max_ratio_k{k}" in r]
+    return f"{max(v):.2f}" if v else "-"
+
+
 def _score_text(c: dict[str, Any]) -> str:
+    if "kmarginal" not in c and "tvd1" not in c:
+        return "refused"
     if "kmarginal" in c:
         return f"{c['kmarginal']:.1f}"
     return "/".join(f"{c[f'tvd{k}']:.3f}" for k in (1, 2, 3))
@@ -458,6 +545,8 @@ def _score_text(c: dict[str, Any]) -> str:
 
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether scores ``a`` beat ``b`` (NIST: k-marginal; generated: both 2- and 3-way TVD)."""
+    if "kmarginal" not in a and "tvd1" not in a:  # every run refused
+        return False
     if "kmarginal" in a:
         return a["kmarginal"] > b["kmarginal"]
     return a["tvd2"] < b["tvd2"] and a["tvd3"] < b["tvd3"]
@@ -471,7 +560,7 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
     keys = sorted({(c["half"], c["table"], c["epsilon"]) for c in cells},
                   key=lambda k: (("nist", "tuning", "held-out").index(k[0]), k[1], k[2]))
     headers = ["table", "eps", *methods, "exact-indep", "ceiling binned/resample", "noise2/indep2",
-               "sds>exact", "sds>marg", "publish", "guard",
+               "sds>exact", "sds>marg", "publish", "refused", "rule t2", "worst k2", "guard",
                "levels", "cpu_s"]
     for half in ("nist", "tuning", "held-out"):
         rows = []
@@ -492,7 +581,8 @@ def report(cells: Sequence[dict[str, Any]]) -> None:
                          _score_text(sds["independent"]), ceiling_text(sds.get("ceiling")), noise_text,
                          "yes" if _better(sds, sds["independent"]) else "NO" + exempt,
                          "-" if marg is None else ("yes" if _better(sds, marg) else "NO" + exempt),
-                         pubs, f"{sum(warns)}/{len(warns)}" if warns else "-",
+                         pubs, f"{sds.get('refused', 0)}/{len(runs)}", _rule_text(runs),
+                         _ratio_text(runs, 2), f"{sum(warns)}/{len(warns)}" if warns else "-",
                          ",".join(sorted({str(r.get("levels")) for r in runs})) or "-",
                          f"{sum(by[(table, eps, m)].get('cpu_s', 0.0) for m in methods if (table, eps, m) in by):.0f}"])
         if rows:
@@ -538,18 +628,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epsilons", nargs="*", type=float, default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=None)
     ap.add_argument("--ge", action="store_true", help="run the full GE gate for every verdict")
+    ap.add_argument("--no-refusal", action="store_true",
+                    help="measure even where sds's pre-spend rule refuses (to see what the gate says there)")
     ap.add_argument("--merge", nargs="*", default=None,
                     help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
     ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if args.no_refusal:
+        import dpsynth.methods.sds.guard as guard
+
+        guard.MIN_PAIR_THRESHOLD = 0.0
     if args.ceilings_only:
         report(add_ceilings_only(args))
         return 0
     if args.merge:
         parts = [json.loads((RESULTS / f"{name}.json").read_text()) for name in args.merge]
-        cells = [c for part in parts for c in part["cells"]]
+        cells = pool_cells([c for part in parts for c in part["cells"]])
         _add_missing_baseline_tvd2(cells, args)
         cpu = sum(float(part.get("cpu_s", 0.0)) for part in parts)
         wall = sum(float(part.get("wall_s", 0.0)) for part in parts)

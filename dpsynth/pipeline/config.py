@@ -68,6 +68,11 @@ class BudgetSpent(ReleaseError):
     NOTE = "the privacy budget of this release was spent"
 
 
+class PartlySpent(BudgetSpent):
+    """The method refused after spending only part of its plan (``sds`` after its DP record
+    count): the registry holds only that part; the message says what it was."""
+
+
 class ValidationFailed(BudgetSpent):
     """The gate failed: the release is not publishable (its budget was spent measuring)."""
 

@@ -25,16 +25,16 @@ from ..publish.bundle import fsync_path, publish_release, read_sign_key
 from ..rows.encode_parts import encode_to_parts
 from ..rows.encoding import EncodedTable
 from ..measurement import Measurement, PrivacyStatement
-from ..privacy.budget import Charge, Ledger, delta_warning, is_pure
+from ..privacy.budget import Charge, Ledger, RefusedMidPlan, delta_warning, is_pure
 from ..privacy.rng import seed_commitment
-from ..privacy.registry import Draw, consume_draw
+from ..privacy.registry import Draw, consume_draw, settle_draw
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, load_rows
 from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
 from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner  # noqa: F401 (re-exported)
-from .config import BudgetSpent, ReleaseError, ReleasePlan, ValidationFailed
+from .config import BudgetSpent, PartlySpent, ReleaseError, ReleasePlan, ValidationFailed
 
 __all__ = [
     "COMPLETE",
@@ -136,7 +136,10 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
     codes = source if getattr(method, "measures_counts", False) else load_rows(source, plan.method_name)
     ledger = Ledger(plan.budget, plan.charges)
     consume_draw(plan.config.workspace, draw, plan.dataset, plan.key)  # the charge, used once, then the noise
-    m = method.measure(codes, ledger, plan.rng("measure"))
+    try:
+        m = method.measure(codes, ledger, plan.rng("measure"))
+    except RefusedMidPlan as exc:
+        raise _settled(plan, draw, ledger, exc) from None
     unspent = {c.stage for c in ledger.planned} - {c.stage for c in ledger.spent}
     if unspent:
         raise ReleaseError(f"method {plan.method_name!r} did not spend planned stages {sorted(unspent)}")
@@ -152,6 +155,18 @@ def measure_stage(plan: ReleasePlan, codes_path: Path, draw: Draw | None = None,
         m.save(tmp)
         (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=2, sort_keys=True) + "\n")
     return folder
+
+
+def _settled(plan: ReleasePlan, draw: Draw | None, ledger: Ledger, exc: RefusedMidPlan) -> PartlySpent:
+    """A method's refusal after part of its plan: the registry's draw lowered to the spent
+    charges (the rest drew no noise), and the error that says what was spent."""
+    spent = ledger.spent
+    if draw is not None:
+        settle_draw(plan.config.workspace, draw, spent, float(plan.budget.delta))
+    what = ", ".join(c.stage for c in spent) or "nothing"
+    cost = ledger.epsilon_spent() if spent else 0.0
+    return PartlySpent(f"{exc}. Spent and charged to the dataset's registry: {what} (epsilon {cost:.3g} of "
+                       f"{plan.budget.epsilon:g}); the rest of the budget was not spent")
 
 
 def synthetic_folder(plan: ReleasePlan) -> Path:

@@ -60,7 +60,7 @@ class CodeMargin:
 
     def rescale(self, x: np.ndarray, ratio: np.ndarray) -> np.ndarray:
         """Each row's weight scaled by its code's ratio."""
-        return x * ratio[self.codes]
+        return x * ratio.take(self.codes)
 
 
 def _share_gap(current: np.ndarray, target: np.ndarray) -> float:

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from .accounting import epsilon_from_rho, rho_from_epsilon
 
-__all__ = ["MAX_DELTA", "Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "check_delta",
+__all__ = ["MAX_DELTA", "Budget", "Charge", "Ledger", "BudgetExceeded", "LedgerError", "RefusedMidPlan", "check_delta",
            "delta_warning", "is_pure", "stated_budget", "total_epsilon"]
 
 # Relative slack allowed when comparing sums of floating-point shares with the budget.
@@ -56,6 +56,13 @@ class BudgetExceeded(ValueError):
 
 class LedgerError(RuntimeError):
     """A charge that was not planned, or one spent twice."""
+
+
+class RefusedMidPlan(ValueError):
+    """A method stopped after spending only part of its plan (e.g. ``sds`` after its DP record
+    count, where the count says the gate would refuse the release). What the release cost is
+    the ledger's spent charges; the rest of the plan drew no noise. The message names the
+    parameter to change and never quotes a row."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,6 +46,7 @@ __all__ = [
     "ReleaseCost",
     "RegistryRefused",
     "registry_path",
+    "settle_draw",
     "set_cap",
     "get_cap",
     "charge",
@@ -477,6 +478,40 @@ def consume_draw(workspace: Path, draw: Draw | None, dataset: str, release_key: 
     if why is not None:
         raise DrawRefused(f"measure refused to draw noise: {why}; nothing was measured. Every draw must be "
                           "charged to the dataset's registry first: run the release again")
+
+
+def settle_draw(workspace: Path, draw: Draw, charges: Iterable[Charge], delta: float) -> DrawCost | None:
+    """Lowers a used draw's recorded cost to ``charges``, the part of its plan the measurement
+    spent before it refused to go on (:class:`dpsynth.privacy.budget.RefusedMidPlan`): the rest
+    drew no noise, so the dataset's lifetime spend counts only what was drawn. Never raises a
+    cost (a settle above the charged cost changes nothing); returns the settled cost, or None
+    when the draw is not on record."""
+    charges = tuple(charges)
+    rho = float(sum(c.rho for c in charges))
+    pure = float(sum(c.epsilon for c in charges))
+    eps = total_epsilon(charges, float(delta)) if charges else 0.0
+    with _open(workspace) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT name, rho, pure_epsilon, epsilon, delta, charged_at, delta_extra FROM draws "
+                               "WHERE id = ? AND dataset = ? AND release_key = ?",
+                               (draw.id, draw.dataset, draw.release_key)).fetchone()
+            if row is None:
+                conn.execute("COMMIT")
+                return None
+            name, old_rho, old_pure, old_eps, d, at, extra = row
+            if rho <= old_rho and pure <= old_pure and eps <= old_eps:
+                conn.execute("UPDATE draws SET rho = ?, pure_epsilon = ?, epsilon = ? WHERE id = ?",
+                             (rho, pure, eps, draw.id))
+            else:
+                rho, pure, eps = old_rho, old_pure, old_eps
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    return DrawCost(name=name, rho=rho, pure_epsilon=pure, epsilon=eps, delta=d, charged_at=at,
+                    delta_extra=float(extra or 0.0))
 
 
 def _refuse_over_cap(after: DatasetState, limit: tuple[Period, float] | None, cost: DrawCost,

@@ -22,6 +22,7 @@ from .tuple_counts import LevelSpec, records_over, tuple_counts, valid_histogram
 from ...privacy.noise import discrete_gaussian, discrete_laplace, sampled_sigma
 from ...schema import Schema
 from .budget import NoiseSplit, _stage_gaussian, _stage_percentile, _stage_records, one_way_only, pair_noise_ratio
+from .guard import refuse_if_unpublishable
 from .params import SdsParams, _threshold_rule
 
 Combo = tuple[int, ...]
@@ -173,6 +174,16 @@ def _allowed_sensitivity(k: int, public: bool, columns: int, hist: np.ndarray, p
     return dp_percentile_hist(hist, params.percentile_percentage, split.percentile_epsilon, rng)
 
 
+def _one_way_only_or_refuse(params: SdsParams, schema: Schema, split: NoiseSplit, records: int) -> bool:
+    """Whether only the 1-way level is measured (``auto_length``). Otherwise, where the DP
+    record count says the gate would refuse the release, :class:`~.guard.SdsCannotPublish`
+    now, with the record count alone spent (:func:`~.guard.refuse_if_unpublishable`)."""
+    only = one_way_only(params, schema.cardinalities, split, records)
+    if not only:
+        refuse_if_unpublishable(params, schema, split, records)
+    return only
+
+
 def aggregate(
     codes: np.ndarray | RowSource,
     schema: Schema,
@@ -213,7 +224,7 @@ def aggregate(
     # Where the DP record count says the 2-way tables would be noise, every Gaussian share
     # goes to the 1-way counts (one draw at the pooled rho; the unused percentiles are
     # charged as planned) and no longer tuple is measured.
-    only_one = one_way_only(params, cards, split, n_p)
+    only_one = _one_way_only_or_refuse(params, schema, split, n_p)
     sigmas = list(split.sigmas)
     if only_one:
         for k in range(2, R + 1):

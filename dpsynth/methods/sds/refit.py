@@ -65,7 +65,7 @@ class TableCheck:
         cells = np.zeros(pool.shape[0], dtype=np.int64)
         for j, card in zip(self.cols, self.shape):
             cells *= card
-            cells += pool[:, j]
+            cells += pool[:, j]  # contiguous when the pool is column-major (honour_tables)
         return dataclasses.replace(self, cells=cells)
 
     def estimate(self, weights: np.ndarray, total: float, ess: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -281,15 +281,17 @@ def honour_tables(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measure
 
     n = raw.shape[0]
     checks = table_checks(m, schema, lengths=lengths)
-    if n == 0 or not misfit_tables(checks, np.ones(n), total, pool=raw):
+    # column-major: every table's cells read two or three whole columns of the pool
+    pool = np.asfortranarray(raw)
+    if n == 0 or not misfit_tables(checks, np.ones(n), total, pool=pool):
         return None
-    pool, weights, refitted = raw, np.ones(n), 0
+    weights, refitted = np.ones(n), 0
     for attempt, factor in enumerate((POOL_FACTOR, 2 * POOL_FACTOR)):
         size = pool_size(n, factor)
         if attempt and size <= pool.shape[0]:  # at the cap: refitting the same pool gives the same weights
             break
         if size > pool.shape[0]:
-            pool = np.vstack([pool, draw(size - pool.shape[0])])
+            pool = _grown(pool, draw(size - pool.shape[0]))
         margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
                    else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
                    for j, c in enumerate(schema.columns)}
@@ -299,7 +301,15 @@ def honour_tables(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measure
         if effective_size(weights) >= n:  # worth as many records as the release: no repeats needed
             break
     out = resample(pool, weights, n, rng)
-    return out[rng.permutation(n)], refitted
+    return np.ascontiguousarray(out[rng.permutation(n)]), refitted
+
+
+def _grown(pool: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """``pool`` with the records of ``more`` appended, column-major."""
+    out = np.empty((pool.shape[0] + more.shape[0], pool.shape[1]), dtype=np.result_type(pool, more), order="F")
+    out[: pool.shape[0]] = pool
+    out[pool.shape[0]:] = more
+    return out
 
 
 def honour_pairs(raw: np.ndarray, draw: Callable[[int], np.ndarray], m: Measurement, schema: Schema,

@@ -1,0 +1,123 @@
+"""The pre-spend refusal of ``sds``: releases its gate would refuse, refused before the budget is spent.
+
+Public information only: the schema's code counts, the budget split and the parameters,
+and the DP record count, which is the first planned charge of ``sds``
+(``measure/sds/records``). Right after that count, :func:`forecast` predicts the
+validation gate's thresholds for the 2-way tables sds is about to measure (the gate's own
+formula, :mod:`dpsynth.gate.thresholds`, with uniform tables, the DP count as the row
+count and Delta_2 at its bound C(p, 2)); where the tightest of them is below what sds's
+sampler reaches (:data:`MIN_PAIR_THRESHOLD`), :class:`SdsCannotPublish` is raised before
+any marginal is measured, so the ledger holds the record count alone. The rule, its
+constant and the benchmark it was set on: docs/sds-generalisation.md ("Sixth round").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...privacy.budget import RefusedMidPlan
+from .budget import NoiseSplit
+from .params import SdsParams
+
+__all__ = ["MIN_PAIR_THRESHOLD", "Forecast", "SdsCannotPublish", "forecast", "refuse_if_unpublishable"]
+
+#: Below this tightest predicted 2-way gate threshold sds is refused. The gate's thresholds
+#: shrink with the row count (and a little with the budget); sds's sampler leaves some pair
+#: off by more. Set on the tuning half of benchmarks/sds_matrix.py's interaction tables: the
+#: gate refused int4 (200,000 x 16) at epsilon 4, tightest predicted threshold 0.0055 (pair at
+#: 1.09, triple at 1.29 times its threshold), and passed every tuning cell from 0.0101 up (int2
+#: at epsilon 4, 3 of 3); 0.0075 is about the geometric middle of that gap
+#: (docs/sds-generalisation.md, "Sixth round").
+MIN_PAIR_THRESHOLD = 0.0075
+
+
+class SdsCannotPublish(RefusedMidPlan):
+    """sds refused a release before measuring its marginals: the gate would refuse it. The
+    ledger holds the DP record count alone; ``forecast`` is the rule's prediction."""
+
+    def __init__(self, message: str, forecast: "Forecast | None" = None):
+        super().__init__(message)
+        self.forecast = forecast
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forecast:
+    """What the rule predicts for one release: the tightest predicted 2-way threshold, the
+    pair it belongs to (column indices) and whether sds can publish."""
+
+    min_pair_threshold: float
+    pair: tuple[int, int]
+    floor: float
+    publishable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (as benchmarks/sds_matrix.py records them)."""
+        return {"min_pair_threshold": self.min_pair_threshold, "pair": list(self.pair), "floor": self.floor,
+                "publishable": self.publishable}
+
+
+def predicted_pair_thresholds(cardinalities: Sequence[int], split: NoiseSplit,
+                              records: float) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Every column pair and the gate's predicted threshold for it: ``max(min_factor E, E +
+    sd_factor SD)`` with E and SD as :func:`dpsynth.gate.thresholds.predicted_tvds` gives them
+    for a uniform table of the pair's d cells (in closed form: s = sqrt((1/d)(1 - 1/d)/n +
+    (sd/n)^2), E = d s / sqrt(2 pi), SD = 0.5 sqrt(1 - 2/pi) s sqrt(d + 1); no table is
+    built), ``records`` rows and records, and the noise sd sigma_2 sqrt(C(p, 2)) (Delta_2 at
+    its bound; the DP percentile takes it wherever every record holds every pair, as with
+    ``empty_cells="value"``)."""
+    from ...gate.thresholds import DEFAULT_MIN_FACTOR, DEFAULT_SD_FACTOR
+
+    cards = [int(c) for c in cardinalities]
+    pairs = list(combinations(range(len(cards)), 2))
+    if not pairs:
+        return pairs, np.empty(0)
+    sd = split.sigmas[1] * math.sqrt(math.comb(len(cards), 2))
+    d = np.array([cards[a] * cards[b] for a, b in pairs], dtype=np.float64)
+    n = max(1.0, float(records))
+    rows = max(1, int(round(n)))
+    q = 1.0 / d
+    s = np.sqrt(q * (1.0 - q) / rows + (sd / n) ** 2)
+    e = d * s / math.sqrt(2.0 * math.pi)
+    spread = 0.5 * math.sqrt(1.0 - 2.0 / math.pi) * s * np.sqrt(d + 1.0)
+    return pairs, np.maximum(DEFAULT_MIN_FACTOR * e, e + DEFAULT_SD_FACTOR * spread)
+
+
+def applies(params: SdsParams) -> bool:
+    """Whether the rule covers these parameters: the complete sampler with the sds estimator
+    (the configuration it was set on) measuring at least pairs."""
+    return params.synthesis == "complete" and params.estimator == "sds" and params.reporting_length >= 2
+
+
+def forecast(params: SdsParams, cardinalities: Sequence[int], split: NoiseSplit, records: float) -> Forecast | None:
+    """The rule's prediction, or None where it does not apply (see :func:`applies`; fewer
+    than two columns)."""
+    if not applies(params) or len(cardinalities) < 2:
+        return None
+    pairs, limits = predicted_pair_thresholds(cardinalities, split, records)
+    i = int(np.argmin(limits))
+    tightest = float(limits[i])
+    return Forecast(min_pair_threshold=tightest, pair=pairs[i], floor=MIN_PAIR_THRESHOLD,
+                    publishable=tightest >= MIN_PAIR_THRESHOLD)
+
+
+def refuse_if_unpublishable(params: SdsParams, schema: Any, split: NoiseSplit, records: float) -> Forecast | None:
+    """Raises :class:`SdsCannotPublish` when :func:`forecast` says the gate would refuse the
+    release; else returns the forecast. Called after the DP record count, before anything
+    else is measured."""
+    f = forecast(params, schema.cardinalities, split, records)
+    if f is None or f.publishable:
+        return f
+    a, b = (schema.columns[j].name for j in f.pair)
+    raise SdsCannotPublish(
+        f"sds cannot publish this release: with about {max(0.0, float(records)):,.0f} records (DP count) at "
+        f"epsilon {split.epsilon:g}, the validation gate would hold the 2-way table of columns {a!r}, {b!r} "
+        f"within a TVD of {f.min_pair_threshold:.4f}, below the {f.floor:g} that sds's sampler meets "
+        f"(docs/sds-generalisation.md, sixth round). Refused before measuring the marginals: only the DP "
+        f"record count was spent. Change one of: the method (--method auto, or pgm), the columns (drop "
+        f"{a!r} or {b!r}, whose pair is the tightest), a smaller epsilon (the gate's thresholds follow the "
+        f"noise), or --param reporting_length=1 (the columns alone)", f)
