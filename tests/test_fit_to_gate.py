@@ -143,10 +143,10 @@ def test_the_released_fit_is_a_function_of_the_measurement_whatever_chunk_rows(m
 def test_the_manifest_states_the_released_fit(tmp_path, demo_paths, seed_file, monkeypatch):
     from small_release import pgm_release
 
-    from dpsynth.pipeline import stages
+    from dpsynth.pipeline import synthetic as synth
 
     synthetic = pgm_release(tmp_path, demo_paths, seed_file, monkeypatch)[3]
-    fit = stages._synthesis_entries(synthetic)["synthesis"]["fit"]  # what publish puts in the manifest
-    assert fit == json.loads((synthetic / stages.FIT_RECORD).read_text())
+    fit = synth.synthesis_entries(synthetic)["synthesis"]["fit"]  # what publish puts in the manifest
+    assert fit == json.loads((synthetic / synth.FIT_RECORD).read_text())
     assert fit["gate_share"] == pgm.GATE_FIT_SHARE and fit["steps"] >= 1 and fit["most_steps"] >= 1
     assert fit["extra_steps"] == 0  # 1234 rows: the bound is under the cap, the fit is as before
