@@ -221,6 +221,27 @@ def _release_result(res: dict, scratch: Path, stdout: str, stderr: str) -> None:
         res["published"] = False
         lines = [x for x in (stderr or "").splitlines() if x.strip()]
         res["refusal"] = lines[-1][:400] if lines else ""
+    _gate_and_fit(res, scratch)
+
+
+def _gate_and_fit(res: dict, scratch: Path) -> None:
+    """The gate's worst marginal TVD / its threshold per k (from validation.json, also kept in the
+    private workspace when the gate refused) and the released fit's record (steps taken)."""
+    found = sorted(scratch.glob("**/validation.json"))
+    if found:
+        errors = json.loads(found[0].read_text()).get("marginal_errors", [])
+        for k in sorted({e["k"] for e in errors}):
+            worst = max((e for e in errors if e["k"] == k), key=lambda e: e["tvd"] / e["threshold"])
+            res[f"worst_k{k}"] = {"ratio": round(worst["tvd"] / worst["threshold"], 4), "tvd": worst["tvd"],
+                                  "threshold": worst["threshold"], "marginal": worst["marginal"]}
+    fits = sorted(scratch.glob("**/fit.json"))
+    manifest = scratch / "out" / "scale" / "manifest.json"
+    if manifest.exists():
+        fit = json.loads(manifest.read_text()).get("synthesis", {}).get("fit")
+    else:
+        fit = json.loads(fits[0].read_text()) if fits else None
+    if fit is not None:
+        res["fit"] = fit
 
 
 def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit: float) -> dict:
@@ -342,7 +363,7 @@ def main() -> None:
 def _release_table(rows: list[dict]) -> None:
     """Whole releases: wall, stages, peak RSS of the process tree, published or not, load."""
     headers = ["rows", "mode", "wall s", "CPU s", "encode", "measure", "synth", "validate", "internal", "publish",
-               "peak MB (tree)", "CLI MB", "gate MB", "published", "load"]
+               "peak MB (tree)", "CLI MB", "gate MB", "k2 TVD/thr", "fit steps", "published", "load"]
     table = []
     for r in rows:
         st, pk = r.get("stages_s", {}), r["peak_rss_mb"]
@@ -350,6 +371,7 @@ def _release_table(rows: list[dict]) -> None:
                       st.get("synthesize", ""), st.get("validate", ""), st.get("internal_report", ""),
                       st.get("publish", ""),
                       pk["all_processes_sum"], pk["driver"], max(pk["workers"], default=0),
+                      r.get("worst_k2", {}).get("ratio", ""), r.get("fit", {}).get("steps", ""),
                       "yes" if r.get("published") else "NO: " + (r.get("error") or r.get("refusal", ""))[:60],
                       r.get("loadavg_before", [""])[0]])
     if table:

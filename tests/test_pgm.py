@@ -236,16 +236,19 @@ def test_aim_refits_use_refit_iters_and_the_release_uses_iters(monkeypatch):
     import dpsynth.methods.pgm as pgm_module
 
     seen: list[int] = []
-    real = pgm_module.estimate
 
-    def spy(*args, options=None, **kw):
-        seen.append(options.iters)
-        assert options.noise_tol == 0.05  # every fit stops by the same noise rule
-        assert options.precision == "double"  # and runs in the arithmetic asked for
-        return real(*args, options=options, **kw)
+    def spying(real):
+        def spy(*args, options=None, **kw):
+            seen.append(options.iters)
+            assert options.noise_tol == 0.05  # every fit stops by the same noise rule
+            assert options.precision == "double"  # and runs in the arithmetic asked for
+            return real(*args, options=options, **kw)
+        return spy
 
-    monkeypatch.setattr(pgm_module, "estimate", spy)
-    monkeypatch.setattr(fitting, "estimate", spy)
+    monkeypatch.setattr(pgm_module, "estimate", spying(pgm_module.estimate))
+    monkeypatch.setattr(fitting, "estimate", spying(fitting.estimate))
+    # the released fit: iters steps under the same stops, then on to the gate's thresholds
+    monkeypatch.setattr(pgm_module, "fit_to_target", spying(pgm_module.fit_to_target))
     rng = np.random.default_rng(21)
     t = _table([3, 4, 3, 2], 3000, rng)
     b = Budget(epsilon=2.0, delta=1e-9)

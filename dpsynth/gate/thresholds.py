@@ -3,7 +3,9 @@
 Pure functions of the DP measurement and the synthetic row count (no Great
 Expectations here): the DP row estimate and its band, the predicted TVD of an honest
 synthesizer against each DP marginal, and the resulting per-marginal and per-size
-thresholds, with the user's overrides.
+thresholds, with the user's overrides. The prediction itself and the default per-marginal
+threshold live in :mod:`dpsynth.evaluation.predicted`, which methods import too (``pgm``
+fits its released model until it meets them); this module adds the overrides and the checks.
 
 Thresholds: what the noise and the sample size predict
 ------------------------------------------------------
@@ -67,13 +69,21 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..measurement import Measurement
-from ..evaluation.metrics import clipped_distributions
+from ..evaluation.predicted import (  # noqa: F401  (the gate's names for the shared maths)
+    DEFAULT_MIN_FACTOR,
+    DEFAULT_SD_FACTOR,
+    RowEstimate,
+    _target,
+    allowed_tvd,
+    dp_row_estimate,
+    predicted_tvd,
+    predicted_tvd_sd,
+    predicted_tvds,
+)
 
 __all__ = [
     "THRESHOLD_KEYS",
@@ -88,10 +98,6 @@ __all__ = [
     "predicted_tvds",
 ]
 
-#: Standard deviations of the predicted TVD a marginal may exceed its predicted mean by.
-DEFAULT_SD_FACTOR = 6.0
-#: Every threshold is at least this multiple of the predicted mean TVD.
-DEFAULT_MIN_FACTOR = 2.0
 #: Floor of the relative row-count tolerance when no row count was requested.
 MIN_ROW_TOLERANCE = 0.01
 #: Standard deviations of the noisiest single total allowed in the row-count band.
@@ -121,85 +127,6 @@ def _positive_number(x: Any) -> float | None:
         return None
     v = float(x)
     return v if math.isfinite(v) and v >= 0 else None
-
-
-@dataclass(frozen=True)
-class RowEstimate:
-    """DP estimate of the private table's row count, from the measurement alone."""
-
-    value: float
-    #: Standard deviation of the noisiest single total a method could size its output from.
-    noisiest_total_sd: float
-    source: str
-
-
-def dp_row_estimate(m: Measurement) -> RowEstimate | None:
-    """The measurement's own estimate of the row count (None if it has no marginal or count)."""
-    one_way = [nm for nm in m.measured if len(nm.attrs) == 1] or list(m.measured)
-    noisiest = max((math.sqrt(nm.counts.size) * nm.stddev for nm in one_way), default=0.0)
-    if m.records is not None:
-        return RowEstimate(m.records.value, noisiest, "measured record count")
-    value = m.estimated_records()
-    if value is None:
-        return None
-    return RowEstimate(float(value), noisiest, "inverse-variance mean of 1-way totals")
-
-
-def _target(noisy: np.ndarray) -> np.ndarray:
-    """The DP marginal as a distribution: NaN and negatives to 0, normalised (uniform if empty)."""
-    q = np.clip(np.nan_to_num(np.asarray(noisy, dtype=np.float64).ravel(), nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
-    total = q.sum()
-    return q / total if total > 0 else np.full(q.size, 1.0 / max(1, q.size))
-
-
-def _cell_scales(noisy: np.ndarray, rows: int, records: float, sigma: float) -> np.ndarray:
-    q = _target(noisy)
-    n = max(1, int(rows))
-    big_n = max(1.0, float(records))
-    return np.sqrt(q * (1.0 - q) / n + (float(sigma) / big_n) ** 2)
-
-
-def predicted_tvd(noisy: np.ndarray, rows: int, records: float, sigma: float) -> float:
-    """Expected TVD between an honest ``rows``-row synthetic marginal and this DP marginal.
-
-    ``E_m = sum_i s_i / sqrt(2 pi)`` with ``s_i = sqrt(q_i (1 - q_i) / rows +
-    (sigma / records)^2)``; see the module docstring.
-    """
-    return float(_cell_scales(noisy, rows, records, sigma).sum() / math.sqrt(2.0 * math.pi))
-
-
-def predicted_tvd_sd(noisy: np.ndarray, rows: int, records: float, sigma: float) -> float:
-    """Its standard deviation: ``0.5 sqrt(1 - 2/pi) sqrt(sum_i s_i^2 + max_i s_i^2)``."""
-    s = _cell_scales(noisy, rows, records, sigma)
-    if s.size == 0:
-        return 0.0
-    return float(0.5 * math.sqrt(1.0 - 2.0 / math.pi) * math.sqrt(float(np.sum(s**2) + np.max(s) ** 2)))
-
-
-
-def predicted_tvds(tables: Sequence[np.ndarray], rows: int, records: float,
-                   sigmas: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`predicted_tvd` and :func:`predicted_tvd_sd` of many DP marginals at once (one
-    array pass instead of a dozen small ones per marginal: an sds release states a thousand)."""
-    flat, starts, sizes = _segments(tables)
-    q = clipped_distributions(flat, starts, sizes)
-    n, big_n = max(1, int(rows)), max(1.0, float(records))
-    noise = np.repeat((np.asarray(sigmas, dtype=np.float64) / big_n) ** 2, sizes)
-    s = np.sqrt(q * (1.0 - q) / n + noise)
-    predicted = np.add.reduceat(s, starts) / math.sqrt(2.0 * math.pi)
-    spread = 0.5 * math.sqrt(1.0 - 2.0 / math.pi) * np.sqrt(
-        np.add.reduceat(s * s, starts) + np.maximum.reduceat(s, starts) ** 2)
-    return predicted, spread
-
-
-def _segments(tables: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The tables flattened one after the other, each one's start and size (none may be empty)."""
-    sizes = np.array([np.asarray(t).size for t in tables], dtype=np.int64)
-    if sizes.size == 0 or sizes.min() < 1:
-        raise ValueError("every table needs at least one cell")
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    flat = np.concatenate([np.asarray(t, dtype=np.float64).ravel() for t in tables])
-    return flat, starts, sizes
 
 
 def _overrides(thresholds: Mapping[str, float] | None) -> dict[str, float]:
@@ -255,7 +182,7 @@ def marginal_limits(
     limit = {
         key: max(
             _MIN_THRESHOLD,
-            fixed if fixed is not None else max(min_factor * predicted[key], predicted[key] + sd_factor * spread[key]),
+            fixed if fixed is not None else allowed_tvd(predicted[key], spread[key], sd_factor, min_factor),
         )
         for key in group
     }

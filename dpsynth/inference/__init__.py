@@ -5,7 +5,8 @@ consistent graphical model (:func:`estimate`), query its marginals
 (:meth:`GraphicalModel.project`) and draw records from it (:meth:`GraphicalModel.sample`).
 """
 
-from .estimate import EstimatorOptions, Observation, estimate, estimate_total, fit_loss, scaled_options
+from .estimate import (EstimatorOptions, FitReport, FitTarget, Observation, estimate, estimate_total, fit_loss,
+                       fit_to_target, scaled_options)
 from .junction_tree import Domain, JunctionTree, ModelTooLarge, build_junction_tree, triangulate
 from .measurement import domain_of, fit_measurement, observations_of
 from .model import GraphicalModel, allocate, calibrate, calibrate_probs
@@ -13,6 +14,8 @@ from .model import GraphicalModel, allocate, calibrate, calibrate_probs
 __all__ = [
     "Domain",
     "EstimatorOptions",
+    "FitReport",
+    "FitTarget",
     "GraphicalModel",
     "JunctionTree",
     "ModelTooLarge",
@@ -26,6 +29,7 @@ __all__ = [
     "domain_of",
     "fit_loss",
     "fit_measurement",
+    "fit_to_target",
     "observations_of",
     "scaled_options",
     "triangulate",

@@ -24,12 +24,18 @@ With ``cell_steps``, a fit on a junction tree small enough (its cells plus ``cli
 clique, a step's fixed cost per clique, times ``most_iters`` within ``cell_steps``) runs all
 ``most_iters`` steps in float64 without the noise stop (:func:`scaled_options`), so that small
 models converge where their steps cost little; larger trees keep their own options.
+
+:func:`fit_to_target` goes on past those stops while some measured marginal's TVD against its
+noisy target (clipped at 0, normalised) is above a limit the caller gives per marginal, up to a
+step bound: ``pgm`` gives its released model the gate's thresholds, which shrink with the row
+count while a fixed step cap leaves the fitting error where it is (docs/pgm.md, "The released
+fit follows the gate").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -37,7 +43,7 @@ from .. import progress
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
-__all__ = ["Observation", "EstimatorOptions", "estimate", "estimate_total", "fit_loss", "scaled_options"]
+__all__ = ["Observation", "EstimatorOptions", "FitReport", "FitTarget", "estimate", "fit_to_target", "estimate_total", "fit_loss", "scaled_options"]
 
 _SHOWN_ITERS = 200  # fits of at least this many steps report them (shorter refits stay quiet)
 
@@ -117,6 +123,51 @@ class EstimatorOptions:
             raise ValueError("noise_tol must be >= 0 or None")
         if self.precision not in ("double", "single"):
             raise ValueError(f"precision must be 'double' or 'single', got {self.precision!r}")
+
+
+@dataclass(frozen=True)
+class FitTarget:
+    """Keep fitting past the stop rules while some measured marginal is too far from its target.
+
+    ``limits``: per measured column set (any order), the largest TVD the model's marginal may
+    have against that observation's noisy counts clipped at 0 and normalised; sets not named
+    have none. ``most_steps``: the fit's step attempts in all, the stop rules' included (a
+    bound, never a clock: the result is a function of the inputs)."""
+
+    limits: Mapping[frozenset[str], float]
+    most_steps: int
+    #: Also stop once the best largest ratio to a limit has fallen by less than ``min_gain``
+    #: (relative) over the last ``window`` accepted steps: the fit has reached what the noisy,
+    #: mutually inconsistent marginals allow under the estimator's loss. The state of the best
+    #: ratio is the one returned (that ratio is not monotone in the steps).
+    window: int = 300
+    min_gain: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.most_steps < 1:
+            raise ValueError("most_steps must be >= 1")
+        if self.window < 1 or not (0.0 <= self.min_gain < 1.0):
+            raise ValueError("window must be >= 1 and min_gain in [0, 1)")
+        bad = [sorted(k) for k, v in self.limits.items() if not (v >= 0.0)]
+        if bad:
+            raise ValueError(f"limits must be >= 0: {bad}")
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What a fit to a :class:`FitTarget` did: step attempts in all, those past the stop rules,
+    the largest ratio of a marginal's TVD to its limit before and after them, and the bound."""
+
+    steps: int
+    extra_steps: int
+    ratio_at_stop: float
+    ratio: float
+    most_steps: int
+
+    @property
+    def met(self) -> bool:
+        """Whether every limited marginal ended within its limit."""
+        return self.ratio <= 1.0
 
 
 @dataclass
@@ -248,6 +299,29 @@ def estimate(
     queries on them are exact). Raises :class:`ModelTooLarge` before any work when the
     tree's largest clique exceeds ``options.max_cells``.
     """
+    return _fit(domain, observations, total, options, extra_cliques, warm, None)[0]
+
+
+def fit_to_target(
+    domain: Domain,
+    observations: Sequence[Observation],
+    target: FitTarget,
+    *,
+    total: float | None = None,
+    options: EstimatorOptions | None = None,
+) -> tuple[GraphicalModel, FitReport]:
+    """:func:`estimate`, then more steps while some marginal named in ``target`` has a TVD
+    above its limit and the largest ratio to a limit still falls (at most
+    ``target.most_steps`` attempts in all; stops early if the step size collapses). A fit already within every limit when the stop rules end it is the
+    same model :func:`estimate` returns, bit for bit."""
+    model, report = _fit(domain, observations, total, options, (), None, target)
+    assert report is not None
+    return model, report
+
+
+def _fit(domain: Domain, observations: Sequence[Observation], total: float | None,
+         options: EstimatorOptions | None, extra_cliques: Iterable[Sequence[str]],
+         warm: GraphicalModel | None, target: FitTarget | None) -> tuple[GraphicalModel, FitReport | None]:
     opts = options or EstimatorOptions()
     if not observations:
         raise ValueError("the estimator needs at least one observation")
@@ -258,28 +332,100 @@ def estimate(
     n = estimate_total(observations) if total is None else float(total)
     dtype = np.float32 if opts.precision == "single" else np.float64
     theta = [th.astype(dtype, copy=False) for th in _initial(tree, warm)]
-    fitted = _descend(tree, _Layout.of(terms), n, theta, opts)
-    return GraphicalModel.from_potentials(tree, [th.astype(np.float64, copy=False) for th in fitted], n)
+    descent = _Descent(tree, _Layout.of(terms), n, theta, opts)
+    steps, collapsed, stale = _descend(descent, opts)
+    report = None if target is None else _fit_further(descent, target, steps, collapsed, stale)
+    model = GraphicalModel.from_potentials(tree, [th.astype(np.float64, copy=False) for th in descent.x[0]], n)
+    return model, report
 
 
-def _descend(
-    tree: JunctionTree, layout: _Layout, n: float, theta: list[np.ndarray], opts: EstimatorOptions
-) -> list[np.ndarray]:
-    """The fitted log potentials, by accelerated mirror descent with backtracking and
-    adaptive restart.
+class _Misfit:
+    """The largest ratio of a term's TVD (its model marginal against its clipped, normalised
+    target) to its limit, in a few vector passes over the flat layout."""
+
+    def __init__(self, layout: _Layout, limits: Mapping[frozenset[str], float]) -> None:
+        sizes = np.array([t.target.size for t in layout.terms], dtype=np.int64)
+        self.starts = np.array([a for a, _ in layout.bounds], dtype=np.int64)
+        q = np.clip(layout.target, 0.0, None)
+        sums = np.add.reduceat(q, self.starts)
+        q = q / np.repeat(np.where(sums > 0, sums, 1.0), sizes)
+        q[np.repeat(~(sums > 0), sizes)] = np.repeat(1.0 / sizes, sizes)[np.repeat(~(sums > 0), sizes)]
+        self.q = q
+        self.limit = np.array([limits.get(frozenset(t.attrs), np.inf) for t in layout.terms], dtype=np.float64)
+
+    def ratio(self, probs: np.ndarray) -> float:
+        """Largest TVD / limit over the limited terms (0 when none is limited)."""
+        if not np.isfinite(self.limit).any():
+            return 0.0
+        tvd = 0.5 * np.add.reduceat(np.abs(probs.astype(np.float64) - self.q), self.starts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(self.limit > 0, tvd / self.limit, np.where(tvd > 0, np.inf, 0.0))
+        return float(np.max(np.where(np.isfinite(self.limit), r, 0.0)))
+
+
+def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: bool, stale: bool) -> FitReport:
+    """Steps past the stop rules until every limited term is within its limit, the best largest
+    ratio stops falling (``target.window``, ``target.min_gain``), the step size collapses or
+    ``target.most_steps`` attempts have been made in all; the state of the best ratio is kept."""
+    misfit = _Misfit(descent.layout, target.limits)
+    first = ratio = misfit.ratio(descent.x[3])
+    done = steps
+    if ratio <= 1.0 or collapsed or done >= target.most_steps:
+        return FitReport(steps=done, extra_steps=0, ratio_at_stop=first, ratio=ratio,
+                         most_steps=target.most_steps)
+    if stale:
+        descent.extrapolate()
+    best, kept = ratio, descent.x
+    bests = [best]  # the best ratio so far, after each accepted step
+    while done < target.most_steps:
+        _show_step(done, target.most_steps)
+        done += 1
+        accepted = descent.attempt()
+        if accepted is None:
+            break
+        if accepted:
+            ratio = misfit.ratio(descent.x[3])
+            if ratio < best:  # states are never changed in place: keeping one costs nothing
+                best, kept = ratio, descent.x
+            bests.append(best)
+            if best <= 1.0 or (len(bests) > target.window
+                               and best > (1.0 - target.min_gain) * bests[-1 - target.window]):
+                break
+            descent.extrapolate()
+    descent.x = kept  # the worst marginal's TVD is not monotone in the steps: the best state is released
+    return FitReport(steps=done, extra_steps=done - steps, ratio_at_stop=first, ratio=best,
+                     most_steps=target.most_steps)
+
+
+class _Descent:
+    """Accelerated mirror descent on the log potentials, one step attempt at a time.
 
     The gradient step is taken from an extrapolated point ``y = x + beta (x - x_prev)``
     (Nesterov momentum on the log potentials, beta = k / (k + 3)); a step is accepted
     when it satisfies the Armijo condition of the mirror step at ``y``; momentum restarts
     (k = 0) whenever an accepted step raises the loss above the previous iterate's.
+    A state is (potentials, beliefs, loss, the terms' probabilities, the loss gradient).
     """
-    terms = layout.terms
 
-    def state(th: list[np.ndarray]):
-        prob, _ = calibrate_probs(tree, th)
-        return (th, prob) + _evaluate(layout, prob, n)
+    def __init__(self, tree: JunctionTree, layout: _Layout, n: float, theta: list[np.ndarray],
+                 opts: EstimatorOptions) -> None:
+        self.tree, self.layout, self.n, self.opts = tree, layout, n, opts
+        per_clique = np.zeros(len(tree.cliques))
+        for t in layout.terms:
+            per_clique[t.clique] += float(np.max(t.weight))
+        # Relative smoothness of the loss against the entropy: n^2 * sum of weights per clique.
+        self.alpha0 = 1.0 / (n * n * float(per_clique.max()))
+        self.alpha = self.alpha0
+        self.x = self.y = self.state(theta)
+        self.prev_theta, self.k = self.x[0], 0
 
-    def gradient_step(th: list[np.ndarray], grad: np.ndarray, alpha: float) -> list[np.ndarray]:
+    def state(self, th: list[np.ndarray]) -> tuple:
+        """The state at potentials ``th``."""
+        prob, _ = calibrate_probs(self.tree, th)
+        return (th, prob) + _evaluate(self.layout, prob, self.n)
+
+    def _gradient_step(self, th: list[np.ndarray], grad: np.ndarray, alpha: float) -> list[np.ndarray]:
+        terms, layout = self.layout.terms, self.layout
         acc = grad.copy()
         out, fresh = list(th), set()
         for k in reversed(range(len(terms))):  # a term's source comes before it
@@ -289,7 +435,7 @@ def _descend(
                 held = layout.view(acc, t.source)
                 held += expand(g, t.attrs, terms[t.source].attrs)
                 continue
-            step = expand((alpha * g).astype(th[t.clique].dtype), t.attrs, tree.cliques[t.clique])
+            step = expand((alpha * g).astype(th[t.clique].dtype), t.attrs, self.tree.cliques[t.clique])
             if t.clique in fresh:
                 out[t.clique] -= step
             else:  # the first term of its clique writes a new array; untouched cliques are shared
@@ -297,50 +443,59 @@ def _descend(
                 fresh.add(t.clique)
         return out
 
-    per_clique = np.zeros(len(tree.cliques))
-    for t in terms:
-        per_clique[t.clique] += float(np.max(t.weight))
-    # Relative smoothness of the loss against the entropy: n^2 * sum of weights per clique.
-    alpha0 = 1.0 / (n * n * float(per_clique.max()))
-    alpha = alpha0
-    x = state(theta)
-    prev_theta, k = x[0], 0
-    best, stall = x[2], 0
-    # The noise's expected loss: each measured cell contributes (noise / sigma)^2 / 2 = 1/2.
-    floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * layout.target.size
-    history = [best]
-    y = x
-    for step in range(opts.iters):
-        _show_step(step, opts.iters)
-        new = state(gradient_step(y[0], y[4], alpha))
+    def attempt(self) -> bool | None:
+        """One step from ``y``: True if accepted (``x`` moves), False if the step size was
+        halved instead, None once the step size has collapsed (the descent is over)."""
+        y = self.y
+        new = self.state(self._gradient_step(y[0], y[4], self.alpha))
         decrease = float(np.dot(y[4], y[3] - new[3]))
         if not (y[2] - new[2] >= 0.5 * decrease and decrease >= 0.0):
-            alpha *= 0.5
-            if alpha < 1e-12 * alpha0:
-                break
-            continue
-        alpha *= opts.growth
-        if new[2] > x[2]:
-            k, prev_theta = 0, new[0]  # restart: drop the momentum
+            self.alpha *= 0.5
+            return None if self.alpha < 1e-12 * self.alpha0 else False
+        self.alpha *= self.opts.growth
+        if new[2] > self.x[2]:
+            self.k, self.prev_theta = 0, new[0]  # restart: drop the momentum
         else:
-            k, prev_theta = k + 1, x[0]
-        x = new
+            self.k, self.prev_theta = self.k + 1, self.x[0]
+        self.x = new
+        return True
+
+    def extrapolate(self) -> None:
+        """The next step's starting point ``y`` (after an accepted step)."""
+        if self.opts.accelerate and self.k > 0:
+            beta = self.k / (self.k + 3.0)
+            self.y = self.state([_extrapolate(a, b, beta) for a, b in zip(self.x[0], self.prev_theta)])
+        else:
+            self.y = self.x
+
+
+def _descend(descent: _Descent, opts: EstimatorOptions) -> tuple[int, bool, bool]:
+    """The fit under the stop rules of the module docstring: (step attempts, whether the step
+    size collapsed, whether ``y`` is stale: a stop right after an accepted step)."""
+    best, stall = descent.x[2], 0
+    # The noise's expected loss: each measured cell contributes (noise / sigma)^2 / 2 = 1/2.
+    floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * descent.layout.target.size
+    history = [best]
+    for step in range(opts.iters):
+        _show_step(step, opts.iters)
+        accepted = descent.attempt()
+        if accepted is None:
+            return step + 1, True, False
+        if not accepted:
+            continue
+        x = descent.x
         if best - x[2] <= opts.tol * max(best, 1e-300):
             stall += 1
             if stall >= opts.patience:
-                break
+                return step + 1, False, True
         else:
             stall = 0
         best = min(best, x[2])
         history.append(best)
         if floor is not None and len(history) > opts.patience and history[-1 - opts.patience] - best < floor:
-            break
-        if opts.accelerate and k > 0:
-            beta = k / (k + 3.0)
-            y = state([_extrapolate(a, b, beta) for a, b in zip(x[0], prev_theta)])
-        else:
-            y = x
-    return list(x[0])
+            return step + 1, False, True
+        descent.extrapolate()
+    return opts.iters, False, False
 
 
 def _extrapolate(a: np.ndarray, b: np.ndarray, beta: float) -> np.ndarray:

@@ -190,7 +190,7 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
     A method that streams (``streams_synthesis``) draws block by block; the others, and
     ``correct_marginals`` (a reweighting of the whole table), build the table in memory first.
     """
-    from .synthetic import TableSampler, write_synthetic
+    from .synthetic import TableSampler, write_fit_record, write_synthetic
 
     folder = synthetic_folder(plan)
     if (folder / COMPLETE).exists():
@@ -213,6 +213,7 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
     with synthesis_runner(plan.config.dask_address, sampler) as runner, complete_folder(folder) as tmp:
         write_synthetic(tmp, plan.schema, sampler, rng, plan.rng("decode"),
                         chunk_rows=chunk_rows or plan.config.chunk_rows, runner=runner)
+        write_fit_record(tmp, sampler)
     return folder
 
 
@@ -405,6 +406,8 @@ def publish_stage(
     dataset: Mapping[str, Any] | None = None,
 ) -> Path:
     """Writes the release folder; ``dataset`` is the registry's summary for the manifest."""
+    from .synthetic import synthesis_entries
+
     ledger = json.loads((measurement_dir / "ledger.json").read_text())
     m_meta = json.loads((measurement_dir / "measurement.json").read_text())
     files = {
@@ -443,6 +446,7 @@ def publish_stage(
             **({"dataset": dict(dataset)} if dataset is not None else {}),
         },
         "postprocessing": dict(plan.options),
+        **synthesis_entries(synthetic_dir),
         "rows": rows,
         "rows_requested": plan.config.rows,
         "seed_commitment": seed_commitment(plan.seed, plan.material),

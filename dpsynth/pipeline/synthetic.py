@@ -10,6 +10,7 @@ only changes how much is in memory. Design notes: ``docs/scale.md``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,3 +244,21 @@ def _join(folder: Path, where: Path, schema: Schema, n: int) -> None:
         for f in files:
             f[kind].unlink()
     concat_csv(csv_header(schema), [f["csv"] for f in files], final["csv"])
+
+
+#: In a synthetic folder: the record of the released model's fit (a method's sampler's ``fit``),
+#: stated in the manifest's ``synthesis``.
+FIT_RECORD = "fit.json"
+
+
+def write_fit_record(folder: Path, sampler: object) -> None:
+    """Keeps what the released model's fit did (the sampler's ``fit``, if any) beside the table."""
+    if getattr(sampler, "fit", None):
+        (folder / FIT_RECORD).write_text(json.dumps(getattr(sampler, "fit"), sort_keys=True))
+
+
+def synthesis_entries(synthetic_dir: Path) -> dict:
+    """The manifest's ``synthesis`` entry: the released fit's record, when the method kept one."""
+    path = synthetic_dir / FIT_RECORD
+    return {"synthesis": {"fit": json.loads(path.read_text())}} if path.is_file() else {}
+
