@@ -294,21 +294,32 @@ def test_prefects_migrations_regenerate_the_shipped_schema(tmp_path):
     assert len(_schema(tmp_path / "new.db")) == len(_schema(tmp_path / "shipped.db")) > 200
 
 
+def _fresh_user_env(tmp_path: Path) -> dict[str, str]:
+    """A user's environment with no Prefect setting, an empty cache and a new PREFECT_HOME under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
+               PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    return env
+
+
+def _prefect_demo_release(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The demo release through the CLI on the Prefect engine (its temporary server), seeded."""
+    (tmp_path / "seed").write_bytes(b"s" * 32)
+    return subprocess.run([sys.executable, "-m", "dpsynth", "release", "--data", str(ROOT / "data" / "demo.csv"),
+                           "--schema", str(ROOT / "schemas" / "demo.yaml"), "--epsilon", "1", "--seed-file",
+                           str(tmp_path / "seed"), "--out", str(tmp_path / "out"), "--workspace",
+                           str(tmp_path / "ws"), "--name", "seeded", "--engine", "prefect"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
 def test_a_first_release_with_an_empty_cache_runs_on_the_shipped_schema(tmp_path):
     """A first release in a new PREFECT_HOME with an empty user cache (a ``pip install``
     user): the template is made from the shipped schema, the server starts on a copy without
     migrating, registers its block types (its database is then kept as the template, without
     any run) and records the flow run, completed; the schema is still the shipped one."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
-               PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    (tmp_path / "seed").write_bytes(b"s" * 32)
-    run = subprocess.run([sys.executable, "-m", "dpsynth", "release", "--data", str(ROOT / "data" / "demo.csv"),
-                          "--schema", str(ROOT / "schemas" / "demo.yaml"), "--epsilon", "1", "--seed-file",
-                          str(tmp_path / "seed"), "--out", str(tmp_path / "out"), "--workspace",
-                          str(tmp_path / "ws"), "--name", "seeded", "--engine", "prefect"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    env = _fresh_user_env(tmp_path)
+    run = _prefect_demo_release(tmp_path, env)
     assert run.returncode == 0, run.stderr[-2000:]
     template = tmp_path / "cache" / "dpsynth" / "prefect-db" / pdb.metadata.version("prefect") / "prefect.db"
     database = tmp_path / "home" / "prefect.db"
@@ -328,20 +339,13 @@ def test_a_first_release_with_an_empty_cache_runs_on_the_shipped_schema(tmp_path
 def test_a_template_built_by_prefects_migrations_serves_a_release(tmp_path):
     """The fallback: ``--migrate`` builds the template with Prefect's own migrations (what a
     Prefect without a matching shipped schema gets); a release on a copy completes."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DPSYNTH_PREFECT_PORT="0",
-               PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env = _fresh_user_env(tmp_path)
     built = subprocess.run([sys.executable, "-m", "dpsynth.orchestration.prefect_db", "--migrate"], env=env,
                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
     template = tmp_path / "cache" / "dpsynth" / "prefect-db" / pdb.metadata.version("prefect") / "prefect.db"
     assert built.returncode == 0 and str(template) in built.stdout
     assert pdb.alembic_revision(template) == pdb.migration_head() is not None
-    (tmp_path / "seed").write_bytes(b"s" * 32)
-    run = subprocess.run([sys.executable, "-m", "dpsynth", "release", "--data", str(ROOT / "data" / "demo.csv"),
-                          "--schema", str(ROOT / "schemas" / "demo.yaml"), "--epsilon", "1", "--seed-file",
-                          str(tmp_path / "seed"), "--out", str(tmp_path / "out"), "--workspace",
-                          str(tmp_path / "ws"), "--name", "seeded", "--engine", "prefect"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    run = _prefect_demo_release(tmp_path, env)
     assert run.returncode == 0, run.stderr[-2000:]
     database = tmp_path / "home" / "prefect.db"
     with sqlite3.connect(database) as con:
