@@ -40,6 +40,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from .. import progress
+from ..evaluation.metrics import clipped_distributions
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, calibrate_probs, expand, sum_axes
 
@@ -346,11 +347,7 @@ class _Misfit:
     def __init__(self, layout: _Layout, limits: Mapping[frozenset[str], float]) -> None:
         sizes = np.array([t.target.size for t in layout.terms], dtype=np.int64)
         self.starts = np.array([a for a, _ in layout.bounds], dtype=np.int64)
-        q = np.clip(layout.target, 0.0, None)
-        sums = np.add.reduceat(q, self.starts)
-        q = q / np.repeat(np.where(sums > 0, sums, 1.0), sizes)
-        q[np.repeat(~(sums > 0), sizes)] = np.repeat(1.0 / sizes, sizes)[np.repeat(~(sums > 0), sizes)]
-        self.q = q
+        self.q = clipped_distributions(layout.target, self.starts, sizes)
         self.limit = np.array([limits.get(frozenset(t.attrs), np.inf) for t in layout.terms], dtype=np.float64)
 
     def ratio(self, probs: np.ndarray) -> float:
