@@ -4,7 +4,7 @@ Public information only: the schema's code counts, the budget split and the para
 and the DP record count, which is the first planned charge of ``sds``
 (``measure/sds/records``). Right after that count, :func:`forecast` predicts the
 validation gate's thresholds for the 2-way tables sds is about to measure (the gate's own
-formula, :mod:`dpsynth.gate.thresholds`, with uniform tables, the DP count as the row
+formula, :mod:`dpsynth.evaluation.predicted`, with uniform tables, the DP count as the row
 count and Delta_2 at its bound C(p, 2)); where the tightest of them is below what sds's
 sampler reaches (:data:`MIN_PAIR_THRESHOLD`), :class:`SdsCannotPublish` is raised before
 any marginal is measured, so the ledger holds the record count alone. The rule, its
@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...evaluation.predicted import DEFAULT_MIN_FACTOR, DEFAULT_SD_FACTOR
 from ...privacy.budget import RefusedMidPlan
 from .budget import NoiseSplit
 from .params import SdsParams
@@ -64,14 +65,12 @@ class Forecast:
 def predicted_pair_thresholds(cardinalities: Sequence[int], split: NoiseSplit,
                               records: float) -> tuple[list[tuple[int, int]], np.ndarray]:
     """Every column pair and the gate's predicted threshold for it: ``max(min_factor E, E +
-    sd_factor SD)`` with E and SD as :func:`dpsynth.gate.thresholds.predicted_tvds` gives them
+    sd_factor SD)`` with E and SD as :func:`dpsynth.evaluation.predicted.predicted_tvds` gives them
     for a uniform table of the pair's d cells (in closed form: s = sqrt((1/d)(1 - 1/d)/n +
     (sd/n)^2), E = d s / sqrt(2 pi), SD = 0.5 sqrt(1 - 2/pi) s sqrt(d + 1); no table is
     built), ``records`` rows and records, and the noise sd sigma_2 sqrt(C(p, 2)) (Delta_2 at
     its bound; the DP percentile takes it wherever every record holds every pair, as with
     ``empty_cells="value"``)."""
-    from ...gate.thresholds import DEFAULT_MIN_FACTOR, DEFAULT_SD_FACTOR
-
     cards = [int(c) for c in cardinalities]
     pairs = list(combinations(range(len(cards)), 2))
     if not pairs:
