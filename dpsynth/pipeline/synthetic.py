@@ -253,12 +253,12 @@ FIT_RECORD = "fit.json"
 
 def write_fit_record(folder: Path, sampler: object) -> None:
     """Keeps what the released model's fit did (the sampler's ``fit``, if any) beside the table."""
-    if getattr(sampler, "fit", None):
-        (folder / FIT_RECORD).write_text(json.dumps(getattr(sampler, "fit"), sort_keys=True))
+    fit = getattr(sampler, "fit", None)
+    if fit:
+        (folder / FIT_RECORD).write_text(json.dumps(fit, sort_keys=True))
 
 
 def synthesis_entries(synthetic_dir: Path) -> dict:
     """The manifest's ``synthesis`` entry: the released fit's record, when the method kept one."""
     path = synthetic_dir / FIT_RECORD
     return {"synthesis": {"fit": json.loads(path.read_text())}} if path.is_file() else {}
-
