@@ -33,7 +33,13 @@ owner's private page, counted from the real codes and the synthetic table chunk 
 (its stage time is the ``internal`` column).
 
 ``release-<method>-dask`` runs the same release with ``--dask-address local:2`` (encode,
-measure and synthesize on a LocalCluster of two worker processes). Without it, synthesize
+measure and synthesize on a LocalCluster of two worker processes).
+
+Each process of a release is named by its role (``driver``: the CLI process, holding a
+LocalCluster's scheduler and nannies; ``dask-worker-N``; ``gate``: the gate worker forked
+from the CLI) and its peak is kept per stage (``peak_rss_mb.by_stage``: the stage is the
+last ``<stage>: started`` line of the CLI) with its CPU seconds. ``SCALE_LIVE_PEAKS=file``
+writes the peaks so far to ``file`` every ~10 s. Without it, synthesize
 draws and writes a table of 16 blocks or more on a pool of this machine's cores.
 
 Results merge into benchmarks/results/scale.json by (rows, mode).
