@@ -7,6 +7,12 @@ evenly over the columns; each histogram gets discrete Gaussian noise with
 histogram instead gets discrete Laplace noise of scale ``columns / epsilon`` (L1
 sensitivity 1), charged as pure epsilon.
 
+Synthesis (post-processing): the record count is the inverse-variance mean of the
+histograms' totals; each histogram is projected onto the non-negative tables with that
+total (one constant subtracted, then clipped at 0), and each column's values are
+allocated to a block's records by their expected counts (floor or ceiling), then shuffled
+(:mod:`dpsynth.postprocess.histograms`; figures in docs/marginals.md).
+
 It learns no correlation at all: it is the floor every other method must beat.
 """
 
@@ -20,11 +26,13 @@ import numpy as np
 from ..rows.encoding import EncodedTable, code_dtype
 from ..privacy.budget import Budget, Charge, Ledger
 from ..privacy.mechanisms import gaussian_counts, laplace_charge, laplace_counts
+from ..postprocess.histograms import allocated_draw, project_to_total
 from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from .base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyMarginal, PrivacyStatement, params_to_dict
 
-__all__ = ["IndependentSampler", "MarginalsParams", "MarginalsMethod", "estimate_rows", "sample_independent"]
+__all__ = ["IndependentSampler", "MarginalsParams", "MarginalsMethod", "estimate_rows", "one_way_distributions",
+           "sample_independent"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,16 +52,32 @@ def estimate_rows(m: Measurement) -> int:
     return est
 
 
+def one_way_distributions(m: Measurement, schema: Schema) -> dict[str, np.ndarray]:
+    """Each column's noisy histogram as a distribution: projected onto the non-negative
+    tables whose total is :func:`estimate_rows` (:func:`project_to_total`), then normalised.
+
+    Clipping negatives alone would leave every value the data does not hold about 0.4
+    noise sd of made-up records, and each column its own total; the projection takes one
+    constant off every cell of a column, so those values fall back to 0 and every column
+    sums to the same record count. Post-processing only.
+    """
+    total = float(estimate_rows(m))
+    out = {}
+    for col in schema.columns:
+        x = project_to_total(np.asarray(m.marginals[(col.name,)], dtype=np.float64), total)
+        out[col.name] = x / x.sum()
+    return out
+
+
 def sample_independent(
     schema: Schema, marginals: dict[str, np.ndarray], rows: int, rng: np.random.Generator
 ) -> EncodedTable:
-    """Each column drawn from its own (clipped, normalised) noisy histogram."""
+    """Each column drawn from its own distribution (weights: normalised here): every value
+    gets the floor or the ceiling of its expected count, in a random order
+    (:func:`~dpsynth.postprocess.histograms.allocated_draw`), the columns independently."""
     codes = np.empty((rows, len(schema.columns)), dtype=code_dtype(schema.cardinalities))
     for j, col in enumerate(schema.columns):
-        p = np.clip(np.asarray(marginals[col.name], dtype=np.float64), 0.0, None)
-        total = p.sum()
-        p = p / total if total > 0 else np.full(p.size, 1.0 / p.size)
-        codes[:, j] = rng.choice(p.size, size=rows, p=p)
+        codes[:, j] = allocated_draw(np.asarray(marginals[col.name], dtype=np.float64), rows, rng)
     return EncodedTable(schema=schema, codes=codes)
 
 
@@ -104,19 +128,21 @@ class MarginalsMethod(MethodBase):
     def sampler(self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator) -> "IndependentSampler":
         """Draws ``rows`` records block by block (None: the DP estimate); draws nothing from ``rng``."""
         n = estimate_rows(m) if rows is None else rows
-        return IndependentSampler(schema=schema, marginals={k[0]: v for k, v in m.marginals.items()}, rows=int(n))
+        return IndependentSampler(schema=schema, marginals=one_way_distributions(m, schema), rows=int(n))
 
     def synthesize(
         self, m: Measurement, schema: Schema, rows: int | None, rng: np.random.Generator
     ) -> EncodedTable:
-        """Each column drawn from its clipped noisy histogram; rows default to the DP estimate."""
+        """Each column drawn from its projected noisy histogram; rows default to the DP estimate."""
         s = self.sampler(m, schema, rows, rng)
         return EncodedTable(schema=schema, codes=s.sample(s.rows, rng))
 
 
 @dataclass(frozen=True)
 class IndependentSampler:
-    """Columns drawn independently from their noisy histograms, any number of records at a time."""
+    """Columns drawn independently from their distributions (:func:`one_way_distributions`),
+    any number of records at a time: each block gets its values by allocation, so a block's
+    1-way counts are within one record of its expected counts."""
 
     schema: Schema
     marginals: dict[str, np.ndarray]

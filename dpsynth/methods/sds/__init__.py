@@ -12,7 +12,8 @@ from __future__ import annotations
 from ...privacy.mechanisms import dp_percentile, percentile_scores
 from .aggregation import AggregateResult, aggregate, aggregates_frame, normalise, tables_from_frame
 from .budget import MAX_TUPLE_CELLS, NoiseSplit, noise_split, paper_rho, plan_charges, split_budget, split_marginals_rho
-from .complete import project_to_total, public_one_way
+from ...postprocess.histograms import project_to_total
+from .complete import public_one_way
 from .guard import SdsCannotPublish
 from .method import SdsMethod
 from .params import SdsParams, adaptive_etas, sigma_proportions

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ...postprocess.fitting import AxisMargin, proportional_fit
+from ...postprocess.histograms import project_to_total
 from ...schema import Schema
 from ..base import Measurement
 from .aggregation import Combo, _shape
@@ -30,24 +31,6 @@ _SHRINK = 4.0
 _IPF_ROUNDS = 5
 #: Rounds per order when ``use_synthetic_counts`` steers the complete sampler.
 _COMPLETE_ROUNDS = 8
-
-
-def project_to_total(noisy: np.ndarray, total: float) -> np.ndarray:
-    """Euclidean projection of ``noisy`` onto {x >= 0, sum x = total} (least squares).
-
-    It lowers every cell by one constant and clips at 0: cells whose noisy count is
-    pure noise (values the data does not hold, which clipping alone would turn into
-    about 0.4 noise sd of fabricated mass each) fall to 0, and real cells lose as much
-    as the known total says they were inflated.
-    """
-    v = np.asarray(noisy, dtype=np.float64).ravel()
-    if total <= 0 or v.size == 0:
-        return np.zeros_like(v)
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - total
-    ks = np.arange(1, v.size + 1)
-    r = int(np.flatnonzero(u - css / ks > 0)[-1]) + 1
-    return np.clip(v - css[r - 1] / r, 0.0, None)
 
 
 def pooled_total(count: float, count_sd: float, tables: Sequence[np.ndarray], sd1: float
