@@ -220,12 +220,14 @@ def _previous(old: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence[str] | None = None,
-             epsilon: float | None = None, seeds: int | None = None) -> list[dict[str, Any]]:
+             epsilon: float | None = None, seeds: int | None = None, delta: float | None = None
+             ) -> list[dict[str, Any]]:
     """Every cell of one half (or those ``only``/``configs``/``epsilon`` select); each result
     replaces its entry in results/auto_choice.json (the replaced score kept as ``previous``),
     the other cells and configurations stay. With more than one seed a configuration's score is
     the mean over seeds 0..seeds-1 (each seed's in ``scores``): one seed of a small table at
-    epsilon 0.1 varies by tens of points. ``seeds`` None: :func:`cell_seeds`."""
+    epsilon 0.1 varies by tens of points. ``seeds`` None: :func:`cell_seeds`. ``delta``: only
+    the cells with this delta (0: the pure-epsilon cells)."""
     cells: list[dict[str, Any]] = list(_load().get("raw", {}).get(half, {}).get("cells", []))
     where = {(c["table"], c["epsilon"], c["delta"]): c for c in cells}
     for index, (spec, epsilons, pure_eps) in enumerate(HALVES[half]):
@@ -234,21 +236,21 @@ def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence
         schema, codes = load_table(spec, index + (0 if half == "tuning" else 100))
         subs = triples(len(schema.columns), seed=index)
         runs = [(eps, DELTA, CONFIGS) for eps in epsilons] + [(eps, 0.0, PURE_CONFIGS) for eps in pure_eps]
-        for eps, delta, table in runs:
-            if epsilon is not None and eps != epsilon:
+        for eps, cell_delta, table in runs:
+            if (epsilon is not None and eps != epsilon) or (delta is not None and cell_delta != delta):
                 continue
-            cell = where.get((spec, eps, delta))
+            cell = where.get((spec, eps, cell_delta))
             if cell is None:
                 cell = {"half": half, "table": spec, "rows": int(codes.shape[0]), "columns": len(schema.columns),
-                        "cardinalities": list(schema.cardinalities), "epsilon": eps, "delta": delta,
+                        "cardinalities": list(schema.cardinalities), "epsilon": eps, "delta": cell_delta,
                         "triples": len(subs), "configs": {}}
                 cells.append(cell)
-                where[(spec, eps, delta)] = cell
+                where[(spec, eps, cell_delta)] = cell
             for label, (method, params) in table.items():
                 if (configs and label not in configs) or (not configs and label in ON_REQUEST):
                     continue
                 n = seeds or cell_seeds(cell, label)
-                runs = [run_config(method, params, schema, codes, eps, delta, seed, timeout) for seed in range(n)]
+                runs = [run_config(method, params, schema, codes, eps, cell_delta, seed, timeout) for seed in range(n)]
                 scores = [score(schema, codes, r[0], subs) if r[0] is not None else None for r in runs]
                 sc = float(np.mean(scores)) if None not in scores else None
                 secs = float(np.mean([r[1] for r in runs]))
@@ -261,7 +263,7 @@ def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence
                                           **({"scores": scores, "seeds": n} if n > 1 else {}),
                                           **({"auto_runs": autos} if len(autos) > 1 else {}),
                                           **_previous(cell["configs"].get(label))}
-                print(f"{half} {spec} eps {eps:g} delta {delta:g} {label}: "
+                print(f"{half} {spec} eps {eps:g} delta {cell_delta:g} {label}: "
                       f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s, {n} seed{'s' * (n > 1)}, "
                       f"load {load})", flush=True)
                 _save_raw(half, cells, timeout)
@@ -381,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="run only this table (its spec, e.g. adult)")
     ap.add_argument("--configs", nargs="*", default=None, help="run only these configurations")
     ap.add_argument("--epsilon", type=float, default=None, help="run only this epsilon")
+    ap.add_argument("--delta", type=float, default=None, help="run only the cells with this delta (0: pure epsilon)")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=None,
                     help="mean score over this many seeds per configuration (default: as the cell had; "
@@ -400,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     [(t, ceiling_text(v)) for t, v in payload["ceilings"].items()])
         return 0
     if args.half:
-        run_half(args.half, args.timeout, args.only, args.configs, args.epsilon, args.seeds)
+        run_half(args.half, args.timeout, args.only, args.configs, args.epsilon, args.seeds, args.delta)
     if args.report or not args.half:
         report(("tuning", "held-out"))
     return 0
