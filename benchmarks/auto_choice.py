@@ -141,9 +141,9 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarray, eps: float, delta: float,
-               seed: int, timeout: int) -> tuple[np.ndarray | None, float, str, dict[str, Any] | None]:
-    """(synthetic codes or None, seconds, status, auto's record count and choice or None) of
-    measure + synthesize, as a release runs them."""
+               seed: int, timeout: int) -> tuple[np.ndarray | None, float, str, dict[str, Any] | None, float]:
+    """(synthetic codes or None, seconds, status, auto's record count and choice or None, CPU
+    seconds of the process) of measure + synthesize, as a release runs them."""
     from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
@@ -152,7 +152,7 @@ def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarr
     budget = Budget(epsilon=eps, delta=delta)
     ss = np.random.SeedSequence([seed, 26])
     r_measure, r_synth = (np.random.default_rng(s) for s in ss.spawn(2))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
@@ -165,7 +165,7 @@ def run_config(method: str, params: dict[str, Any], schema: Any, codes: np.ndarr
         synth, status, auto = None, f"error: {type(exc).__name__}: {str(exc)[:160]}", None
     finally:
         signal.alarm(0)
-    return synth, time.perf_counter() - t0, status, auto
+    return synth, time.perf_counter() - t0, status, auto, time.process_time() - c0
 
 
 def _load() -> dict[str, Any]:
@@ -254,17 +254,19 @@ def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence
                 scores = [score(schema, codes, r[0], subs) if r[0] is not None else None for r in runs]
                 sc = float(np.mean(scores)) if None not in scores else None
                 secs = float(np.mean([r[1] for r in runs]))
+                cpu = float(np.mean([r[4] for r in runs]))
                 status = next((r[2] for r in runs if r[2] != "ok"), "ok")
                 autos = [r[3] for r in runs if r[3]]
                 load = open("/proc/loadavg").read().split()[0]
-                cell["configs"][label] = {"score": sc, "seconds": round(secs, 2), "status": status,
+                cell["configs"][label] = {"score": sc, "seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
+                                          "status": status,
                                           "timeout_s": timeout, "load": float(load),
                                           **({"auto": autos[0]} if autos else {}),
                                           **({"scores": scores, "seeds": n} if n > 1 else {}),
                                           **({"auto_runs": autos} if len(autos) > 1 else {}),
                                           **_previous(cell["configs"].get(label))}
                 print(f"{half} {spec} eps {eps:g} delta {cell_delta:g} {label}: "
-                      f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s, {n} seed{'s' * (n > 1)}, "
+                      f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s, {cpu:.1f} CPU s, {n} seed{'s' * (n > 1)}, "
                       f"load {load})", flush=True)
                 _save_raw(half, cells, timeout)
     return cells
