@@ -36,6 +36,9 @@ Usage::
 
     nice python benchmarks/auto_choice.py --half tuning     # its cells into results/auto_choice.json ("raw")
     nice python benchmarks/auto_choice.py --half held-out
+    nice python benchmarks/auto_choice.py --half tuning --only gen:1000,5,6,0,0 --epsilon 0.1 --configs auto
+                                                            # one cell, auto on as many seeds as the cell's best
+    nice python benchmarks/auto_choice.py --half held-out --delta 0 --configs marginals-laplace auto
     python benchmarks/auto_choice.py --report               # every cell: table + "cells" in the same file
     nice python benchmarks/auto_choice.py --ceilings-only   # adds every table's ceilings, runs no method
 """
