@@ -100,6 +100,9 @@ def test_serve_deploys_runs_and_stops(tmp_path):
 
         assert [d.name for d in registry.state(tmp_path / "worker-ws", "demo-nightly").draws] == ["served-1"]
         assert not (home / ".dpsynth").exists()
+        # the flow knew it was a deployed run (read from its run's context): it printed the
+        # registry line for the worker's console, which only a deployed run does
+        assert "dpsynth: privacy registry" in (state / "worker.log").read_text()
         # the parameterised deployment has working defaults: no parameter needed
         run2 = subprocess.run(
             [str(Path(sys.executable).parent / "prefect"), "--no-prompt", "deployment", "run",

@@ -50,7 +50,9 @@ COUNT_SHARE = 0.01
 #: benchmarks/auto_choice.py (5 seeds per cell): marginals won at 2.3 and 10.6, AIM (with its
 #: low-budget compression bound, docs/pgm.md) at 17.6, 19.7 and above; the bound is the
 #: geometric middle of that gap. (Before that bound, MST won at 17.6 and 19.7 and had a band
-#: of its own up to 26.)
+#: of its own up to 26.) Checked again after marginals' projection and row allocation (issue
+#: 26): marginals won at 2.3, 10.6 and 12.3, AIM at 17.6, 19.7 and 29.9, so it stays; AIM also
+#: won one tuning cell below it (1,000 x 5 at signal 6.4; docs/choosing.md).
 MIN_SIGNAL = 14.0
 
 #: What a pure-epsilon release gives up, from benchmarks/results/auto_choice.json (held-out half).

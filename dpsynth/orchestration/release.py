@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import Flow, get_run_logger
 
 from dpsynth import progress
 from dpsynth.pipeline import (
@@ -34,6 +34,7 @@ from dpsynth.pipeline.stages import COMPLETE
 from dpsynth.privacy.workspace import private_workspace
 from dpsynth.methods.auto import AUTO
 from dpsynth.rows.rowsource import DEFAULT_CHUNK_ROWS
+from .heartbeat import heartbeats
 from .tasks.encode import encode_task
 from .tasks.internal_report import internal_report_task
 from .tasks.measure import measure_task
@@ -76,6 +77,19 @@ def _resolve_name(name: str | None) -> str | None:
     from prefect.runtime import flow_run
 
     return scheduled_name(name, flow_run.scheduled_start_time, flow_run.id)
+
+
+def _deployment_id() -> Any:
+    """The current flow run's deployment (None: not a deployed run), from the run's context.
+
+    ``prefect.runtime.deployment.id`` fetches the flow run from the API again (Prefect 3.8
+    looks for the id on the context instead of on its flow run), a round trip at the start
+    and the end of every release."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    run = ctx.flow_run if ctx is not None else None
+    return run.deployment_id if run is not None else None
 
 
 def _check_deployment_home() -> None:
@@ -130,7 +144,28 @@ def _present(stage: str, path: Path) -> bool:
     return (path / COMPLETE).exists() if stage in ("measure", "synthesize") else path.exists()
 
 
-@flow(name="dpsynth-release", persist_result=False, log_prints=False, validate_parameters=True)
+class ReleaseFlow(Flow):
+    """The release flow's class: Prefect's flow whose parameters, plain JSON values (the
+    config's paths as text, numbers, names), are stored on the API as they are."""
+
+    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """The parameters as the API stores them: plain JSON values unchanged, anything else
+        through Prefect's own encoder (whose FastAPI import costs 0.1 CPU s at every run)."""
+        if all(_plain_json(v) for v in parameters.values()):
+            return dict(parameters)
+        return super().serialize_parameters(parameters)
+
+
+def _plain_json(value: Any) -> bool:
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) is list:
+        return all(_plain_json(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _plain_json(v) for k, v in value.items())
+    return False
+
+
 def release_flow(
     data: str,
     schema_path: str,
@@ -164,13 +199,21 @@ def release_flow(
     labelled NOT differentially private (refused without it).
     """
     arguments = dict(locals())  # exactly the flow's parameters: keep this the first statement
-    t_flow = time.perf_counter()
-    from prefect.runtime import deployment
+    with heartbeats():  # when the CLI's runner asked for the flow's own (heartbeat.py)
+        return _release(arguments, time.perf_counter())
 
-    if deployment.id:  # a deployed run: its working folder must be DPSYNTH_HOME
+
+release_flow = ReleaseFlow(fn=release_flow, name="dpsynth-release", persist_result=False, log_prints=False,
+                           validate_parameters=True)
+
+
+def _release(arguments: dict[str, Any], t_flow: float) -> dict[str, Any]:
+    """The flow's body: the config from its parameters, the public checks, the stages."""
+    deployed = _deployment_id() is not None
+    if deployed:  # a deployed run: its working folder must be DPSYNTH_HOME
         _check_deployment_home()
     arguments["schema"] = arguments.pop("schema_path")
-    arguments["name"] = _resolve_name(name)
+    arguments["name"] = _resolve_name(arguments["name"])
     config = ReleaseConfig.from_arguments(**arguments)
     timings: dict[str, float] = {}
     logger = get_run_logger()
@@ -186,7 +229,7 @@ def release_flow(
             warn(warning)
         done = run_stages(plan, prefect_runner(config.workspace), timings, warn=warn, started=t_flow)
     progress.note(done.registry)  # run from the CLI or the API: its console
-    if deployment.id:  # a deployed run: the worker's console is the operator's (the CLI prints its own)
+    if deployed:  # a deployed run: the worker's console is the operator's (the CLI prints its own)
         print(f"dpsynth: {done.registry}", file=sys.stderr, flush=True)
     _release_artifact(done.folder)
     return {"release": done.folder, "timings": done.timings, "cached": done.cached, "warnings": done.warnings,

@@ -12,6 +12,8 @@ Two things Prefect does on its own do not fit the CLI's contract:
   ERROR and above and any record that carries a traceback; the CLI prints its own one
   line. It also drops the flow and task runs' own records (a warning would otherwise
   show twice: the CLI's reporter says it). Logs sent to the Prefect API are unchanged.
+* Prefect's heartbeat thread makes a run's end wait up to 1 s: the flow sends the run's
+  heartbeats itself instead (:mod:`.heartbeat`), from a thread that stops at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import logging
 from typing import Any, Iterator
 
+from .heartbeat import own_heartbeats
 from .server import ApiServer, api_server, configured_instead
 
 __all__ = ["quiet_failures", "run_release_flow", "temporary_server"]
@@ -118,6 +121,7 @@ def run_release_flow(config: Any, server: ApiServer | None = None) -> dict[str, 
         ahead = encode_ahead(config) if server.kind == "temporary" else 0.0
         stack.enter_context(temporary_server(server))
         stack.enter_context(quiet_failures())
+        stack.enter_context(own_heartbeats())  # Prefect's heartbeat thread held the run's end up to 1 s
         result = release_flow(**flow_parameters(config))
     return {**result, "encoded_ahead": ahead}
 
