@@ -214,6 +214,25 @@ def seed_gap(best: Sequence[float], auto: Sequence[float]) -> tuple[float, float
     return gap, float(np.sqrt(b.var(ddof=1) / b.size + a.var(ddof=1) / a.size))
 
 
+#: Above this many seeds, auto's runs are kept as their record counts and a tally of choices.
+FULL_AUTO_RUNS = 20
+
+
+def auto_runs_entry(autos: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """auto's per-seed records as the JSON keeps them: each whole (``auto_runs``) up to
+    :data:`FULL_AUTO_RUNS` seeds, else each seed's record count and how often each choice was made."""
+    if len(autos) <= 1:
+        return {}
+    if len(autos) <= FULL_AUTO_RUNS:
+        return {"auto_runs": list(autos)}
+    tally: dict[str, int] = {}
+    for a in autos:
+        c = a["choice"]
+        key = " ".join([c["method"], *(f"{k}={v}" for k, v in sorted(c["params"].items()))])
+        tally[key] = tally.get(key, 0) + 1
+    return {"auto_record_counts": [a["record_count"] for a in autos], "auto_choices": tally}
+
+
 def _previous(old: dict[str, Any] | None) -> dict[str, Any]:
     """What a re-run replaces, kept beside it: the old score, its seeds and its status."""
     if not old:
@@ -266,7 +285,7 @@ def run_half(half: str, timeout: int, only: str | None = None, configs: Sequence
                                           "timeout_s": timeout, "load": float(load),
                                           **({"auto": autos[0]} if autos else {}),
                                           **({"scores": scores, "seeds": n} if n > 1 else {}),
-                                          **({"auto_runs": autos} if len(autos) > 1 else {}),
+                                          **auto_runs_entry(autos),
                                           **_previous(cell["configs"].get(label))}
                 print(f"{half} {spec} eps {eps:g} delta {cell_delta:g} {label}: "
                       f"{'%.1f' % sc if sc is not None else status} ({secs:.1f} s, {cpu:.1f} CPU s, {n} seed{'s' * (n > 1)}, "
@@ -350,7 +369,9 @@ def report(halves: Sequence[str]) -> None:
                  "auto_seeds": len(seed_scores(own)), "auto_scores": seed_scores(own),
                  **({"auto_record_count": ran["auto"]["record_count"]} if ran else {}),
                  "best": best, "best_score": scored.get(best), "best_seeds": len(seed_scores(conf.get(best))),
-                 "configs": conf, "ceiling": ceils.get(c["table"])}
+                 "configs": {k: {f: v[f] for f in ("score", "seeds", "seconds", "cpu_seconds", "status") if f in v}
+                             for k, v in conf.items()},
+                 "ceiling": ceils.get(c["table"])}
         if c["delta"] > 0:
             gap = None if a is None or best is None else seed_gap(seed_scores(conf[best]), seed_scores(own))
             entry["gap_to_best"] = None if gap is None else round(gap[0], 1)

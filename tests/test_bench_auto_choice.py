@@ -39,3 +39,20 @@ def test_auto_runs_as_many_seeds_as_the_cells_most_seeded_configuration() -> Non
     assert cell_seeds(cell, "sds") == 10  # new to the cell: as the most-seeded
     assert cell_seeds({"configs": {"pgm-mst": {"score": 1.0}}}, "auto") == 1
     assert cell_seeds({"configs": {}}, "auto") == 1
+
+
+def test_many_auto_runs_are_kept_as_counts_and_a_tally_of_choices() -> None:
+    from benchmarks.auto_choice import FULL_AUTO_RUNS, auto_runs_entry
+
+    def run(count: float, method: str) -> dict:
+        params = {"select": "aim", "degree": "2"} if method == "pgm" else {}
+        return {"record_count": count, "choice": {"method": method, "params": params, "reason": "r"}}
+
+    few = [run(10.0, "marginals"), run(12.0, "pgm")]
+    assert auto_runs_entry(few) == {"auto_runs": few}
+    assert auto_runs_entry(few[:1]) == {}
+    many = [run(float(i), "marginals" if i % 3 else "pgm") for i in range(FULL_AUTO_RUNS + 1)]
+    entry = auto_runs_entry(many)
+    assert entry["auto_record_counts"] == [float(i) for i in range(FULL_AUTO_RUNS + 1)]
+    assert entry["auto_choices"] == {"marginals": 14, "pgm degree=2 select=aim": 7}
+    assert "auto_runs" not in entry
