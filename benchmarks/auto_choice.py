@@ -387,7 +387,8 @@ def report(halves: Sequence[str]) -> None:
         shown = "  ".join(f"{k} {v['score']:.1f} ({v['seconds']:.0f}s)" if v["score"] is not None
                           else f"{k} {v['status'][:12]} ({v['seconds']:.0f}s)" for k, v in conf.items())
         se = f" ± {entry['gap_se']:.1f}" if entry.get("gap_se") is not None else ""
-        gap = (f"gap {entry['gap_to_best']:+.1f}{se}, vs mst {entry['vs_pgm_mst']:+.1f}" if c["delta"] > 0
+        mst_text = f"{entry['vs_pgm_mst']:+.1f}" if entry.get("vs_pgm_mst") is not None else "n/a"
+        gap = (f"gap {entry['gap_to_best']:+.1f}{se}, vs mst {mst_text}" if c["delta"] > 0
                and entry.get("gap_to_best") is not None else
                f"gives up {entry['gives_up']}" if c["delta"] == 0 and entry.get("gives_up") is not None else "n/a")
         rows.append((c["half"], c["table"], f"{c['rows']}x{c['columns']}", f"{c['epsilon']:g}", f"{c['delta']:g}",

@@ -56,3 +56,34 @@ def test_many_auto_runs_are_kept_as_counts_and_a_tally_of_choices() -> None:
     assert entry["auto_record_counts"] == [float(i) for i in range(FULL_AUTO_RUNS + 1)]
     assert entry["auto_choices"] == {"marginals": 14, "pgm degree=2 select=aim": 7}
     assert "auto_runs" not in entry
+
+
+def test_the_report_reads_an_old_one_seed_file_and_a_seeded_cell(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    import benchmarks._common as common
+    import benchmarks.auto_choice as bench
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    one = {"score": 900.0, "seconds": 1.0, "status": "ok"}  # the old format: no seeds, no scores, no load
+    old = {"half": "tuning", "table": "gen:1000,5,6,0,0", "rows": 1000, "columns": 5, "cardinalities": [6] * 5,
+           "epsilon": 1.0, "delta": 1e-6, "triples": 10,
+           "configs": {"pgm-mst": dict(one, score=880.0), "pgm-aim2": one, "sds": dict(one, score=890.0),
+                       "marginals": dict(one, score=700.0)}}
+    auto = {"record_count": 1000.0, "choice": {"method": "pgm", "params": {"select": "aim", "degree": "2"},
+                                                "reason": "r"}}
+    seeded = dict(old, epsilon=0.1, configs={
+        "pgm-aim2": {"score": 11.0, "scores": [10.0, 12.0, 11.0], "seeds": 3, "seconds": 1.0, "status": "ok"},
+        "marginals": {"score": 5.0, "scores": [5.0, 5.0, 5.0], "seeds": 3, "seconds": 1.0, "status": "ok"},
+        "auto": {"score": 10.0, "scores": [9.0, 11.0], "seeds": 2, "seconds": 1.0, "status": "ok", "auto": auto}})
+    (tmp_path / "auto_choice.json").write_text(json.dumps({"raw": {"tuning": {"cells": [old, seeded]}}}))
+    bench.report(("tuning", "held-out"))
+    cells = json.loads((tmp_path / "auto_choice.json").read_text())["cells"]
+    assert [c["epsilon"] for c in cells] == [1.0, 0.1]
+    first, second = cells
+    assert first["auto_run"] is False and first["auto_seeds"] == 1 and first["gap_se"] is None
+    assert first["best"] == "pgm-aim2" and first["best_score"] == 900.0
+    assert second["auto_run"] is True and second["auto_scores"] == [9.0, 11.0] and second["best_seeds"] == 3
+    assert second["gap_to_best"] == 1.0 and second["gap_se"] == round(math.sqrt(1.0 / 3 + 2.0 / 2), 1)
+    assert "gap +1.0 ± 1.2" in capsys.readouterr().out
