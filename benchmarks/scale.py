@@ -33,7 +33,13 @@ owner's private page, counted from the real codes and the synthetic table chunk 
 (its stage time is the ``internal`` column).
 
 ``release-<method>-dask`` runs the same release with ``--dask-address local:2`` (encode,
-measure and synthesize on a LocalCluster of two worker processes). Without it, synthesize
+measure and synthesize on a LocalCluster of two worker processes).
+
+Each process of a release is named by its role (``driver``: the CLI process, holding a
+LocalCluster's scheduler and nannies; ``dask-worker-N``; ``gate``: the gate worker forked
+from the CLI) and its peak is kept per stage (``peak_rss_mb.by_stage``: the stage is the
+last ``<stage>: started`` line of the CLI) with its CPU seconds. ``SCALE_LIVE_PEAKS=file``
+writes the peaks so far to ``file`` every ~10 s. Without it, synthesize
 draws and writes a table of 16 blocks or more on a pool of this machine's cores.
 
 Results merge into benchmarks/results/scale.json by (rows, mode).
@@ -160,26 +166,94 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _sample(proc, peaks: dict, stop: threading.Event) -> None:
-    import psutil
+def _role(p, root_pid: int) -> str:
+    """What a process of the run's tree is, from its command line: the driver (the CLI
+    process, which also holds a LocalCluster's scheduler and nannies), a Dask worker
+    (spawned by a nanny), the gate worker, or another helper."""
+    if p.pid == root_pid:
+        return "driver"
+    try:
+        cmd = " ".join(p.cmdline())
+        # a child that is not yet exec'd has its parent's command line too: wait 2 s for it
+        forked = p.ppid() == root_pid and p.cmdline() == p.parent().cmdline() and time.time() - p.create_time() > 2
+    except Exception:  # noqa: BLE001 (psutil.Error; gone)
+        return "other"
+    if forked:  # the gate worker is forked from the CLI process (dpsynth.gate.worker)
+        return "gate"
+    if "resource_tracker" in cmd:
+        return "mp-tracker"
+    if "spawn_main" in cmd or "multiprocessing.spawn" in cmd or "forkserver" in cmd:
+        return "dask-worker"
+    if "dpsynth.gate" in cmd or "gate_worker" in cmd or " -c " in f" {cmd} ":
+        return "gate"
+    return "other"
 
-    root = psutil.Process(proc.pid)
-    while not stop.is_set():
-        total = 0
-        try:
-            procs = [root] + root.children(recursive=True)
-        except psutil.Error:
-            break
-        for p in procs:
+
+class _Sampler:
+    """Samples the run's process tree every 0.1 s: each process's resident memory, its peak
+    per stage (the stage is the last ``<stage>: started`` line the CLI printed), named by
+    role (driver, dask-worker-1.., gate, ...)."""
+
+    def __init__(self) -> None:
+        self.stage = "start"
+        self.peaks: dict = {}
+        self.by_stage: dict = {}
+        self.names: dict = {}
+        self.cpu: dict = {}
+        self.samples = 0
+        self.live = os.environ.get("SCALE_LIVE_PEAKS")  # a file to write the peaks to as they go
+
+    def name(self, p, root_pid: int) -> str:
+        """A stable name for ``p``: its role, numbered in order of appearance."""
+        if p.pid not in self.names:
+            role = _role(p, root_pid)
+            if role == "other":  # e.g. forked, not yet exec'd: named when it is known
+                return "other"
+            n = sum(1 for v in self.names.values() if v.rsplit("-", 1)[0] == role) + 1
+            self.names[p.pid] = role if role in ("driver", "gate") and n == 1 else f"{role}-{n}"
+        return self.names[p.pid]
+
+    def run(self, proc, stop: threading.Event) -> None:
+        """Until ``stop``: one sample every 0.1 s."""
+        import psutil
+
+        root = psutil.Process(proc.pid)
+        while not stop.is_set():
+            total = 0
             try:
-                rss = p.memory_info().rss
+                procs = [root] + root.children(recursive=True)
             except psutil.Error:
-                continue
-            total += rss
-            label = "driver" if p.pid == root.pid else f"child-{p.pid}"
-            peaks[label] = max(peaks.get(label, 0), rss)
-        peaks["sum"] = max(peaks.get("sum", 0), total)
-        stop.wait(0.1)
+                break
+            stage = self.by_stage.setdefault(self.stage, {})
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                total += rss
+                label = self.name(p, root.pid)
+                self.peaks[label] = max(self.peaks.get(label, 0), rss)
+                try:
+                    t = p.cpu_times()
+                    self.cpu[label] = t.user + t.system
+                except psutil.Error:
+                    pass
+                stage[label] = max(stage.get(label, 0), rss)
+            self.peaks["sum"] = max(self.peaks.get("sum", 0), total)
+            stage["sum"] = max(stage.get("sum", 0), total)
+            self.samples += 1
+            if self.live and self.samples % 100 == 0:  # a long run's peaks so far, every ~10 s
+                Path(self.live).write_text(json.dumps({"stage": self.stage, "by_stage": self.by_stage,
+                                                       "cpu": self.cpu, "at": time.strftime("%H:%M:%S")}))
+            stop.wait(0.1)
+
+    def follow(self, stream, lines: list) -> None:
+        """Reads the CLI's stderr line by line, noting each stage's start."""
+        for line in stream:
+            lines.append(line)
+            head, sep, rest = line.strip().partition(": ")
+            if sep and rest.startswith("started") and " " not in head:
+                self.stage = head
 
 
 def _children_cpu() -> float:
@@ -252,38 +326,56 @@ def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit
     else:
         cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
                "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
-    peaks: dict = {}
+    sampler_ = _Sampler()
     stop = threading.Event()
     t0 = time.perf_counter()
     load_before = os.getloadavg()
     cpu_before = _children_cpu()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if scratch else None, text=True,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    sampler = threading.Thread(target=_sample, args=(proc, peaks, stop), daemon=True)
+    sampler = threading.Thread(target=sampler_.run, args=(proc, stop), daemon=True)
     sampler.start()
+    err_lines: list = []
+    reader = None
+    if scratch is not None:
+        reader = threading.Thread(target=sampler_.follow, args=(proc.stderr, err_lines), daemon=True)
+        reader.start()
+    out_lines: list = []
+    out_reader = threading.Thread(target=lambda: out_lines.extend(proc.stdout), daemon=True)
+    out_reader.start()
     try:
-        stdout, stderr = proc.communicate(timeout=limit)
+        proc.wait(timeout=limit)
         error = None if proc.returncode == 0 else f"exit {proc.returncode}"
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)  # the run and its Dask workers: a session of their own
-        stdout, stderr = proc.communicate()
+        proc.wait()
         error = f"stopped at the time limit of {limit:.0f} s"
+    for t in (out_reader, reader):
+        if t is not None:
+            t.join(timeout=10)
+    stdout, stderr = "".join(out_lines), "".join(err_lines)
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
+    peaks = sampler_.peaks
     shutil.rmtree(codes, ignore_errors=True)
     res: dict = {"rows": rows, "mode": mode}
     for line in stdout.splitlines():
         if line.startswith(("PHASE ", "RESULT ")):
             res.update(json.loads(line.split(" ", 1)[1]))
     mb = 1 << 20
-    workers = {k: v for k, v in peaks.items() if k.startswith("child-")}
+    # "other": a child seen before it exec'd (it shows its parent's memory), not a process of its own
+    workers = {k: v for k, v in peaks.items() if k not in ("driver", "sum", "other")}
     res["process_wall_s"] = round(wall, 3)
     res["cpu_s"] = round(_children_cpu() - cpu_before, 1)  # user + system of the run's process tree
+    res["cpu_s_by_process"] = {k: round(v, 1) for k, v in sorted(sampler_.cpu.items())}  # at the last sample
     res["loadavg_before"] = [round(x, 2) for x in load_before]
     res["peak_rss_mb"] = {"driver": round(peaks.get("driver", 0) / mb),
                           "workers": sorted(round(v / mb) for v in workers.values()),
-                          "all_processes_sum": round(peaks.get("sum", 0) / mb)}
+                          "all_processes_sum": round(peaks.get("sum", 0) / mb),
+                          "by_process": {k: round(v / mb) for k, v in sorted(peaks.items())},
+                          "by_stage": {st: {k: round(v / mb) for k, v in sorted(d.items())}
+                                       for st, d in sampler_.by_stage.items()}}
     if scratch is not None:
         _release_result(res, scratch, stdout, stderr)
         shutil.rmtree(scratch, ignore_errors=True)

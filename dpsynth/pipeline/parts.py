@@ -234,34 +234,57 @@ def append_file(src: str | Path, dst: BinaryIO, start: int = 0, end: int | None 
 
 def concat_parquet(parts: Sequence[str | Path], out: str | Path) -> int:
     """Joins Parquet ``parts`` (same schema, same writer settings) into ``out``, row groups
-    in the order given; returns the rows. Refuses parts whose schemas differ."""
+    in the order given; returns the rows. Refuses parts whose schemas differ.
+
+    One part's decoded footer is held at a time: each part's row groups are encoded back
+    to bytes as soon as they are moved, so what is held grows with the row groups by
+    their encoded size only (the size of the joined footer), not by their decoded form."""
     if not parts:
         raise ValueError("no Parquet parts to join")
-    metas = [read_footer(p) for p in parts]
-    first = metas[0][0]
-    for fid in (2, 5):  # the schema, the key-value metadata (the Arrow schema)
-        if any(_field(m, fid) != _field(first, fid) for m, _ in metas[1:]):
-            raise ValueError("Parquet parts disagree on their schema: cannot join them")
-    groups: list = []
+    first: Struct | None = None
+    groups: list[bytes] = []
     rows = 0
     shift = 0  # bytes of row groups written before this part's
     with open(out, "wb") as f:
         f.write(MAGIC)
-        for path, (meta, end) in zip(parts, metas):
+        for path in parts:
+            meta, end = read_footer(path)
+            if first is None:
+                first = [[fid, kind, None if fid == 4 else value] for fid, kind, value in meta]  # groups: below
+            elif any(_field(meta, fid) != _field(first, fid) for fid in (2, 5)):
+                # the schema, the key-value metadata (the Arrow schema)
+                raise ValueError("Parquet parts disagree on their schema: cannot join them")
             row_groups = _field(meta, 4)
             for group in (row_groups[2][1] if row_groups else []):
-                groups.append(_moved_row_group(group, shift, len(groups)))
+                groups.append(_struct(_moved_row_group(group, shift, len(groups))))
             rows += _field(meta, 3)[2]
+            del meta, row_groups
             append_file(path, f, 4, end)
             shift += end - 4
-        joined = [[fid, kind, value] for fid, kind, value in first]
-        for field in joined:
-            if field[0] == 3:
-                field[2] = rows
-            elif field[0] == 4:
-                field[2] = (field[2][0], groups)
-        f.write(write_footer(joined))
+        assert first is not None
+        f.write(_joined_footer(first, rows, groups))
     return rows
+
+
+def _joined_footer(first: Struct, rows: int, groups: list[bytes]) -> bytes:
+    """The footer of the joined file: ``first``'s fields in their order, with the row count
+    ``rows`` and the row groups ``groups`` (each already encoded) in place of its own."""
+    head = bytes([(len(groups) << 4) | _STRUCT]) if len(groups) < 15 else bytes([0xF0 | _STRUCT]) + _varint(len(groups))
+    encoded = b"".join(groups)
+    body = bytearray()
+    last = 0
+    for fid, kind, value in first:
+        value = rows if fid == 3 else value
+        wire = (_TRUE if value else _FALSE) if kind in (_TRUE, _FALSE) else kind
+        delta = fid - last
+        body += bytes([(delta << 4) | wire]) if 0 < delta <= 15 else bytes([wire]) + _zigzag(fid)
+        if fid == 4:
+            body += head + encoded
+        elif kind not in (_TRUE, _FALSE):
+            body += _value(kind, value)
+        last = fid
+    body.append(0)
+    return bytes(body) + struct.pack("<i", len(body)) + MAGIC
 
 
 def concat_csv(header: str, parts: Sequence[str | Path], out: str | Path) -> None:

@@ -55,37 +55,67 @@ class DaskRunner:
         return max(1, len(self.client.scheduler_info().get("workers", {})))
 
     def map(self, fn: Callable[..., T], parts: Sequence[Any], *args: Any) -> list[T]:
-        """Each part's result, in order (one task per part)."""
-        futures = self._submit(fn, parts, args)
-        try:
-            return list(self.client.gather(futures))
-        finally:
-            for f in futures:
-                f.release()
+        """Each part's result, in order (one task per part; at most :meth:`window` tasks
+        submitted and not yet gathered at once)."""
+        out: list[Any] = [None] * len(parts)
+        for index, result in self._completed(fn, parts, args):
+            out[index] = result
+        return out
 
     def fold(self, fn: Callable[..., T], parts: Sequence[Any], combine: Callable[[T, T], T], *args: Any) -> T:
-        """The parts' results combined as their tasks finish (each released once added)."""
+        """The parts' results combined as their tasks finish (each released once added; at
+        most :meth:`window` tasks submitted and not yet combined at once)."""
+        if not parts:
+            raise ValueError("no partitions to fold")
+        acc: Any = None
+        for _, result in self._completed(fn, parts, args):
+            acc = result if acc is None else combine(acc, result)
+        return acc
+
+    def window(self) -> int:
+        """Tasks submitted ahead of the results taken: :data:`IN_FLIGHT_PER_WORKER` per
+        worker. Bounds what the workers hold (finished results waiting to be taken) and
+        the scheduler's tasks, whatever the number of partitions."""
+        return IN_FLIGHT_PER_WORKER * self.workers
+
+    def _completed(self, fn: Callable[..., T], parts: Sequence[Any], args: tuple[Any, ...]) -> Iterator[tuple[int, T]]:
+        """(index, result) of every part as its task finishes; a new task is submitted as
+        each result is taken, and each future is released once its result is taken."""
         from distributed import as_completed
 
         if not parts:
-            raise ValueError("no partitions to fold")
-        futures = self._submit(fn, parts, args)
-        acc: Any = None
-        try:
-            for future, result in as_completed(futures, with_results=True):
-                acc = result if acc is None else combine(acc, result)
-                future.release()
-        finally:
-            for f in futures:
-                f.release()
-        return acc
-
-    def _submit(self, fn: Callable[..., T], parts: Sequence[Any], args: tuple[Any, ...]) -> list[Any]:
+            return
         # The shared arguments travel once to every worker (not once per task), and each
         # worker then holds one copy, so per-process caches keyed on them hit across tasks.
         # hash=False, pure=False: no key depends on (nor reveals a hash of) the inputs.
-        shared = self.client.scatter(args, broadcast=True, hash=False)
-        return self.client.map(_call_with, list(parts), fn=fn, args=shared, pure=False)
+        # (Nothing to scatter without shared arguments: distributed refuses an empty scatter.)
+        shared = self.client.scatter(args, broadcast=True, hash=False) if args else ()
+        live: dict[Any, tuple[int, Any]] = {}  # key -> (part index, future), until taken
+        pending = iter(range(len(parts)))
+
+        def submit(i: int) -> Any:
+            future = self.client.submit(_call_with, parts[i], fn=fn, args=shared, pure=False)
+            live[future.key] = (i, future)
+            return future
+
+        running = as_completed([submit(i) for _, i in zip(range(self.window()), pending)], with_results=True)
+        try:
+            for future, result in running:
+                i, _ = live.pop(future.key)
+                future.release()
+                nxt = next(pending, None)
+                if nxt is not None:
+                    running.add(submit(nxt))
+                yield i, result
+        finally:
+            running.clear()
+            for _, future in live.values():  # after a failure: what is still submitted
+                future.release()
+            live.clear()
+
+
+#: Tasks a :class:`DaskRunner` keeps submitted per worker ahead of the results it has taken.
+IN_FLIGHT_PER_WORKER = 2
 
 
 def _call_with(part: Any, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
