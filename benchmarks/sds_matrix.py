@@ -259,7 +259,12 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
     ss = np.random.SeedSequence([seed, 17])
     r_measure, r_synth, r_decode = (np.random.default_rng(s) for s in ss.spawn(3))
     t0 = time.perf_counter()
-    meas = m.measure(enc, ledger, r_measure)
+    try:
+        meas = m.measure(enc, ledger, r_measure)
+    except RefusedMidPlan as exc:  # what the refusal cost: the ledger's spent charges
+        exc.spent = {"stages": [c.stage for c in ledger.spent],
+                     "epsilon": round(ledger.epsilon_spent(), 5) if ledger.spent else 0.0}
+        raise
     synth = m.synthesize(meas, table.schema, None, r_synth)
     wall = time.perf_counter() - t0
     return meas, synth, r_decode, wall
@@ -416,7 +421,7 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
         except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
             forecast = getattr(exc, "forecast", None)
             runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
-                         "cpu_s": round(time.process_time() - cpu0, 2),
+                         "cpu_s": round(time.process_time() - cpu0, 2), "spent": getattr(exc, "spent", None),
                          "forecast": None if forecast is None else forecast.to_dict()})
             continue
         cpu = time.process_time() - cpu0

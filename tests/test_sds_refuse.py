@@ -78,6 +78,19 @@ def test_a_cell_the_rule_accepts_still_publishes():
     assert ok, failed
 
 
+def test_the_matrix_records_what_a_refused_run_spent():
+    """benchmarks/sds_matrix.py: a run the rule refuses states its charge (the ledger's spent
+    stages and their epsilon), so a refusal before the spend is told apart from a gate refusal
+    after it (issue 27 section 3 asks for that per cell). Before, the run had no ``spent``."""
+    from benchmarks.sds_matrix import interaction_table, run_cell
+
+    cell = run_cell("sds", interaction_table(4), 4.0, (0,), False)
+    (run,) = cell["runs"]
+    assert run["refused"] and not run["published"] and cell["refused"] == 1
+    assert run["spent"]["stages"] == ["measure/sds/records"]
+    assert 0 < run["spent"]["epsilon"] < 0.02 * 4.0
+
+
 def test_the_forecast_reads_only_public_inputs_and_tightens_with_rows():
     """The rule's threshold is the gate's formula at the DP count: more records, tighter."""
     from dpsynth.schema import schema_from_dict
