@@ -8,7 +8,9 @@ Cells:
   Score: SDNist k-marginal (:func:`dpsynth.evaluation.metrics.nist_kmarginal_score`).
 * Interactions (issue 27 section 3): generated tables (:data:`INTERACTIONS`, n 5,000 ..
   1,000,000) where about half the columns with two parents are a 3-way interaction
-  ((a + b) mod card, probability 0.9), at epsilon 1, 2 and 4 with 3 seeds; same halves.
+  ((a + b) mod card, probability 0.9), at epsilon 1, 2 and 4 with 3 seeds; same halves,
+  plus :data:`INTERACTIONS_TUNING` (int8-int10, 100,000-150,000 rows, tuning half only),
+  added to place sds's pre-spend floor.
 * Generated: random Bayesian networks of varied shape (n 1,000..200,000; 8..40 columns;
   cardinalities 2..50; numeric columns; 0..40% structural missing cells: a column is
   empty wherever a parent column takes some values). Each table is assigned to the
