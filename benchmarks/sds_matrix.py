@@ -8,7 +8,9 @@ Cells:
   Score: SDNist k-marginal (:func:`dpsynth.evaluation.metrics.nist_kmarginal_score`).
 * Interactions (issue 27 section 3): generated tables (:data:`INTERACTIONS`, n 5,000 ..
   1,000,000) where about half the columns with two parents are a 3-way interaction
-  ((a + b) mod card, probability 0.9), at epsilon 1, 2 and 4 with 3 seeds; same halves.
+  ((a + b) mod card, probability 0.9), at epsilon 1, 2 and 4 with 3 seeds; same halves,
+  plus :data:`INTERACTIONS_TUNING` (int8-int10, 100,000-150,000 rows, tuning half only),
+  added to place sds's pre-spend floor.
 * Generated: random Bayesian networks of varied shape (n 1,000..200,000; 8..40 columns;
   cardinalities 2..50; numeric columns; 0..40% structural missing cells: a column is
   empty wherever a parent column takes some values). Each table is assigned to the
@@ -160,14 +162,35 @@ INTERACTIONS = (
 #: Epsilons and seeds of the interaction tables (the hidden tables' failures were at 1, 2 and 4).
 INT_EPSILONS = (1.0, 2.0, 4.0)
 INT_SEEDS = (0, 1, 2)
+#: More TUNING tables of the same family, added to place sds's pre-spend floor (issue 27
+#: section 3, docs/sds-generalisation.md "Eighth round"): 100,000-150,000 rows, whose
+#: tightest predicted pair thresholds fall between int4's (.0055-.0061) and int2's (.0101).
+#: (n, columns, max cardinality, numeric share, missing share, interaction share, generator
+#: seed); indices follow INTERACTIONS' (int8, int9, int10); all in the tuning half.
+INTERACTIONS_TUNING = (
+    (150_000, 16, 10, 0.1, 0.1, 0.6, 8111),
+    (130_000, 12, 10, 0.2, 0.1, 0.6, 8106),
+    (100_000, 14, 10, 0.1, 0.15, 0.5, 8101),
+)
+
+
+def interaction_half(index: int) -> str:
+    """The half of interaction table ``index``: INTERACTIONS alternate (even: tuning, odd:
+    held-out); every INTERACTIONS_TUNING table is tuning."""
+    return "tuning" if index >= len(INTERACTIONS) or index % 2 == 0 else "held-out"
 
 
 def interaction_table(index: int) -> Table:
-    """Table ``index`` of :data:`INTERACTIONS` (even index: tuning half, odd: held-out)."""
-    n, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]
-    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=8000 + index, name=f"int{index}",
+    """Table ``index`` of :data:`INTERACTIONS` then :data:`INTERACTIONS_TUNING` (see
+    :func:`interaction_half`)."""
+    if index < len(INTERACTIONS):
+        n, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]
+        seed = 8000 + index
+    else:
+        n, p, cmax, num_share, miss_share, inter, seed = INTERACTIONS_TUNING[index - len(INTERACTIONS)]
+    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=seed, name=f"int{index}",
                                interactions=inter)
-    half = "tuning" if index % 2 == 0 else "held-out"
+    half = interaction_half(index)
     name = f"int{index}:{n}x{p},c<={cmax},miss{miss_share:.0%},3way{inter:.0%}"
     return Table(name, "generated", half, schema, codes)
 
@@ -379,7 +402,7 @@ def add_ceilings_only(args: argparse.Namespace) -> list[dict[str, Any]]:
     payload = json.loads(path.read_text())
     names = {c["table"] for c in payload["cells"]}
     tables = (nist_tables(args.nist, args.colsets) + [generated_table(i) for i in range(len(GENERATED))]
-              + [interaction_table(i) for i in range(len(INTERACTIONS))])
+              + [interaction_table(i) for i in range(len(INTERACTIONS) + len(INTERACTIONS_TUNING))])
     found = {t.name: table_ceiling(t) for t in tables if t.name in names}
     add_ceilings(args.out, found)
     payload = json.loads(path.read_text())
@@ -497,9 +520,10 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     gen_idx = list(range(len(GENERATED))) if args.generated is None else list(args.generated)
     if args.half != "both":
         gen_idx = [i for i in gen_idx if (i % 2 == 0) == (args.half == "tuning")]
-    int_idx = list(range(len(INTERACTIONS))) if args.interactions is None else list(args.interactions)
+    int_idx = (list(range(len(INTERACTIONS) + len(INTERACTIONS_TUNING))) if args.interactions is None
+               else list(args.interactions))
     if args.half != "both":
-        int_idx = [i for i in int_idx if (i % 2 == 0) == (args.half == "tuning")]
+        int_idx = [i for i in int_idx if interaction_half(i) == args.half]
     tables = (nist_tables(args.nist, args.colsets) + [generated_table(i) for i in gen_idx]
               + [interaction_table(i) for i in int_idx])
     cells = []

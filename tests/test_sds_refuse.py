@@ -78,6 +78,39 @@ def test_a_cell_the_rule_accepts_still_publishes():
     assert ok, failed
 
 
+def _rule_at_full_count(index: int, eps: float):
+    """The rule's verdict on interaction table ``index`` at ``eps`` with the table's row count
+    as the DP count (the count's noise moved int8's forecast at epsilon 1 from 0.00722 here to
+    0.00725 in the benchmark's run)."""
+    from benchmarks.sds_matrix import interaction_table
+
+    table = interaction_table(index)
+    split = noise_split(SdsParams(), table.schema, Budget(epsilon=eps, delta=DELTA))
+    return table, split, guard.forecast(SdsParams(), table.schema.cardinalities, split, float(len(table.codes)))
+
+
+def test_the_added_tuning_cells_the_gate_refused_below_the_floor_are_refused():
+    """Tuning cells added in the eighth round that the gate refused with the guard off in
+    every seed run, below the floor: int9 (130,000 x 12) at epsilon 2, forecast 0.00695 (2 of
+    2 refused), and int8 (150,000 x 16) at epsilon 4, 0.0064 (1 of 1). The rule refuses both
+    before any marginal is measured."""
+    for index, eps in ((9, 2.0), (8, 4.0)):
+        table, split, f = _rule_at_full_count(index, eps)
+        assert f is not None and not f.publishable, (index, eps)
+        with pytest.raises(SdsCannotPublish, match="sds cannot publish"):
+            guard.refuse_if_unpublishable(SdsParams(), table.schema, split, float(len(table.codes)))
+
+
+def test_the_floor_tables_are_tuning_and_the_held_out_half_is_unchanged():
+    """benchmarks/sds_matrix.py: the tables added to place the floor (int8-int10) are all in
+    the tuning half; the held-out interaction tables stay int1, int3, int5 and int7."""
+    from benchmarks.sds_matrix import INTERACTIONS, INTERACTIONS_TUNING, interaction_half
+
+    indices = range(len(INTERACTIONS) + len(INTERACTIONS_TUNING))
+    assert [i for i in indices if interaction_half(i) == "held-out"] == [1, 3, 5, 7]
+    assert all(interaction_half(i) == "tuning" for i in range(len(INTERACTIONS), len(indices)))
+
+
 def test_the_matrix_records_what_a_refused_run_spent():
     """benchmarks/sds_matrix.py: a run the rule refuses states its charge (the ledger's spent
     stages and their epsilon), so a refusal before the spend is told apart from a gate refusal
