@@ -101,6 +101,17 @@ def test_the_added_tuning_cells_the_gate_refused_below_the_floor_are_refused():
             guard.refuse_if_unpublishable(SdsParams(), table.schema, split, float(len(table.codes)))
 
 
+def test_the_tuning_cells_that_published_just_above_the_gap_are_accepted():
+    """Eighth round: int8 (150,000 x 16) and int9 (130,000 x 12) at epsilon 1, forecasts 0.0072
+    and 0.0074, published with the guard off (4 of 4 runs). The floor (0.0071, the geometric
+    middle between them and int9 at epsilon 2, refused 2 of 2) accepts both; the sixth round's
+    0.0075 refused them."""
+    for index in (8, 9):
+        _, _, f = _rule_at_full_count(index, 1.0)
+        assert f is not None and f.publishable, (index, f)
+    assert 0.00695 < guard.MIN_PAIR_THRESHOLD < 0.0072
+
+
 def test_the_floor_tables_are_tuning_and_the_held_out_half_is_unchanged():
     """benchmarks/sds_matrix.py: the tables added to place the floor (int8-int10) are all in
     the tuning half; the held-out interaction tables stay int1, int3, int5 and int7."""
