@@ -36,10 +36,11 @@ owner's private page, counted from the real codes and the synthetic table chunk 
 measure and synthesize on a LocalCluster of two worker processes).
 
 Each process of a release is named by its role (``driver``: the CLI process, holding a
-LocalCluster's scheduler and nannies; ``dask-worker-N``; ``gate``: the gate worker forked
-from the CLI) and its peak is kept per stage (``peak_rss_mb.by_stage``: the stage is the
-last ``<stage>: started`` line of the CLI) with its CPU seconds. ``SCALE_LIVE_PEAKS=file``
-writes the peaks so far to ``file`` every ~10 s. Without it, synthesize
+LocalCluster's scheduler and nannies; ``dask-worker-N`` with a Dask address, else
+``pool-worker-N``, the local synthesize pool's; ``gate``: the gate worker forked from the
+CLI) and its peak is kept per stage (``peak_rss_mb.by_stage``: the stage is the last
+``<stage>: started`` line of the CLI) with its CPU seconds. ``SCALE_LIVE_PEAKS=file`` writes
+the peaks so far to ``file`` every ~10 s. Without it, synthesize
 draws and writes a table of 16 blocks or more on a pool of this machine's cores.
 
 Results merge into benchmarks/results/scale.json by (rows, mode).
@@ -166,10 +167,11 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _role(p, root_pid: int) -> str:
+def _role(p, root_pid: int, spawned: str = "dask-worker") -> str:
     """What a process of the run's tree is, from its command line: the driver (the CLI
-    process, which also holds a LocalCluster's scheduler and nannies), a Dask worker
-    (spawned by a nanny), the gate worker, or another helper."""
+    process, which also holds a LocalCluster's scheduler and nannies), a spawned worker
+    (``spawned``: a Dask worker, spawned by a nanny, or a worker of the local synthesize
+    pool), the gate worker, or another helper."""
     if p.pid == root_pid:
         return "driver"
     try:
@@ -183,7 +185,7 @@ def _role(p, root_pid: int) -> str:
     if "resource_tracker" in cmd:
         return "mp-tracker"
     if "spawn_main" in cmd or "multiprocessing.spawn" in cmd or "forkserver" in cmd:
-        return "dask-worker"
+        return spawned
     if "dpsynth.gate" in cmd or "gate_worker" in cmd or " -c " in f" {cmd} ":
         return "gate"
     return "other"
@@ -194,7 +196,8 @@ class _Sampler:
     per stage (the stage is the last ``<stage>: started`` line the CLI printed), named by
     role (driver, dask-worker-1.., gate, ...)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spawned: str = "dask-worker") -> None:
+        self.spawned = spawned  # what a spawned process is in this run: "dask-worker" or "pool-worker"
         self.stage = "start"
         self.peaks: dict = {}
         self.by_stage: dict = {}
@@ -206,7 +209,7 @@ class _Sampler:
     def name(self, p, root_pid: int) -> str:
         """A stable name for ``p``: its role, numbered in order of appearance."""
         if p.pid not in self.names:
-            role = _role(p, root_pid)
+            role = _role(p, root_pid, self.spawned)
             if role == "other":  # e.g. forked, not yet exec'd: named when it is known
                 return "other"
             n = sum(1 for v in self.names.values() if v.rsplit("-", 1)[0] == role) + 1
@@ -326,7 +329,7 @@ def run_one(rows: int, mode: str, data: Path, work: Path, chunk_rows: int, limit
     else:
         cmd = [sys.executable, __file__, "--child", "--rows", str(rows), "--mode", mode, "--data", str(data),
                "--codes", str(codes), "--chunk-rows", str(chunk_rows)]
-    sampler_ = _Sampler()
+    sampler_ = _Sampler("dask-worker" if "dask" in mode else "pool-worker")
     stop = threading.Event()
     t0 = time.perf_counter()
     load_before = os.getloadavg()
