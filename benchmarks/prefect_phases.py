@@ -187,9 +187,14 @@ def _server_records(port: int, name: str) -> dict:
         if run is None:
             return {}
         logs = c.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run["id"]]}}, "limit": 200}).json()
-        time.sleep(2)  # events are written by the server's event services, after the run
-        ev = c.post("/events/filter", json={"filter": {"any_resource": {"id": [f"prefect.flow-run.{run['id']}"]},
-                                                       "occurred": {"since": run["created"]}}, "limit": 50}).json()
+        deadline = time.monotonic() + 30  # the server's event services write them after the run
+        while True:
+            ev = c.post("/events/filter", json={"filter": {"any_resource": {"id": [f"prefect.flow-run.{run['id']}"]},
+                                                           "occurred": {"since": run["created"]}}, "limit": 50}).json()
+            if any(e["event"] == "prefect.flow-run.Completed" for e in ev.get("events", [])) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         task_runs = c.post("/task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}).json()
     kinds: dict[str, int] = {}
     for e in ev.get("events", []):
