@@ -74,3 +74,20 @@ def test_the_joint_gain_sees_the_interaction_and_not_the_cluster():
     assert model.joint_gain(A, PARITY, B) > 0.5
     # a pair of cluster columns adds nothing about the parity column beyond its pairs
     assert abs(model.joint_gain(1, 2, PARITY)) < 0.05
+
+
+def test_the_generator_reports_its_parity_columns_without_changing_its_table():
+    """benchmarks/sds_matrix.py's make_table: ``structure`` lists each column's parents and
+    whether it is a parity column, and the table's bytes are the same with or without it."""
+    from benchmarks.sds_matrix import make_table
+
+    structure: list = []
+    _, plain = make_table(3_000, 10, 6, 0.0, 0.0, seed=8000, interactions=0.6)
+    _, codes = make_table(3_000, 10, 6, 0.0, 0.0, seed=8000, interactions=0.6, structure=structure)
+    assert np.array_equal(plain, codes)
+    assert [j for j, _, _ in structure] == list(range(10))
+    parity = [(j, par) for j, par, inter in structure if inter]
+    assert parity
+    for j, (a, b) in parity:  # (a + b) mod card on about 90% of the records
+        card = int(codes[:, j].max()) + 1
+        assert np.mean(codes[:, j] == (codes[:, a].astype(int) + codes[:, b]) % card) > 0.85
