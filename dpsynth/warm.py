@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s warm: %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
+    log.propagate = False  # Prefect's console handlers (configured at its import) would repeat each line
     warm.warm_imports()
     parent = os.getpid()
     request = warm.serve(Path(args.socket), fingerprint)

@@ -232,6 +232,27 @@ def test_changed_code_is_refused_and_the_worker_exits(short_tmp):
         w.stop()
 
 
+def test_another_installation_is_refused_and_the_worker_stays(short_tmp):
+    tree = short_tmp / "tree"
+    shutil.copytree(ROOT / "dpsynth", tree / "dpsynth", ignore=shutil.ignore_patterns("__pycache__"))
+    w = Worker(short_tmp / "h", pythonpath=tree)
+    try:
+        assert _hand(_release(short_tmp, "x"), {**w.env, "PYTHONPATH": str(ROOT)}).returncode == 99
+        assert "another dpsynth installation" in w.log.read_text() and w.proc.poll() is None
+        assert _hand(_release(short_tmp / "b", "x"), w.env).returncode == 0
+    finally:
+        w.stop()
+
+
+def test_serves_own_api_url_is_the_same_setting_as_none():
+    """`make demo` names `make serve`'s server in PREFECT_API_URL: the same run as finding it."""
+    base = {"DPSYNTH_PREFECT_PORT": "4391", "PREFECT_HOME": "/x"}
+    same = warm_client.settings_environment({**base, "PREFECT_API_URL": "http://127.0.0.1:4391/api"})
+    assert same == warm_client.settings_environment(base)
+    other = warm_client.settings_environment({**base, "PREFECT_API_URL": "http://example.org/api"})
+    assert other != warm_client.settings_environment(base)
+
+
 def test_the_worker_refuses_to_serve_with_a_second_thread(short_tmp):
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
@@ -324,3 +345,49 @@ def test_the_child_reseeds_generators_made_before_the_fork():
     warm._reseed()
     assert np.random.random() != np.random.RandomState(1).random_sample()
     assert random.random() != random.Random(1).random()
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_a_prefect_release_beside_a_running_server_is_handed_over(short_tmp):
+    """End to end: `prefect server start` on a free port, the worker, the CLI on the Prefect
+    engine: the release runs in a child on the running server, with the in-process CLI's bytes."""
+    from dpsynth.orchestration.server import answers
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    server_env = {**_env(short_tmp / "srv"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    server = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                               "--port", port, "--analytics-off"], env=server_env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    global PORT
+    saved, PORT = PORT, port
+    w = None
+    try:
+        deadline = time.monotonic() + 240
+        while not answers(f"http://127.0.0.1:{port}/api"):
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        w = Worker(short_tmp / "h")
+        seed = short_tmp / "seed"
+        seed.write_bytes(b"\x05" * 32)
+        runs = {}
+        for label, extra in (("warm", {}), ("here", {"DPSYNTH_WARM": "off"})):
+            argv = _release(short_tmp / label, "served", "--seed-file", str(seed))
+            argv[argv.index("local")] = "prefect"
+            argv.remove("--quiet")
+            runs[label] = subprocess.run([sys.executable, "-m", "dpsynth", *argv], env={**w.env, **extra}, cwd=ROOT,
+                                         capture_output=True, text=True, timeout=600)
+            assert runs[label].returncode == 0, runs[label].stderr[-3000:]
+            assert f"Prefect server running at http://127.0.0.1:{port}/api" in runs[label].stderr
+        assert w.log.read_text().count(" exit 0 ") == 1  # the first one only ran in the worker's child
+        fw, fh = (next((short_tmp / label / "out").iterdir()) for label in ("warm", "here"))
+        assert _synthetic(fw) == _synthetic(fh)
+        assert (fw / "measurement.parquet").read_bytes() == (fh / "measurement.parquet").read_bytes()
+    finally:
+        PORT = saved
+        if w is not None:
+            w.stop()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)

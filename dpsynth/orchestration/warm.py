@@ -11,9 +11,10 @@ Safety rules this module keeps:
 * the parent never runs a flow and starts no thread or event loop (it checks it has one
   thread before it listens), so a fork copies no lock held by another thread;
 * a peer of another uid is refused (SO_PEERCRED), whatever the file modes say;
-* a request from other code (another fingerprint: dpsynth edited since the worker started)
-  is refused and the worker stops listening and exits once its children have ended, so
-  the next ``make serve`` starts a fresh one; a request whose Prefect settings
+* a request from another installation of dpsynth is refused; one from the same installation
+  edited since the worker started (another fingerprint) is refused too, and the worker stops
+  listening and exits once its children have ended, so the next ``make serve`` starts a
+  fresh one; a request whose Prefect settings
   environment differs from the worker's is refused (the client then runs the release
   itself), since Prefect read its settings when the worker imported it;
 * in the child every generator seeded before the fork is re-seeded from the OS (Python's
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .warm_client import PREFECT_DEFAULTS, code_fingerprint, read_message, send_message, settings_environment
+from .warm_client import (PREFECT_DEFAULTS, code_fingerprint, code_root, read_message, send_message,
+                          settings_environment)
 
 __all__ = ["Request", "peer_allowed", "prepare_folder", "run_child", "serve", "warm_imports"]
 
@@ -124,6 +126,7 @@ class _Worker:
 
     def __init__(self, listener: socket.socket, path: Path, fingerprint: str, settings: dict[str, str]):
         self.listener, self.path, self.fingerprint, self.settings = listener, path, fingerprint, settings
+        self.root = code_root()
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
         self.children: dict[int, socket.socket] = {}
@@ -166,8 +169,14 @@ class _Worker:
         except (OSError, ValueError):
             conn.close()
             return None
+        if message is None and not fds:  # a probe: connected and closed
+            conn.close()
+            return None
         if message is None or len(fds) != 3 or message.get("v") != 1:
             self.refuse(conn, "malformed request", fds)
+            return None
+        if message.get("root") != self.root:
+            self.refuse(conn, "another dpsynth installation", fds)
             return None
         if message.get("fingerprint") != self.fingerprint:
             self.refuse(conn, "stale: dpsynth changed since the worker started", fds)
@@ -303,6 +312,7 @@ def run_child(request: Request, parent: int, command: Callable[[list[str]], int]
     _die_with_parent(parent)
     log.handlers.clear()  # the worker's own log lines never reach the client's terminal
     log.setLevel(logging.NOTSET)
+    log.propagate = True
     for s in (signal.SIGTERM, signal.SIGCHLD):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from dpsynth.progress import process_seconds
 
-__all__ = ["PREFECT_DEFAULTS", "code_fingerprint", "enabled", "hand_off", "read_message", "send_message",
+__all__ = ["PREFECT_DEFAULTS", "code_fingerprint", "code_root", "enabled", "hand_off", "read_message", "send_message",
            "settings_environment", "socket_path"]
 
 log = logging.getLogger("dpsynth.warm")
@@ -58,6 +58,13 @@ def socket_path(env: Mapping[str, str] | None = None) -> Path | None:
     return home / f"serve-{int(port)}" / "warm" / "sock"
 
 
+def code_root() -> str:
+    """The folder dpsynth is imported from (a worker serves clients of the same installation only)."""
+    import dpsynth
+
+    return str(Path(dpsynth.__file__).resolve().parent)
+
+
 def code_fingerprint() -> str:
     """A digest of the interpreter and of dpsynth's installed source (each module's path, size
     and modification time): it changes when the code the worker imported is edited."""
@@ -79,6 +86,9 @@ def settings_environment(env: Mapping[str, str]) -> dict[str, str]:
     out = {k: v for k, v in env.items() if k.startswith("PREFECT_") or k in _IMPORT_TIME}
     for key, value in PREFECT_DEFAULTS.items():
         out.setdefault(key, value)
+    port = env.get("DPSYNTH_PREFECT_PORT", "4200").strip()
+    if out.get("PREFECT_API_URL", "").rstrip("/") == f"http://127.0.0.1:{port}/api":
+        del out["PREFECT_API_URL"]  # `make serve`'s server named (`make demo`): the one found without it
     return out
 
 
@@ -137,7 +147,7 @@ def _request(argv: list[str]) -> dict[str, Any]:
     mask = os.umask(0o022)
     os.umask(mask)
     return {"v": 1, "argv": list(argv), "cwd": os.getcwd(), "umask": mask, "env": dict(os.environ),
-            "fingerprint": code_fingerprint(), "before": process_seconds()}
+            "root": code_root(), "fingerprint": code_fingerprint(), "before": process_seconds()}
 
 
 def hand_off(argv: list[str], timeout: float = 2.0) -> int | None:
