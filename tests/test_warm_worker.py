@@ -373,15 +373,17 @@ def test_a_prefect_release_beside_a_running_server_is_handed_over(short_tmp):
         seed = short_tmp / "seed"
         seed.write_bytes(b"\x05" * 32)
         runs = {}
-        for label, extra in (("warm", {}), ("here", {"DPSYNTH_WARM": "off"})):
+        named = {"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}  # as `make demo` names serve's server
+        for label, extra in (("warm", {}), ("here", {"DPSYNTH_WARM": "off"}), ("named", named)):
             argv = _release(short_tmp / label, "served", "--seed-file", str(seed))
             argv[argv.index("local")] = "prefect"
             argv.remove("--quiet")
             runs[label] = subprocess.run([sys.executable, "-m", "dpsynth", *argv], env={**w.env, **extra}, cwd=ROOT,
                                          capture_output=True, text=True, timeout=600)
             assert runs[label].returncode == 0, runs[label].stderr[-3000:]
-            assert f"Prefect server running at http://127.0.0.1:{port}/api" in runs[label].stderr
-        assert w.log.read_text().count(" exit 0 ") == 1  # the first one only ran in the worker's child
+            assert f"http://127.0.0.1:{port}/api" in runs[label].stderr
+        assert "(PREFECT_API_URL)" in runs["named"].stderr  # applied in the child: Prefect's settings re-read
+        assert w.log.read_text().count(" exit 0 ") == 2  # "warm" and "named" ran in the worker's children
         fw, fh = (next((short_tmp / label / "out").iterdir()) for label in ("warm", "here"))
         assert _synthetic(fw) == _synthetic(fh)
         assert (fw / "measurement.parquet").read_bytes() == (fh / "measurement.parquet").read_bytes()
