@@ -123,7 +123,7 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
     from . import progress
     from .gate import worker as gate_worker
 
-    if args.engine != "local":
+    if args.engine != "local" and "prefect" not in sys.modules:  # a warm worker's child has them
         progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
         from .publish.bundle import MANIFEST
