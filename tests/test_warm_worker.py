@@ -393,3 +393,14 @@ def test_a_prefect_release_beside_a_running_server_is_handed_over(short_tmp):
             w.stop()
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+
+
+def test_a_malformed_request_is_refused_and_the_worker_serves_on(worker, short_tmp):
+    from dpsynth.orchestration.warm_client import code_fingerprint, code_root, read_message, send_message
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(worker.sock))
+        send_message(s, {"v": 1, "root": code_root(), "fingerprint": code_fingerprint(), "env": 3}, [0, 1, 2])
+        assert read_message(s)[0] == {"refused": "malformed request"}
+    assert worker.proc.poll() is None
+    assert _hand(_release(short_tmp, "after"), worker.env).returncode == 0

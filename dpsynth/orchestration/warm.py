@@ -182,12 +182,16 @@ class _Worker:
             self.refuse(conn, "stale: dpsynth changed since the worker started", fds)
             self.stop_listening()  # exit once the running children end; the next start replaces it
             return None
-        env = {str(k): str(v) for k, v in dict(message.get("env") or {}).items()}
+        try:
+            env = {str(k): str(v) for k, v in dict(message["env"]).items()}
+            request = Request(argv=[str(a) for a in message["argv"]], cwd=str(message["cwd"]),
+                              umask=int(message["umask"]), env=env, fds=fds, before=float(message.get("before", 0.0)))
+        except (KeyError, TypeError, ValueError):
+            self.refuse(conn, "malformed request", fds)
+            return None
         if settings_environment(env) != self.settings:
             self.refuse(conn, "other Prefect settings in the environment", fds)
             return None
-        request = Request(argv=[str(a) for a in message["argv"]], cwd=str(message["cwd"]),
-                          umask=int(message["umask"]), env=env, fds=fds, before=float(message.get("before", 0.0)))
         return self._fork(conn, request)
 
     def _fork(self, conn: socket.socket, request: Request) -> Request | None:
