@@ -404,3 +404,22 @@ def test_a_malformed_request_is_refused_and_the_worker_serves_on(worker, short_t
         assert read_message(s)[0] == {"refused": "malformed request"}
     assert worker.proc.poll() is None
     assert _hand(_release(short_tmp, "after"), worker.env).returncode == 0
+
+
+def test_a_child_the_client_did_not_confirm_never_runs(worker, short_tmp):
+    """A client that gave up before the child's pid arrived runs the release itself: that child must not."""
+    argv = _release(short_tmp, "unconfirmed")
+    before = worker.log.read_text().count(" exit ")
+    env = worker.env
+    code = ("import sys, json, os, socket; from dpsynth.orchestration.warm_client import _request, read_message, "
+            "send_message; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            "send_message(s, _request(json.loads(sys.argv[2])), [0, 1, 2]); print(read_message(s)[0]); s.close()")
+    import json
+
+    out = subprocess.run([sys.executable, "-c", code, str(worker.sock), json.dumps(argv)], env=env, cwd="/",
+                         capture_output=True, text=True, timeout=60)
+    assert "pid" in out.stdout, out.stderr
+    time.sleep(3.0)
+    assert not (short_tmp / "out").exists() and not (short_tmp / "ws").exists()
+    assert worker.log.read_text().count(" exit ") == before  # reaped without a report
+    assert _hand(_release(short_tmp / "b", "after"), worker.env).returncode == 0

@@ -195,24 +195,41 @@ class _Worker:
         return self._fork(conn, request)
 
     def _fork(self, conn: socket.socket, request: Request) -> Request | None:
+        """Forks the request's child, which starts only once the client confirmed it waits for
+        it (else the client may already run the release itself: the child then exits unrun)."""
+        go_r, go_w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            for s in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, signal.SIG_DFL)  # not the worker's handlers, from the first instant
+            os.close(go_w)
             self.selector.close()
             if self.listening:
                 self.listener.close()
             for other in self.children.values():
                 other.close()
             conn.close()
+            if os.read(go_r, 1) != b"g":
+                os._exit(0)
+            os.close(go_r)
             return request
+        os.close(go_r)
         for fd in request.fds:
             os.close(fd)
-        conn.settimeout(None)
         self.children[pid] = conn
-        self.selector.register(conn, selectors.EVENT_READ, pid)
         try:
             send_message(conn, {"pid": pid})
-        except OSError:
-            os.kill(pid, signal.SIGTERM)  # the client is gone before it could wait
+            confirmed, _ = read_message(conn)  # within the accept's timeout
+        except (OSError, ValueError):
+            confirmed = None
+        if confirmed == {"go": True}:
+            os.write(go_w, b"g")
+            conn.settimeout(None)
+            self.selector.register(conn, selectors.EVENT_READ, pid)
+        else:  # reaped unreported: the client has no child
+            self.children.pop(pid)
+            conn.close()
+        os.close(go_w)  # without the byte: the child exits without running anything
         return None
 
     def client_event(self, conn: socket.socket, pid: int) -> None:

@@ -164,6 +164,8 @@ def hand_off(argv: list[str], timeout: float = 2.0) -> int | None:
         try:
             send_message(sock, _request(argv), [0, 1, 2])
             answer, _ = read_message(sock)
+            if answer and "pid" in answer:
+                send_message(sock, {"go": True})  # from here the child's outcome is the command's
         except (OSError, ValueError) as exc:
             log.debug("warm release worker hand-off failed: %s", type(exc).__name__)
             return None
