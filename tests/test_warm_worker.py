@@ -206,9 +206,10 @@ def test_another_uid_is_refused_even_with_loosened_modes(short_tmp):
         os.chmod(w.sock, 0o666)
         for folder in (short_tmp, short_tmp / "h", w.sock.parent.parent):
             os.chmod(folder, 0o755)
-        code = ("import os, sys, socket; from dpsynth.orchestration.warm_client import send_message, read_message; "
+        # refused at the connection, before the worker reads anything of the request
+        code = ("import os, sys, socket; from dpsynth.orchestration.warm_client import read_message; "
                 "os.setgid(65534); os.setuid(65534); s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-                "send_message(s, {'v': 1}, [0, 1, 2]); print(read_message(s)[0])")
+                "print(read_message(s)[0])")
         out = subprocess.run([sys.executable, "-c", code, str(w.sock)], env=w.env, capture_output=True, text=True,
                              timeout=60)
         assert "another user" in out.stdout, out.stderr
