@@ -186,12 +186,7 @@ def _wait(sock: socket.socket) -> int:
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while True:
-            try:
-                answer, _ = read_message(sock)
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
-                continue
+        answer, _ = read_message(sock)  # a signal's handler runs, then the read resumes (PEP 475)
     except (OSError, ValueError):
         answer = None
     finally:
