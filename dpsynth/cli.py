@@ -124,6 +124,9 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
     from .gate import worker as gate_worker
 
     if args.engine != "local" and "prefect" not in sys.modules:  # a warm worker's child has them
+        # handed over before any heavy import: the child runs the same public checks first
+        if (code := _hand_off(args)) is not None:
+            return code
         progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
         from .publish.bundle import MANIFEST
@@ -137,8 +140,6 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
             from .pipeline.config import check_public
 
             check_public(config)  # a public error is refused now, not after Prefect's start-up
-            if (code := _hand_off(args)) is not None:
-                return code
         load_solver()  # scipy.optimize: the budget's conversion needs it here, GE's scipy.stats in the worker
         # Great Expectations' import starts now, in a worker forked from this still
         # single-threaded process (it shares pandas and numpy, imported above), on the

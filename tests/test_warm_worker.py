@@ -323,16 +323,47 @@ def test_ctrl_c_on_the_client_interrupts_the_release(worker, short_tmp):
     assert "interrupted" in err and "published" not in out
 
 
-def test_the_cli_hands_a_prefect_release_over_after_its_public_checks(monkeypatch, tmp_path):
+def test_the_cli_hands_a_prefect_release_over_and_never_a_local_one(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(warm_client, "hand_off", lambda argv: calls.append(argv) or 7)
+    monkeypatch.delitem(sys.modules, "prefect", raising=False)  # a plain CLI, not a worker's child
     argv = _release(tmp_path, "p")
     argv[argv.index("local")] = "prefect"
     assert cli.main(argv) == 7 and calls == [argv]
-    bad = argv + ["--param", "nonsense=1"]
-    assert cli.main(bad) == 2 and len(calls) == 1  # a public error never reaches the worker
     local = _release(tmp_path, "l")
     assert cli.main(local) == 0 and len(calls) == 1  # the local engine never hands over
+
+
+_BEFORE_IMPORTS = """
+import sys
+from dpsynth import cli
+from dpsynth.orchestration import warm_client
+seen = []
+warm_client.hand_off = lambda argv: seen.append(sorted(m for m in ("pandas", "pyarrow", "dpsynth.pipeline", "prefect")
+                                                      if m in sys.modules)) or 0
+code = cli.main(sys.argv[1:])
+print("LOADED", seen)
+sys.exit(code)
+"""
+
+
+def test_the_hand_off_comes_before_the_pipelines_and_prefects_imports(short_tmp):
+    """The CLI's own cost before a warm child takes over is its start only (the child has them)."""
+    argv = _release(short_tmp, "early")
+    argv[argv.index("local")] = "prefect"
+    run = subprocess.run([sys.executable, "-c", _BEFORE_IMPORTS, *argv], env=_env(short_tmp / "h"),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "LOADED [[]]" in run.stdout, run.stdout
+
+
+def test_a_public_error_is_refused_by_the_child_before_anything_is_spent(worker, short_tmp):
+    run = _hand(_release(short_tmp, "bad", "--param", "nonsense=1"), worker.env)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "nonsense" in run.stderr and "published" not in run.stdout  # named, on the client's terminal
+    assert not (short_tmp / "out").exists() or not any((short_tmp / "out").iterdir())
+    ws = short_tmp / "ws"
+    assert not ws.exists() or not any(p.suffix in (".json", ".db", ".sqlite") for p in ws.rglob("*"))
 
 
 def test_the_child_reseeds_generators_made_before_the_fork():

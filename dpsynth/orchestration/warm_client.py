@@ -1,8 +1,8 @@
 """The CLI's side of the warm release worker (:mod:`.warm`): hand a Prefect-engine release to it.
 
-Light on purpose (no Prefect, no pipeline import): the CLI calls :func:`hand_off` after its
-public checks. The worker is found by its socket in ``make serve``'s state folder
-(:func:`socket_path`). The request carries the command's argv, working directory, umask and
+Light on purpose (no Prefect, no pipeline import): the CLI calls :func:`hand_off` right after
+parsing its arguments, and the child runs the public checks first. The worker is found by its
+socket in ``make serve``'s state folder (:func:`socket_path`). The request carries the command's argv, working directory, umask and
 environment, and the command's stdin/stdout/stderr as file descriptors, so the release's output
 goes straight to the user's terminal; no row, file content or result crosses the socket. The
 answer is the child's pid, then its exit status. Ctrl-C and SIGTERM on the CLI are forwarded
