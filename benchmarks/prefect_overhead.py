@@ -12,7 +12,10 @@ user would, each in a fresh process and a fresh private workspace:
   database is a copy: a first release after ``make install``);
 * ``prefect second``: that PREFECT_HOME again (its database exists);
 * ``prefect running``: with a Prefect server already running (``prefect server start``
-  on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT);
+  on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT), the
+  release in the CLI's process (``DPSYNTH_WARM=off``);
+* ``prefect warm worker`` (with ``--cells running``): the same server and ``make serve``'s warm
+  release worker beside it, the release run in a child forked from it;
 
 and three public errors (an unknown method, a bad parameter, a missing column) on both
 engines. Every cell records the wall time, the CPU seconds of the CLI and its children
@@ -201,12 +204,44 @@ def _cells(tmp: Path, chosen: set[str], repeat: int) -> dict[str, dict]:
         try:
             for i in range(repeat):
                 cells[f"prefect running server #{i + 1}"] = _run(_release(tmp, f"running{i}", "prefect"),
-                                                                 _env(home, port))
+                                                                 {**_env(home, port), "DPSYNTH_WARM": "off"})
+            if (TREE / "dpsynth" / "warm.py").exists():
+                cells.update(_warm_cells(tmp, home, port, repeat))
         finally:
             os.killpg(server.pid, 15)
             server.wait(timeout=30)
     if "errors" in chosen:
         cells.update(_errors(tmp, env))
+    return cells
+
+
+def _warm_cells(tmp: Path, home: Path, port: int, repeat: int) -> dict[str, dict]:
+    """The same release with `make serve`'s warm worker (``python -m dpsynth.warm``) beside the server:
+    the CLI hands the run to a child forked from it. ``cpu_s`` adds the child's CPU (from the
+    worker's log) to the CLI's; the worker's own start-up is not counted (paid once per serve)."""
+    env = _env(home, port)
+    sock = home / f"serve-{port}" / "warm" / "sock"
+    log = tmp / "warm.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "dpsynth.warm", "--socket", str(sock)], env=env, cwd=tmp,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    cells = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not sock.exists() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for i in range(repeat):
+            seen = len(re.findall(r"cpu ([0-9.]+) s", log.read_text()))
+            cell = _run(_release(tmp, f"warm{i}", "prefect"), env)
+            child = re.findall(r"cpu ([0-9.]+) s peak (\d+) MB", log.read_text())[seen:]
+            cell["handed_to_warm_worker"] = bool(child)
+            if child:
+                cell.update(cli_cpu_s=cell["cpu_s"], child_cpu_s=float(child[0][0]), child_peak_mb=int(child[0][1]),
+                            cpu_s=round(cell["cpu_s"] + float(child[0][0]), 2))
+            cells[f"prefect warm worker #{i + 1}"] = cell
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(timeout=30)
     return cells
 
 
