@@ -208,17 +208,23 @@ class RowSource:
 def row_group_runs(meta: pq.FileMetaData, target: int) -> list[tuple[tuple[int, ...], int]]:
     """A Parquet file's row groups gathered in order into runs of at least ``target`` rows
     (the last may be shorter): ``[(row group indices, rows), ...]``."""
+    return runs_of([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], target)
+
+
+def runs_of(rows: Sequence[int], target: int) -> list[tuple[tuple[int, ...], int]]:
+    """Row groups of ``rows`` rows each gathered in order into runs of at least ``target``
+    rows (the last may be shorter): ``[(row group indices, rows), ...]``."""
     runs: list[tuple[tuple[int, ...], int]] = []
     group: list[int] = []
-    rows = 0
-    for g in range(meta.num_row_groups):
+    total = 0
+    for g, n in enumerate(rows):
         group.append(g)
-        rows += meta.row_group(g).num_rows
-        if rows >= target:
-            runs.append((tuple(group), rows))
-            group, rows = [], 0
+        total += n
+        if total >= target:
+            runs.append((tuple(group), total))
+            group, total = [], 0
     if group:
-        runs.append((tuple(group), rows))
+        runs.append((tuple(group), total))
     return runs
 
 
