@@ -171,3 +171,33 @@ def test_an_unreadable_synthetic_file_is_refused_naming_it(tmp_path):
     pair[1].write_bytes(b"not parquet")
     with pytest.raises(DataError, match="synthetic.parquet"):
         gate_scan.scan_parts([pair], _schema(), 16)
+
+
+def test_a_row_source_partition_reads_with_the_footer_of_its_own_row_groups(tmp_path, monkeypatch):
+    """The report's counts (publish) and the internal report read the synthetic codes as a
+    RowSource: each partition opens the file with a footer of its run only (the old
+    partition decoded the file's whole footer, 200 row groups here), and the counts are
+    the whole table's."""
+    from dpsynth.rows import rowsource
+    from dpsynth.rows.rowsource import ArrayPart, RowSource, count_marginals
+
+    codes_path, _ = write_pair(tmp_path / "pair", 200, rows_per_group=3)
+    schema = _schema()
+    source = RowSource.from_parquet(codes_path, schema, chunk_rows=48)
+    assert len(source.parts) == 13 and all(p.footer is not None and p.footer.count <= 16 for p in source.parts)
+    seen: list[int] = []
+    real = pq.ParquetFile
+
+    class Spy(real):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            seen.append(self.metadata.num_row_groups)
+
+    monkeypatch.setattr(rowsource.pq, "ParquetFile", Spy)
+    subsets = [(0,), (1, 2), (3, 12, 19)]
+    got = count_marginals(source, subsets)
+    monkeypatch.undo()
+    assert len(seen) == 13 and max(seen) <= 16
+    whole = pq.read_table(codes_path).to_pandas().to_numpy()
+    want = count_marginals(RowSource(schema=schema, parts=(ArrayPart(codes=whole),), chunk_rows=1000), subsets)
+    assert source.rows == 600 and all(np.array_equal(got[s], want[s]) for s in subsets)
