@@ -12,14 +12,25 @@ user would, each in a fresh process and a fresh private workspace:
   database is a copy: a first release after ``make install``);
 * ``prefect second``: that PREFECT_HOME again (its database exists);
 * ``prefect running``: with a Prefect server already running (``prefect server start``
-  on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT);
+  on a free port, found as ``make serve``'s would be, through DPSYNTH_PREFECT_PORT), the
+  release in the CLI's process (``DPSYNTH_WARM=off``);
+* ``prefect warm worker`` (with ``--cells running``): the same server and ``make serve``'s warm
+  release worker beside it, the release run in a child forked from it;
 
 and three public errors (an unknown method, a bad parameter, a missing column) on both
 engines. Every cell records the wall time, the CPU seconds of the CLI and its children
 (the steadier figure on a shared machine), the stage work and the overhead the CLI prints,
-and the load average before it. Prints a table and writes benchmarks/results/prefect_overhead.json.
+and the load average before it, and for each Prefect release its wall time over the mean of
+the local engine's (what a user waits for the Prefect engine; the gate's worker imports Great
+Expectations beside both, so the overhead column can shrink while the wall does not). Prints a
+table and writes benchmarks/results/prefect_overhead.json.
 
-    python benchmarks/prefect_overhead.py [--repeat N]
+    python benchmarks/prefect_overhead.py [--repeat N] [--cells local,first,second,running,errors]
+
+One target at a time (the local engine runs whenever a Prefect release cell does, for the
+comparison; a second release needs the first's PREFECT_HOME): ``--cells running`` (a running
+server), ``--cells first`` (a first release with the temporary server, both first-release cells),
+``--cells errors`` (the public errors).
 """
 
 from __future__ import annotations
@@ -138,40 +149,111 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each release cell (default 1)")
     ap.add_argument("--tree", default=str(ROOT), help="the checkout to run (default this one)")
     ap.add_argument("--out", default=str(RESULT), help=f"result file (default {RESULT.relative_to(ROOT)})")
+    ap.add_argument("--cells", default=",".join(CELLS), help=f"which cells, comma-separated (default all: {','.join(CELLS)})")
     args = ap.parse_args()
     global TREE
     TREE = Path(args.tree).resolve()
-    cells: dict[str, dict] = {}
+    chosen = _chosen(args.cells)
     with tempfile.TemporaryDirectory(prefix="dpsynth-prefect-overhead-") as t:
-        tmp = Path(t)
-        home = tmp / "prefect-home"
-        env = _env(home, None)
-        for i in range(args.repeat):
-            cells[f"local #{i + 1}"] = _run(_release(tmp, f"local{i}", "local"), env)
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(tmp / "cache", ignore_errors=True)
-        cells["prefect first (new PREFECT_HOME, no template)"] = _run(_release(tmp, "first", "prefect"),
-                                                                      _env(tmp / "cold-home", None))
-        cells["prefect first (new PREFECT_HOME, template)"] = _run(_release(tmp, "first-t", "prefect"), env)
-        for i in range(args.repeat):
-            cells[f"prefect second #{i + 1}"] = _run(_release(tmp, f"second{i}", "prefect"), env)
-        server, port = _running_server(tmp / "serve-home")
-        try:
-            for i in range(args.repeat):
-                cells[f"prefect running server #{i + 1}"] = _run(_release(tmp, f"running{i}", "prefect"),
-                                                                 _env(home, port))
-        finally:
-            os.killpg(server.pid, 15)
-            server.wait(timeout=30)
-        cells.update(_errors(tmp, env))
+        cells = _cells(Path(t), chosen, args.repeat)
+    _over_local(cells)
     result = {"tree": str(TREE), "commit": _commit(), "cells": cells, "cpus": os.cpu_count(), "python": sys.version.split()[0],
               "note": "2-core machine shared with other jobs: wall times are noisy, cpu_s is the steadier figure; "
-                      "overhead_s = the CLI's wall minus the stage work it reports"}
-    keys = ["wall_s", "cpu_s", "stage_work_s", "overhead_s", "server_ready_after_launch_s", "exit", "load_1min_before"]
+                      "overhead_s = the CLI's wall minus the stage work it reports; over_local_wall_s = the "
+                      "release's wall minus the mean wall of the local engine's runs"}
+    keys = ["wall_s", "cpu_s", "stage_work_s", "overhead_s", "over_local_wall_s", "server_ready_after_launch_s", "exit",
+            "load_1min_before"]
     print(f"{'cell':<36}" + "".join(f"{k.rsplit('_s', 1)[0][:12]:>14}" for k in keys))
     for name, cell in cells.items():
         print(f"{name:<36}" + "".join(f"{str(cell.get(k, '-')):>14}" for k in keys))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+CELLS = ("local", "first", "second", "running", "errors")
+
+
+def _chosen(text: str) -> set[str]:
+    chosen = {c.strip() for c in text.split(",") if c.strip()}
+    unknown = chosen - set(CELLS)
+    if unknown:
+        raise SystemExit(f"--cells: unknown {sorted(unknown)}; choose from {','.join(CELLS)}")
+    if "second" in chosen:
+        chosen.add("first")  # a second release is on the first one's PREFECT_HOME
+    if chosen & {"first", "second", "running"}:
+        chosen.add("local")  # the reference of over_local_wall_s
+    return chosen
+
+
+def _cells(tmp: Path, chosen: set[str], repeat: int) -> dict[str, dict]:
+    """Runs the chosen cells in the order of a user's first day (local, first, second, running)."""
+    cells: dict[str, dict] = {}
+    home = tmp / "prefect-home"
+    env = _env(home, None)
+    for i in range(repeat if "local" in chosen else 0):
+        cells[f"local #{i + 1}"] = _run(_release(tmp, f"local{i}", "local"), env)
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(tmp / "cache", ignore_errors=True)
+    if "first" in chosen:
+        cells["prefect first (new PREFECT_HOME, no template)"] = _run(_release(tmp, "first", "prefect"),
+                                                                      _env(tmp / "cold-home", None))
+        cells["prefect first (new PREFECT_HOME, template)"] = _run(_release(tmp, "first-t", "prefect"), env)
+    for i in range(repeat if "second" in chosen else 0):
+        cells[f"prefect second #{i + 1}"] = _run(_release(tmp, f"second{i}", "prefect"), env)
+    if "running" in chosen:
+        server, port = _running_server(tmp / "serve-home")
+        try:
+            for i in range(repeat):
+                cells[f"prefect running server #{i + 1}"] = _run(_release(tmp, f"running{i}", "prefect"),
+                                                                 {**_env(home, port), "DPSYNTH_WARM": "off"})
+            if (TREE / "dpsynth" / "warm.py").exists():
+                cells.update(_warm_cells(tmp, home, port, repeat))
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=30)
+    if "errors" in chosen:
+        cells.update(_errors(tmp, env))
+    return cells
+
+
+def _warm_cells(tmp: Path, home: Path, port: int, repeat: int) -> dict[str, dict]:
+    """The same release with `make serve`'s warm worker (``python -m dpsynth.warm``) beside the server:
+    the CLI hands the run to a child forked from it. ``cpu_s`` adds the child's CPU (from the
+    worker's log) to the CLI's; the worker's own start-up is not counted (paid once per serve)."""
+    env = _env(home, port)
+    sock = home / f"serve-{port}" / "warm" / "sock"
+    log = tmp / "warm.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "dpsynth.warm", "--socket", str(sock)], env=env, cwd=tmp,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    cells = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not sock.exists() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for i in range(repeat):
+            seen = len(re.findall(r"cpu ([0-9.]+) s", log.read_text()))
+            cell = _run(_release(tmp, f"warm{i}", "prefect"), env)
+            child = re.findall(r"cpu ([0-9.]+) s peak (\d+) MB", log.read_text())[seen:]
+            cell["handed_to_warm_worker"] = bool(child)
+            if child:
+                cell.update(cli_cpu_s=cell["cpu_s"], child_cpu_s=float(child[0][0]), child_peak_mb=int(child[0][1]),
+                            cpu_s=round(cell["cpu_s"] + float(child[0][0]), 2))
+            cells[f"prefect warm worker #{i + 1}"] = cell
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(timeout=30)
+    return cells
+
+
+def _over_local(cells: dict[str, dict]) -> None:
+    """Adds each Prefect release's wall over the mean wall of the local engine's releases."""
+    local = [c["wall_s"] for name, c in cells.items() if name.startswith("local") and c.get("exit") == 0]
+    if not local:
+        return
+    mean = sum(local) / len(local)
+    for name, cell in cells.items():
+        if name.startswith("prefect") and cell.get("exit") == 0:
+            cell["over_local_wall_s"] = round(cell["wall_s"] - mean, 2)
 
 
 def _commit() -> str:

@@ -205,14 +205,17 @@ def generated_table(index: int) -> Table:
 
 
 def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *, seed: int,
-               name: str = "generated", interactions: float = 0.0) -> tuple[Any, np.ndarray]:
+               name: str = "generated", interactions: float = 0.0,
+               structure: list[tuple[int, tuple[int, ...], bool]] | None = None) -> tuple[Any, np.ndarray]:
     """A random Bayesian network (up to 2 parents per column) with structural missingness.
 
     Cardinalities 2..cmax; a share ``num_share`` of the columns is numeric (binned);
     about ``miss_share`` of the cells are empty: column j is empty wherever an earlier
     "gate" column takes some of its values. With ``interactions`` > 0, that share of the
     columns with two parents is a 3-way interaction: (a + b) mod card with probability
-    0.9 (else uniform), a dependence each parent alone barely shows. Returns (schema, codes).
+    0.9 (else uniform), a dependence each parent alone barely shows. Returns (schema, codes);
+    ``structure``, when given, receives (column, its parents, whether it is an interaction)
+    for every column (the draws and the bytes are the same either way).
     """
     from dpsynth.schema import schema_from_dict
 
@@ -233,6 +236,10 @@ def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *
             a, b = parents
             tied = (codes[:, a] + codes[:, b]) % cards[j]
             codes[:, j] = np.where(rng.random(n) < 0.9, tied, rng.integers(0, cards[j], size=n))
+            if structure is not None:
+                structure.append((j, (a, b), True))
+        elif structure is not None:
+            structure.append((j, tuple(parents), False))
     nullable = np.zeros(p, dtype=bool)
     empty = np.zeros((n, p), dtype=bool)
     if miss_share > 0:

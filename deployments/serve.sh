@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Scheduled releases on this machine in one command: a Prefect server on 127.0.0.1, the
-# process work pool `local`, the deployments of deployments/prefect.yaml, and a worker.
+# process work pool `local`, the deployments of deployments/prefect.yaml, a worker, and the
+# warm release worker (python -m dpsynth.warm: a `dpsynth release` on the Prefect engine
+# hands its run to a child forked from it, skipping the pipeline's and Prefect's imports;
+# DPSYNTH_WARM=off in a release's environment turns the hand-off off).
 #
 #   deployments/serve.sh start    # idempotent; prints the API URL (the dashboard's on stderr)
 #   deployments/serve.sh status   # up or down
 #   deployments/serve.sh url      # the API URL if the server answers (exit 1 otherwise)
-#   deployments/serve.sh stop     # stops the worker and the server this script started
+#   deployments/serve.sh stop     # stops the warm worker, the worker and the server this script started
 #
 # Settings (environment): DPSYNTH_PREFECT_PORT (default 4200), DPSYNTH_HOME (the folder the
 # deployments run in: data, schemas, releases; default the repository), PREFECT_HOME.
@@ -52,6 +55,10 @@ start() {
     for _ in $(seq 1 240); do answers && break; sleep 0.5; done
     answers || { echo "serve: the Prefect server did not answer on $url; see $state/server.log" >&2; exit 1; }
   fi
+  if ! started_here warm; then  # the environment a release has (the CLI finds the server by its port)
+    (cd "$state" && launch warm env -u PREFECT_API_URL -u PREFECT_UI_ENABLED DPSYNTH_PREFECT_PORT="$port" \
+        "$bin/python" -m dpsynth.warm --socket "$state/warm/sock")
+  fi
   export PREFECT_API_URL=$url
   "$bin/prefect" --no-prompt work-pool create local --type process >/dev/null 2>&1 || true
   (cd "$root" && "$bin/prefect" --no-prompt deploy --prefect-file deployments/prefect.yaml --all \
@@ -59,12 +66,12 @@ start() {
   if ! started_here worker; then
     launch worker "$bin/prefect" worker start --pool local
   fi
-  echo "serve: dashboard http://127.0.0.1:${port}/ (server, work pool local, deployments, worker running)" >&2
+  echo "serve: dashboard http://127.0.0.1:${port}/ (server, work pool local, deployments, worker, warm release worker running)" >&2
   echo "$url"
 }
 
 stop() {
-  for name in worker server; do
+  for name in warm worker server; do
     if started_here "$name"; then
       kill -TERM -- "-$(cat "$state/$name.pid")" 2>/dev/null || true
       for _ in $(seq 1 40); do started_here "$name" || break; sleep 0.25; done

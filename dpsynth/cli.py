@@ -17,7 +17,6 @@ import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -73,9 +72,10 @@ def _exit_code(exc: BaseException) -> int:
 
 
 def _prefect_env() -> None:
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+    from .orchestration.warm_client import PREFECT_DEFAULTS
+
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
 
 
 @contextlib.contextmanager
@@ -103,22 +103,6 @@ def _long_lived_imports() -> Iterator[None]:
 _FROZE: list[bool] = []
 
 
-def _process_seconds() -> float:
-    """Seconds since this process started (Linux: from /proc, so the interpreter's own
-    start-up and every import count), else since this module was imported."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - float(fields[19]) / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.perf_counter() - _IMPORTED
-
-
-_IMPORTED = time.perf_counter()
-
-
 def _console(args: argparse.Namespace):
     """The progress reporter of a release command: stderr; only warnings with --quiet."""
     from .progress import Console
@@ -139,19 +123,16 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
     from . import progress
     from .gate import worker as gate_worker
 
-    if args.engine != "local":
+    if args.engine != "local" and "prefect" not in sys.modules:  # a warm worker's child has them
+        # handed over before any heavy import: the child runs the same public checks first
+        if (code := _hand_off(args)) is not None:
+            return code
         progress.say("loading the pipeline and Prefect...")
     with _long_lived_imports():
         from .publish.bundle import MANIFEST
         from .pipeline import ReleaseConfig
         from .privacy.accounting import load_solver
 
-        load_solver()  # scipy.optimize: the budget's conversion needs it here, GE's scipy.stats in the worker
-        # Great Expectations' import starts now, in a worker forked from this still
-        # single-threaded process (it shares pandas and numpy, imported above), on the
-        # other core while this one imports Prefect, prepares and runs the method; its
-        # output goes nowhere.
-        gate_worker.start()
         settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
         settings.update(params=_parse_kv(args.param), gate=_parse_gate(args.gate))
         config = ReleaseConfig.from_arguments(**settings)
@@ -159,12 +140,18 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
             from .pipeline.config import check_public
 
             check_public(config)  # a public error is refused now, not after Prefect's start-up
+        load_solver()  # scipy.optimize: the budget's conversion needs it here, GE's scipy.stats in the worker
+        # Great Expectations' import starts now, in a worker forked from this still
+        # single-threaded process (it shares pandas and numpy, imported above), on the
+        # other core while this one imports Prefect, prepares and runs the method.
+        gate_worker.start()
+        if args.engine != "local":
             server = stack.enter_context(_prefect_server())  # launched now, waited for at the flow's start
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
     _say_auto(config)
     folder, ahead = _run_engine(config, args.engine, server if args.engine != "local" else None)
-    total = _process_seconds()
+    total = progress.process_seconds()
     manifest = json.loads((Path(folder) / MANIFEST).read_text())
     timings = manifest["timings"]
     work = ahead + sum(v for k, v in timings.items() if k != "orchestration")
@@ -276,6 +263,14 @@ def _print_budget(st) -> None:
         for d in draws:
             print(f"    {d.charged_at}  epsilon {d.epsilon:.6g} (delta {d.delta:g}; rho {d.rho:.6g}, "
                   f"pure epsilon {d.pure_epsilon:.6g})")
+
+
+def _hand_off(args: argparse.Namespace) -> int | None:
+    """The release's exit code from the warm worker ``make serve`` runs (:mod:`dpsynth.orchestration.warm`);
+    None when none takes it: this process then runs the release."""
+    from .orchestration.warm_client import hand_off
+
+    return hand_off(args.argv) if getattr(args, "argv", None) is not None else None
 
 
 def _release_local(config) -> str:
@@ -568,7 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit code (one error line on stderr, never a traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

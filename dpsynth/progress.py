@@ -14,13 +14,14 @@ value when the next line comes. Lines carry names, counts and seconds only, neve
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator, Protocol, TextIO
 
-__all__ = ["Console", "Reporter", "advance", "count", "current", "fmt", "note", "reporting", "say", "warn"]
+__all__ = ["Console", "Reporter", "advance", "count", "current", "fmt", "count_from", "note", "process_seconds", "reporting", "say", "warn"]
 
 
 class Reporter(Protocol):
@@ -224,3 +225,28 @@ class Console:
 def _bar(share: float, width: int = 20) -> str:
     filled = int(round(share * width))
     return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def count_from(seconds: float) -> None:
+    """Makes :func:`process_seconds` count from ``seconds`` before now (a process forked to run a
+    command another process started: the warm release worker's child)."""
+    _BEFORE[:] = [time.perf_counter() - max(0.0, float(seconds))]
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux: from /proc, so the interpreter's own
+    start-up and every import count), else since this module was imported."""
+    if _BEFORE:
+        return time.perf_counter() - _BEFORE[0]
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - float(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+_BEFORE: list[float] = []

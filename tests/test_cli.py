@@ -22,6 +22,7 @@ def test_release_prints_progress_and_publishes(tmp_path, demo_paths, capsys):
         assert f"{stage}: started" in err and f"{stage}: done in" in err  # progress: stderr, like tqdm
         assert stage not in out  # stdout keeps only the result
     assert "encode: 5,000 rows" in err  # the encode counter
+    assert err.index("validate: done in") < err.index("publish: started")  # a monitor can tell publish from validate
     assert "published" in out
     manifest = json.loads((tmp_path / "out" / "r" / "manifest.json").read_text())
     assert manifest["rows"] == 50 and manifest["data_docs"] is False

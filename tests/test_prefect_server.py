@@ -205,3 +205,34 @@ def test_heartbeats_are_off_only_on_a_temporary_server(monkeypatch, kind):
         assert get_current_settings().api.url == url
         assert get_current_settings().flows.heartbeat_frequency == (None if kind == "temporary" else default)
     assert default is not None and get_current_settings().flows.heartbeat_frequency == default
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="no process priorities here")
+@pytest.mark.parametrize("kind", ["temporary", "running"])
+def test_the_gate_worker_yields_to_a_temporary_servers_start_only(monkeypatch, kind):
+    """Issue 25: a temporary server's start is the first release's critical path, while the
+    gate's worker (importing Great Expectations) is needed only at validate: once a temporary
+    server is launched the worker is lowered by GATE_WORKER_NICE steps; beside a running
+    server (another session's process, and the worker on the wall's critical path) it is not."""
+    import os
+
+    from dpsynth.gate import worker as gate_worker
+
+    if not gate_worker.enabled():
+        pytest.skip("DPSYNTH_GATE_WORKER is off")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(srv, "running_server_url", lambda *a, **k: "http://127.0.0.1:9/api" if kind == "running" else None)
+    monkeypatch.setattr(srv, "_launch", lambda: srv.ApiServer(url="http://127.0.0.1:9/api", kind="temporary"))
+    gate_worker.stop()
+    assert gate_worker.start()
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        server = srv.find_or_launch()
+        assert server.kind == kind
+        worker_nice = gate_worker.call(os.getpriority, os.PRIO_PROCESS, 0)  # as the worker sees itself
+        assert gate_worker.call(os.getpid) != os.getpid()
+        expected = min(19, own + srv.GATE_WORKER_NICE) if kind == "temporary" else own
+        assert worker_nice == expected
+        assert os.getpriority(os.PRIO_PROCESS, 0) == own  # the CLI's own turn is unchanged
+    finally:
+        gate_worker.stop()

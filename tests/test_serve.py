@@ -54,6 +54,7 @@ def test_serve_deploys_runs_and_stops(tmp_path):
                              timeout=400, check=True).stdout.strip()
         assert url.startswith("http://127.0.0.1:")
         assert _alive(state / "server.pid") and _alive(state / "worker.pid")
+        assert (state / "warm.pid").exists()  # the warm release worker (tests/test_warm_worker.py)
         # the dashboard answers (it was started with --no-ui: the links Prefect prints gave 404)
         import urllib.request
 
@@ -114,6 +115,7 @@ def test_serve_deploys_runs_and_stops(tmp_path):
     finally:
         subprocess.run(["bash", str(SERVE), "stop"], env=env, capture_output=True, timeout=120)
     assert not (state / "server.pid").exists() and not (state / "worker.pid").exists()
+    assert not (state / "warm.pid").exists() and not (state / "warm" / "sock").exists()
     down = subprocess.run(["bash", str(SERVE), "status"], env=env, capture_output=True, text=True, timeout=60)
     assert down.stdout.strip() == "down"
 

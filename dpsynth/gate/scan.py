@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from ..rows.counting import Subset, column_major, count_marginals
 from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
+from ..rows.footer import FooterMap, FooterSlice, footer_map, sliced_metadata
 from ..schema import Schema
 from .validation import _outside, column_domain
 
@@ -231,13 +232,21 @@ def frame_chunks(table: pd.DataFrame, codes: EncodedTable) -> Iterator[tuple[pd.
     yield table, codes.codes
 
 
-def file_chunks(codes_path: Path, table_path: Path, schema: Schema,
-                row_groups: Sequence[int] | None = None) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+def file_chunks(codes_path: Path, table_path: Path, schema: Schema, row_groups: Sequence[int] | None = None,
+                footers: "tuple[FooterSlice, FooterSlice] | None" = None) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
     """The synthetic Parquet files row group by row group (the synthesize stage writes one
     row group per block to both files, so their row groups hold the same rows); only the
-    given ``row_groups`` when named."""
-    cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
-    _check_pair(cf, tf, Path(codes_path).name, Path(table_path).name, schema)
+    given ``row_groups`` when named. Given ``footers`` (of the codes and of the values
+    file, :class:`dpsynth.rows.footer.FooterSlice`), the row groups they name, read with
+    those footers alone: the files' own footers are never decoded."""
+    if footers is not None:
+        cf = pq.ParquetFile(str(codes_path), metadata=sliced_metadata(codes_path, footers[0]))
+        tf = pq.ParquetFile(str(table_path), metadata=sliced_metadata(table_path, footers[1]))
+        row_groups = None
+    else:
+        cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
+    _check_pair(cf.schema_arrow.names, tf.metadata.num_row_groups, cf.metadata.num_row_groups,
+                Path(codes_path).name, Path(table_path).name, schema)
     dtype = code_dtype(schema.cardinalities)
     groups = range(cf.metadata.num_row_groups) if row_groups is None else row_groups
     for g in groups:
@@ -249,12 +258,13 @@ def file_chunks(codes_path: Path, table_path: Path, schema: Schema,
         yield tf.read_row_group(g).to_pandas(), codes
 
 
-def _check_pair(cf: pq.ParquetFile, tf: pq.ParquetFile, codes_name: str, table_name: str, schema: Schema) -> None:
+def _check_pair(codes_columns: Sequence[str], table_groups: int, codes_groups: int, codes_name: str,
+                table_name: str, schema: Schema) -> None:
     """Refuses a codes file lacking schema columns, or a pair whose row groups differ in number."""
-    missing = [c for c in schema.names if c not in cf.schema_arrow.names]
+    missing = [c for c in schema.names if c not in codes_columns]
     if missing:
         raise DataError(f"{codes_name}: synthetic codes lack columns {missing}")
-    if cf.metadata.num_row_groups != tf.metadata.num_row_groups:
+    if codes_groups != table_groups:
         raise DataError(f"{codes_name} and {table_name} have different row groups")
 
 
@@ -267,32 +277,45 @@ SCAN_WINDOW = 8
 
 @dataclass(frozen=True, kw_only=True)
 class ScanPart:
-    """A partition of the synthetic table: row groups of one (codes, values) file pair."""
+    """A partition of the synthetic table: row groups of one (codes, values) file pair,
+    and where the footers of those row groups alone are found in each file (None: read
+    the files' own footers)."""
 
     codes_path: str
     table_path: str
     row_groups: tuple[int, ...]
     rows: int
+    footers: "tuple[FooterSlice, FooterSlice] | None" = None
+
+
+def _footer_map(path: Path) -> FooterMap:
+    try:
+        return footer_map(path)
+    except (OSError, ValueError, IndexError) as e:  # IndexError: a footer cut short
+        raise DataError(f"{Path(path).name}: not a readable Parquet file ({e.__class__.__name__})") from None
 
 
 def scan_parts(pairs: Sequence[tuple[Path, Path]], schema: Schema, part_rows: int) -> list[ScanPart]:
     """The partitions of the synthetic table held in ``pairs`` of (codes, values) Parquet
     files, in row order: each file pair's row groups gathered into runs of about
-    ``part_rows`` rows (a row group is never split). Reads metadata only."""
-    from ..rows.rowsource import row_group_runs
+    ``part_rows`` rows (a row group is never split). Reads each footer once, mapping where
+    each row group sits in it, so that a partition's task decodes the footer of its row
+    groups only (what a task holds does not grow with the files' row groups)."""
+    from ..rows.rowsource import runs_of
 
     parts: list[ScanPart] = []
     for codes_path, table_path in pairs:
-        cf, tf = pq.ParquetFile(str(codes_path)), pq.ParquetFile(str(table_path))
-        _check_pair(cf, tf, Path(codes_path).name, Path(table_path).name, schema)
-        parts += [ScanPart(codes_path=str(codes_path), table_path=str(table_path), row_groups=g, rows=n)
-                  for g, n in row_group_runs(cf.metadata, max(1, int(part_rows)))]
+        cm, tm = _footer_map(codes_path), _footer_map(table_path)
+        _check_pair(cm.names, tm.row_groups, cm.row_groups, Path(codes_path).name, Path(table_path).name, schema)
+        parts += [ScanPart(codes_path=str(codes_path), table_path=str(table_path), row_groups=g, rows=n,
+                           footers=(cm.slice(g), tm.slice(g)))
+                  for g, n in runs_of(cm.rows, max(1, int(part_rows)))]
     return parts
 
 
 def _scan_part(part: ScanPart, schema: Schema, subsets: tuple[Subset, ...]) -> Scan:
     """One partition's scan (module level: a Dask worker runs it by reference)."""
-    chunks = file_chunks(Path(part.codes_path), Path(part.table_path), schema, part.row_groups)
+    chunks = file_chunks(Path(part.codes_path), Path(part.table_path), schema, part.row_groups, part.footers)
     return scan_table(chunks, schema, subsets)
 
 

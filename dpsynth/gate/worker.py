@@ -34,7 +34,7 @@ import sys
 import threading
 from typing import Any, Callable, TypeVar
 
-__all__ = ["call", "enabled", "running", "start", "stop"]
+__all__ = ["call", "enabled", "lower_priority", "running", "start", "stop"]
 
 T = TypeVar("T")
 
@@ -223,6 +223,21 @@ def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
                     raise value
                 return value
     return function(*args, **kwargs)
+
+
+def lower_priority(steps: int) -> bool:
+    """Raises this process's worker's nice value by ``steps`` (for good: an unprivileged
+    process cannot take it back), so that it yields a contended core to this process and
+    its other children; True when done. The worker's work is unchanged, only its turn."""
+    with _LOCK:
+        if not running() or steps <= 0:
+            return False
+        pid = _WORKER["proc"].pid
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, pid) + steps))
+        except (OSError, AttributeError):  # a platform without it, or the worker just ended
+            return False
+        return True
 
 
 def stop() -> None:

@@ -8,7 +8,10 @@ once: the caller goes on (imports, its own work) and waits with :meth:`ApiServer
 only when it needs the API. The temporary server is the same process Prefect would
 start (uvicorn serving Prefect's app), started here without importing Prefect's server
 modules into the CLI (2.5 s of imports on the critical path) and with the Linux
-parent-death signal, so it dies with the CLI even after ``kill -9``.
+parent-death signal, so it dies with the CLI even after ``kill -9``. Its start is then the
+run's critical path, so the gate's worker (importing Great Expectations beside it, needed
+only at the validate stage) is lowered by :data:`GATE_WORKER_NICE` steps and yields a
+contended core to the server and the CLI (docs/prefect-overhead.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from .prefect_db import DatabasePlan, plan_database, save_template
 __all__ = ["ApiServer", "answers", "api_server", "configured_instead", "find_or_launch", "running_server_url"]
 
 DEFAULT_PORT = 4200
+#: Nice steps the gate's worker is lowered by once a temporary server is launched beside it.
+GATE_WORKER_NICE = 10
 _PR_SET_PDEATHSIG = 1
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -217,7 +222,11 @@ def find_or_launch() -> ApiServer:
     running = running_server_url()
     if running:
         return ApiServer(url=running, kind="running")
-    return _launch()
+    server = _launch()
+    from dpsynth.gate import worker as gate_worker  # light: nothing heavy is imported there
+
+    gate_worker.lower_priority(GATE_WORKER_NICE)  # the server's start is the critical path; GE's import has slack
+    return server
 
 
 @contextlib.contextmanager

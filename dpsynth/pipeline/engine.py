@@ -242,6 +242,7 @@ def run_stages(
         if started is not None:
             work = sum(timings.values())
             timings["orchestration"] = round(max(0.0, time.perf_counter() - started - work), 6)
+        _progress.say("publish: started")  # no "done" line: the manifest it writes holds the timings
         with spent_on_failure("publish", ws):
             folder, _, _ = runner("publish", plan, measurement, synthetic, summary, timings,
                                   dataset.to_manifest())

@@ -6,164 +6,19 @@ part's lines. A Parquet file is joined by copying each part's row groups (the by
 between its leading magic and its footer) and writing one footer: part 0's file metadata
 with every part's row groups, their offsets moved by the bytes before them, their
 ordinals renumbered and the row count summed. The footer is Thrift compact protocol,
-read and written back field for field, so a file joined from parts holds the same bytes
+read and written back field for field (:mod:`dpsynth.rows.footer`), so a file joined from parts holds the same bytes
 as one writer writing the same row groups in order (``tests/test_synthetic_parts.py``).
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import BinaryIO, Sequence
+
+from ..rows.footer import MAGIC, Struct, _field, _struct, footer_of_groups, read_footer, write_footer
 
 __all__ = ["append_file", "concat_csv", "concat_parquet", "read_footer", "write_footer"]
-
-MAGIC = b"PAR1"
-
-# Thrift compact protocol type ids.
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
-
-# A decoded struct: its fields in the order they were read, as [field id, type, value].
-Struct = list
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def byte(self) -> int:
-        b = self.data[self.pos]
-        self.pos += 1
-        return b
-
-    def varint(self) -> int:
-        shift = out = 0
-        while True:
-            b = self.byte()
-            out |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return out
-            shift += 7
-
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def value(self, kind: int) -> Any:
-        if kind in (_TRUE, _FALSE):  # a bool inside a list: one byte
-            return self.byte() == _TRUE
-        if kind == _BYTE:
-            return self.byte()
-        if kind in (_I16, _I32, _I64):
-            return self.zigzag()
-        if kind == _DOUBLE:
-            self.pos += 8
-            return self.data[self.pos - 8:self.pos]
-        if kind == _BINARY:
-            n = self.varint()
-            self.pos += n
-            return self.data[self.pos - n:self.pos]
-        if kind in (_LIST, _SET):
-            head = self.byte()
-            size, elem = head >> 4, head & 0x0F
-            if size == 15:
-                size = self.varint()
-            return (elem, [self.value(elem) for _ in range(size)])
-        if kind == _STRUCT:
-            return self.struct()
-        raise ValueError(f"Parquet footer: unsupported Thrift type {kind}")
-
-    def struct(self) -> Struct:
-        fields: Struct = []
-        last = 0
-        while True:
-            head = self.byte()
-            if head == 0:
-                return fields
-            kind, delta = head & 0x0F, head >> 4
-            fid = last + delta if delta else self.zigzag()
-            value = kind == _TRUE if kind in (_TRUE, _FALSE) else self.value(kind)
-            fields.append([fid, kind, value])
-            last = fid
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _zigzag(n: int) -> bytes:
-    return _varint((n << 1) ^ (n >> 63))
-
-
-def _value(kind: int, value: Any) -> bytes:
-    if kind in (_TRUE, _FALSE):
-        return bytes([_TRUE if value else _FALSE])
-    if kind == _BYTE:
-        return bytes([value])
-    if kind in (_I16, _I32, _I64):
-        return _zigzag(value)
-    if kind == _DOUBLE:
-        return bytes(value)
-    if kind == _BINARY:
-        return _varint(len(value)) + bytes(value)
-    if kind in (_LIST, _SET):
-        elem, items = value
-        head = bytes([(len(items) << 4) | elem]) if len(items) < 15 else bytes([0xF0 | elem]) + _varint(len(items))
-        return head + b"".join(_value(elem, v) for v in items)
-    if kind == _STRUCT:
-        return _struct(value)
-    raise ValueError(f"Parquet footer: unsupported Thrift type {kind}")
-
-
-def _struct(fields: Struct) -> bytes:
-    out = bytearray()
-    last = 0
-    for fid, kind, value in fields:
-        wire = (_TRUE if value else _FALSE) if kind in (_TRUE, _FALSE) else kind
-        delta = fid - last
-        out += bytes([(delta << 4) | wire]) if 0 < delta <= 15 else bytes([wire]) + _zigzag(fid)
-        if kind not in (_TRUE, _FALSE):
-            out += _value(kind, value)
-        last = fid
-    out.append(0)
-    return bytes(out)
-
-
-def read_footer(path: str | Path) -> tuple[Struct, int]:
-    """The file metadata of a Parquet file (decoded Thrift fields) and where its footer
-    starts (the end of its row groups)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size < 12:
-            raise ValueError(f"{Path(path).name}: not a Parquet file (too short)")
-        f.seek(size - 8)
-        tail = f.read(8)
-        (length,) = struct.unpack("<i", tail[:4])
-        if tail[4:] != MAGIC or length < 0 or length > size - 12:
-            raise ValueError(f"{Path(path).name}: not a Parquet file (bad footer)")
-        f.seek(size - 8 - length)
-        reader = _Reader(f.read(length))
-        return reader.struct(), size - 8 - length
-
-
-def write_footer(meta: Struct) -> bytes:
-    """A Parquet footer: the encoded file metadata, its length and the magic."""
-    body = _struct(meta)
-    return body + struct.pack("<i", len(body)) + MAGIC
-
-
-def _field(fields: Struct, fid: int) -> list | None:
-    return next((f for f in fields if f[0] == fid), None)
 
 
 # Offsets into the file: RowGroup.file_offset (5); ColumnChunk.file_offset (2);
@@ -262,29 +117,8 @@ def concat_parquet(parts: Sequence[str | Path], out: str | Path) -> int:
             append_file(path, f, 4, end)
             shift += end - 4
         assert first is not None
-        f.write(_joined_footer(first, rows, groups))
+        f.write(footer_of_groups(first, rows, len(groups), b"".join(groups)))
     return rows
-
-
-def _joined_footer(first: Struct, rows: int, groups: list[bytes]) -> bytes:
-    """The footer of the joined file: ``first``'s fields in their order, with the row count
-    ``rows`` and the row groups ``groups`` (each already encoded) in place of its own."""
-    head = bytes([(len(groups) << 4) | _STRUCT]) if len(groups) < 15 else bytes([0xF0 | _STRUCT]) + _varint(len(groups))
-    encoded = b"".join(groups)
-    body = bytearray()
-    last = 0
-    for fid, kind, value in first:
-        value = rows if fid == 3 else value
-        wire = (_TRUE if value else _FALSE) if kind in (_TRUE, _FALSE) else kind
-        delta = fid - last
-        body += bytes([(delta << 4) | wire]) if 0 < delta <= 15 else bytes([wire]) + _zigzag(fid)
-        if fid == 4:
-            body += head + encoded
-        elif kind not in (_TRUE, _FALSE):
-            body += _value(kind, value)
-        last = fid
-    body.append(0)
-    return bytes(body) + struct.pack("<i", len(body)) + MAGIC
 
 
 def concat_csv(header: str, parts: Sequence[str | Path], out: str | Path) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .counting import Subset, count_blocks, plan_blocks_cached
+from .footer import FooterSlice, footer_map, sliced_metadata
 from .encoding import DataError, EncodedTable, code_dtype
 from ..schema import Schema
 
@@ -80,13 +81,19 @@ class ParquetPart:
     path: str
     row_groups: tuple[int, ...]
     rows: int
+    footer: FooterSlice | None = None  # where the footer of these row groups alone is (None: the file's own)
 
     def chunks(self, schema: Schema, chunk_rows: int) -> Iterator[np.ndarray]:
         """Column-major code chunks of at most ``chunk_rows`` records, each checked
-        against the schema's domain."""
+        against the schema's domain. With ``footer``, the file is opened with a footer of
+        these row groups only: a task's memory does not grow with the file's row groups."""
         dtype = code_dtype(schema.cardinalities)
-        f = pq.ParquetFile(self.path)
-        batches = f.iter_batches(batch_size=chunk_rows, row_groups=list(self.row_groups), columns=list(schema.names))
+        if self.footer is not None:
+            f = pq.ParquetFile(self.path, metadata=sliced_metadata(self.path, self.footer))
+            groups = list(range(self.footer.count))
+        else:
+            f, groups = pq.ParquetFile(self.path), list(self.row_groups)
+        batches = f.iter_batches(batch_size=chunk_rows, row_groups=groups, columns=list(schema.names))
         for batch in batches:
             cm = np.empty((len(schema.columns), batch.num_rows), dtype=dtype)
             for j in range(len(schema.columns)):
@@ -188,7 +195,9 @@ class RowSource:
         """Codes in a Parquet file, or a folder of ``*.parquet`` files read in name order.
 
         Each file's row groups are gathered into partitions of about ``part_rows`` rows
-        (default: ``chunk_rows``); a row group is never split.
+        (default: ``chunk_rows``); a row group is never split. Each file's footer is mapped
+        once here (:func:`dpsynth.rows.footer.footer_map`) and each partition reads with
+        the footer of its own row groups.
         """
         p = Path(path)
         files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
@@ -197,28 +206,41 @@ class RowSource:
         target = part_rows or chunk_rows
         parts: list[Part] = []
         for f in files:
-            meta = pq.ParquetFile(str(f)).metadata
-            missing = [c for c in schema.names if c not in meta.schema.names]
+            try:
+                fm = footer_map(f)
+            except (OSError, ValueError, IndexError):  # not one we can map: Arrow says why
+                fm = None
+            if fm is None:
+                meta = pq.ParquetFile(str(f)).metadata
+            missing = [c for c in schema.names if c not in (fm.names if fm else meta.schema.names)]
             if missing:
                 raise DataError(f"{f}: encoded table lacks columns {missing}")
-            parts += [ParquetPart(path=str(f), row_groups=g, rows=n) for g, n in row_group_runs(meta, target)]
+            runs = runs_of(fm.rows, target) if fm else row_group_runs(meta, target)
+            parts += [ParquetPart(path=str(f), row_groups=g, rows=n, footer=fm.slice(g) if fm else None)
+                      for g, n in runs]
         return cls(schema=schema, parts=tuple(parts), chunk_rows=chunk_rows, runner=runner or SerialRunner())
 
 
 def row_group_runs(meta: pq.FileMetaData, target: int) -> list[tuple[tuple[int, ...], int]]:
     """A Parquet file's row groups gathered in order into runs of at least ``target`` rows
     (the last may be shorter): ``[(row group indices, rows), ...]``."""
+    return runs_of([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], target)
+
+
+def runs_of(rows: Sequence[int], target: int) -> list[tuple[tuple[int, ...], int]]:
+    """Row groups of ``rows`` rows each gathered in order into runs of at least ``target``
+    rows (the last may be shorter): ``[(row group indices, rows), ...]``."""
     runs: list[tuple[tuple[int, ...], int]] = []
     group: list[int] = []
-    rows = 0
-    for g in range(meta.num_row_groups):
+    total = 0
+    for g, n in enumerate(rows):
         group.append(g)
-        rows += meta.row_group(g).num_rows
-        if rows >= target:
-            runs.append((tuple(group), rows))
-            group, rows = [], 0
+        total += n
+        if total >= target:
+            runs.append((tuple(group), total))
+            group, total = [], 0
     if group:
-        runs.append((tuple(group), rows))
+        runs.append((tuple(group), total))
     return runs
 
 

@@ -25,6 +25,11 @@ from .strict import _draw
 _COMPLETE_ORDERS = 4
 #: Parent sets of a column are drawn from its this many best single parents (by MI).
 _PARENT_POOL = 4
+#: ... plus this many pairs of placed columns whose measured 3-way table with the column
+#: holds the most information beyond its two 2-way tables (parity-like interactions),
+#: chosen among the _JOINT_SHORTLIST pairs with the most on the raw noisy counts.
+_JOINT_PAIRS = 2
+_JOINT_SHORTLIST = 4
 #: Pseudo-count of a slice, in units of its noise level (sd_k * sqrt(values)).
 _SHRINK = 4.0
 #: Rounds of proportional fitting of each family table to its shorter sub-tables.
@@ -135,6 +140,8 @@ class _Model:
             self.has_missing = self._detect_missing(levels)
         self._cond_cache: dict[tuple[Combo, int], np.ndarray] = {}
         self._mi_cache: dict[tuple[Combo, int], float] = {}
+        self._gain_cache: dict[Combo, float] = {}
+        self._raw_gain_cache: dict[Combo, float] = {}
 
     def _detect_missing(self, levels) -> list[bool]:
         """A nullable column holds empty cells when its DP 1-way total falls short of n_p
@@ -316,17 +323,47 @@ class _Model:
         self._mi_cache[key] = mi
         return mi
 
-    def _parent_sets(self, placed: list[int], j: int, size: int) -> list[Combo]:
+    def joint_gain(self, a: int, b: int, j: int, raw: bool = False) -> float:
+        """What the measured 3-way table of (a, b, j) says about j beyond its 2-way tables:
+        I(a, b; j) - I(a; j) - I(b; j) (the same for each of the three columns), from that
+        one table as the model holds it (fitted to its 2-way tables and shrunk towards what
+        they imply by as much as the noise explains), or with ``raw`` from its noisy counts
+        (clipped at 0; cheap, but noise inflates it on large tables); 0 when the triple was
+        not measured. Large for j = (a + b) mod c, whose parents each show almost nothing
+        alone. Post-processing of the aggregates only."""
+        combo = tuple(sorted((a, b, j)))
+        cache = self._raw_gain_cache if raw else self._gain_cache
+        gain = cache.get(combo)
+        if gain is None:
+            if combo not in self.counts or len(combo) != 3:
+                gain = 0.0
+            else:
+                gain = _interaction(self.counts[combo] if raw else self.table(combo))
+            cache[combo] = gain
+        return gain
+
+    def joint_pairs(self, shortlist: Sequence[Combo], j: int) -> list[Combo]:
+        """The _JOINT_PAIRS pairs of ``shortlist`` (ranked by raw gain) with the largest
+        positive :meth:`joint_gain` on the model's tables."""
+        scored = sorted(((self.joint_gain(a, b, j), (a, b)) for a, b in shortlist), reverse=True)
+        return [par for g, par in scored[:_JOINT_PAIRS] if g > 0]
+
+    def _parent_sets(self, placed: list[int], j: int, size: int,
+                     joint: Sequence[Combo] = ()) -> list[Combo]:
         """Candidate parent sets of ``j``: the ``size``-subsets of the _PARENT_POOL placed
-        columns with the highest single-parent MI with ``j`` (all subsets when size <= 1).
+        columns with the highest single-parent MI with ``j`` (all subsets when size <= 1),
+        and the pairs ``joint`` (placed pairs ranked by :meth:`joint_gain`).
 
         Scoring every subset of the placed columns needs a smoothed k-table for each of
         C(p, 2) (p - 2) families at R = 3, which dominated the run time on wide tables.
+        A shortlist by single-parent MI alone never offers a pair that matters only
+        jointly (j = (a + b) mod c), hence the pairs from the 3-way tables.
         """
         if size <= 1 or len(placed) <= _PARENT_POOL:
             return list(combinations(sorted(placed), size))
         ranked = sorted(placed, key=lambda a: -self.mutual_information((a,), j))[: max(size, _PARENT_POOL)]
-        return list(combinations(sorted(ranked), size))
+        sets = list(combinations(sorted(ranked), size))
+        return sets + [par for par in joint if len(par) == size and par not in sets]
 
     def order(self, first: int) -> list[tuple[int, Combo]]:
         """Greedy order from ``first``: next the (column, parents) with the highest MI."""
@@ -334,19 +371,45 @@ class _Model:
         steps: list[tuple[int, Combo]] = [(first, ())]
         todo = [j for j in range(self.p) if j != first]
         width = self.R - 1
+        # per column, the placed pairs with the largest raw joint gain (kept as columns are placed)
+        joint: dict[int, list[tuple[float, Combo]]] = {j: [] for j in todo}
         while todo:
             best = (-1.0, todo[0], ())
             size = min(width, len(placed))
             for j in todo:
-                for par in self._parent_sets(placed, j, size):
+                pairs = self.joint_pairs([par for _, par in joint[j]], j) if size == 2 and joint[j] else []
+                for par in self._parent_sets(placed, j, size, pairs):
                     mi = self.mutual_information(par, j) if par else 0.0
                     if mi > best[0]:
                         best = (mi, j, par)
             _, j, par = best
             steps.append((j, par))
-            placed.append(j)
             todo.remove(j)
+            if width >= 2 and _JOINT_PAIRS:
+                for t in todo:
+                    new = [(self.joint_gain(a, j, t, raw=True), tuple(sorted((a, j)))) for a in placed]
+                    joint[t] = sorted(joint[t] + [g for g in new if g[0] > 0], reverse=True)[:_JOINT_SHORTLIST]
+            placed.append(j)
         return steps
+
+
+def _interaction(t: np.ndarray) -> float:
+    """I(a, b; c) - I(a; c) - I(b; c) of a 3-way table of counts (clipped at 0), which is
+    H(ab) + H(ac) + H(bc) - H(abc) - H(a) - H(b) - H(c): symmetric in the three columns."""
+    t = np.clip(np.asarray(t, dtype=np.float64), 0.0, None)
+    n = float(t.sum())
+    if n <= 0:
+        return 0.0
+    t = t / n
+    pairs = [t.sum(axis=ax) for ax in range(3)]
+    singles = [t.sum(axis=(1, 2)), t.sum(axis=(0, 2)), t.sum(axis=(0, 1))]
+    return sum(_entropy(q) for q in pairs) - _entropy(t) - sum(_entropy(q) for q in singles)
+
+
+def _entropy(q: np.ndarray) -> float:
+    """Entropy (nats) of a table of probabilities."""
+    q = q[q > 0]
+    return float(-np.sum(q * np.log(q)))
 
 
 def _sample_complete(model: _Model, rows: int, params: SdsParams, rng: np.random.Generator) -> np.ndarray:
