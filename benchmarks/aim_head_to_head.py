@@ -32,6 +32,15 @@ resumes where it stopped, and it prints a table of every cell done::
     python benchmarks/aim_head_to_head.py --data car,asia --eps 1 --seeds 1
     python benchmarks/aim_head_to_head.py --report                # the table of what is done
     python benchmarks/aim_head_to_head.py --data adult-pub025 --methods pgm-aim2,mbi-jam --eps 1 --seeds 1
+    python benchmarks/aim_head_to_head.py --out scratch ...      # a second runner, its own file
+    python benchmarks/aim_head_to_head.py --merge benchmarks/results/scratch.json  # then merge it
+    python benchmarks/aim_head_to_head.py --merge OTHER_TREE/benchmarks/results/aim_head_to_head.json \
+        --relabel pgm-aim2=pgm-aim2-midrule   # a variant run from a tree with a reverted rule
+
+The report also gives, where two methods share two or more seeds, the seed-by-seed difference
+of their workload errors with its standard error (``pgm-aim2`` against ``mbi-aim``, and against
+``pgm-aim2-midrule``: the estimator's step rule of 2026-11-25, run from a tree with commit
+24ccf70 reverted).
 
 ``mbi-jam`` is ``mechanisms/jam.py`` of the same repository with its script's defaults (degree-3
 workload, 30 rounds, alpha 0.2) on its own table ``adult-pub025`` (private part priv.csv; JAM also
@@ -286,15 +295,23 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="print the tables of what is done; run nothing")
     ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     ap.add_argument("--child", nargs=3, metavar=("PARAMS", "SRC", "DST"))
+    ap.add_argument("--out", default=OUT_NAME, help="results file name under benchmarks/results (a scratch file "
+                    "lets a second runner work beside one writing the main file; --merge it in afterwards)")
+    ap.add_argument("--merge", metavar="PATH", help="add the runs of another results file to --out's; run nothing")
+    ap.add_argument("--relabel", metavar="OLD=NEW", help="with --merge: take only OLD's runs, recorded as NEW")
     args = ap.parse_args()
     if args.child:
         child_ours(args.child[0], Path(args.child[1]), Path(args.child[2]))
         return
     global PEER_CHECKOUT
     PEER_CHECKOUT = Path(args.mechanisms).resolve().parent
-    path = RESULTS / f"{OUT_NAME}.json"
+    path = RESULTS / f"{args.out}.json"
     runs: dict[str, Any] = json.loads(path.read_text()).get("runs", {}) if path.is_file() else {}
-    if not args.report:
+    if args.merge:
+        old, _, new = (args.relabel or "").partition("=")
+        runs = merge_runs(runs, json.loads(Path(args.merge).read_text())["runs"], old or None, new or None)
+        _write(args.out, runs)
+    elif not args.report:
         loaded: dict[str, Any] = {}
         for t, e, s, m in cells(args):
             key = f"{t}|{e}|{s}|{m}"
@@ -308,9 +325,28 @@ def main() -> None:
             # Re-read before writing: several runners may share the file (disjoint cells).
             latest = json.loads(path.read_text()).get("runs", {}) if path.is_file() else {}
             runs = {**latest, key: res}
-            write_json(OUT_NAME, {"delta": DELTA, "workload": f"every {DEGREE}-way marginal of at most {MAX_CELLS} "
-                                  "cells, weight 1 (the reference script's default)", "runs": runs})
+            _write(args.out, runs)
     report(runs, args.markdown)
+
+
+def _write(name: str, runs: dict[str, Any]) -> None:
+    """Write the results file ``name`` with these runs."""
+    write_json(name, {"delta": DELTA, "workload": f"every {DEGREE}-way marginal of at most {MAX_CELLS} "
+                      "cells, weight 1 (the reference script's default)", "runs": runs})
+
+
+def merge_runs(runs: dict[str, Any], other: dict[str, Any], old: str | None = None,
+               new: str | None = None) -> dict[str, Any]:
+    """``runs`` with the runs of ``other`` added (a cell in both takes ``other``'s). With ``old``
+    and ``new``: only ``other``'s runs of method ``old``, recorded as method ``new`` (a variant run
+    from another tree, e.g. a reverted rule, kept beside the default's cells)."""
+    out = dict(runs)
+    for r in other.values():
+        if old is not None and r["method"] != old:
+            continue
+        r = {**r, "method": new} if old is not None and new else dict(r)
+        out[f"{r['table']}|{r['epsilon']}|{r['seed']}|{r['method']}"] = r
+    return out
 
 
 def _table(headers: list[str], rows: list[list[Any]], markdown: bool) -> None:
@@ -341,27 +377,70 @@ def _mean_werr(runs: dict[str, Any], t: str, e: float, method: str) -> str:
     return f"{np.mean(w):.4f} ({len(w)})" + (f" {', '.join(sorted(chose))}" if chose else "") if w else "-"
 
 
+def _ok(runs: dict[str, Any], t: str, e: float, method: str) -> list[dict[str, Any]]:
+    """The finished runs of one method on one (table, epsilon), by seed."""
+    return sorted((r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, method)
+                   and r.get("status") == "ok"), key=lambda r: r["seed"])
+
+
+def _spread(w: Sequence[float]) -> str:
+    """Mean (range, count) of workload errors."""
+    return f"{np.mean(w):.4f} ({min(w):.4f}-{max(w):.4f}, {len(w)})"
+
+
+def _peer_cell(runs: dict[str, Any], t: str, e: float) -> str:
+    """The peer's mean over its finished seeds, and the seeds that timed out or failed."""
+    done = _ok(runs, t, e, "mbi-aim")
+    other = sorted((r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, "mbi-aim")
+                    and r.get("status") != "ok"), key=lambda r: r["seed"])
+    parts = [_spread([r["werr"] for r in done])] if done else []
+    for r in other:  # what a timeout or a failure had used, where it was read
+        used = f", {r['cpu_s']:.0f} CPU s, {r['peak_mb']:.0f} MB" if r.get("cpu_s") and r.get("peak_mb") else ""
+        parts.append(f"seed {r['seed']} {r['status']}{used}")
+    return "; ".join(parts) or "not run"
+
+
 def summary(runs: dict[str, Any]) -> list[list[Any]]:
     """Per (table, epsilon): our mean workload error over seeds (range, count) beside the peer's
-    seed-0 cell (or its status), with TVD3, CPU seconds and peak RSS of both, and the means of
-    ``auto`` and of pgm-aim2 with MST's compression rule (before the low-budget bound)."""
+    over its finished seeds (and its timeouts or failures), with TVD3, CPU seconds and peak RSS
+    of both (means over each side's finished seeds) and the peer / ours ratios of CPU and RSS,
+    and the means of ``auto`` and of pgm-aim2 with MST's compression rule (before the
+    low-budget bound)."""
     out = []
     for t in TABLES:
         for e in (0.1, 1.0, 10.0):
-            ours = [r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, "pgm-aim2")
-                    and r.get("status") == "ok"]
+            ours, peer = _ok(runs, t, e, "pgm-aim2"), _ok(runs, t, e, "mbi-aim")
             if not ours:
                 continue
-            w = [r["werr"] for r in ours]
-            peer = runs.get(f"{t}|{e}|0|mbi-aim")
-            cell = ("not run" if peer is None else peer["status"] if peer.get("status") != "ok" else f"{peer['werr']:.4f}")
-            ok = peer is not None and peer.get("status") == "ok"
-            mean = lambda k: float(np.mean([r[k] for r in ours]))  # noqa: E731
-            out.append([t, f"{e:g}", f"{np.mean(w):.4f} ({min(w):.4f}-{max(w):.4f}, {len(w)})", cell,
-                        f"{mean('tvd3'):.4f} / {peer['tvd3']:.4f}" if ok else f"{mean('tvd3'):.4f} / -",
-                        f"{mean('cpu_s'):.1f} / {peer['cpu_s']:.0f}" if ok else f"{mean('cpu_s'):.1f} / -",
-                        f"{mean('peak_mb'):.0f} / {peer['peak_mb']:.0f}" if ok else f"{mean('peak_mb'):.0f} / -",
+            m = lambda rs, k: float(np.mean([r[k] for r in rs]))  # noqa: E731
+            pair = lambda k, f: (f"{m(ours, k):{f}} / {m(peer, k):{f}}" if peer  # noqa: E731
+                                 else f"{m(ours, k):{f}} / -")
+            ratio = (f"{m(peer, 'cpu_s') / m(ours, 'cpu_s'):.0f}x / {m(peer, 'peak_mb') / m(ours, 'peak_mb'):.1f}x"
+                     if peer else "-")
+            out.append([t, f"{e:g}", _spread([r["werr"] for r in ours]), _peer_cell(runs, t, e),
+                        pair("tvd3", ".4f"), pair("cpu_s", ".1f"), pair("peak_mb", ".0f"), ratio,
                         _mean_werr(runs, t, e, "auto"), _mean_werr(runs, t, e, "pgm-aim2-mstrule")])
+    return out
+
+
+def paired(runs: dict[str, Any], a: str, b: str) -> list[list[Any]]:
+    """Per (table, epsilon) where both methods finished on two or more of the same seeds: each
+    one's mean over those seeds with its standard error, and the mean of the seed-by-seed
+    difference a - b with its standard error (negative: ``a`` lower, i.e. better)."""
+    out = []
+    for t in TABLES:
+        for e in (0.1, 1.0, 10.0):
+            wa = {r["seed"]: r["werr"] for r in _ok(runs, t, e, a)}
+            wb = {r["seed"]: r["werr"] for r in _ok(runs, t, e, b)}
+            seeds = sorted(set(wa) & set(wb))
+            if len(seeds) < 2:
+                continue
+            x, y = np.array([wa[s] for s in seeds]), np.array([wb[s] for s in seeds])
+            se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v)))  # noqa: E731
+            d = x - y
+            out.append([t, f"{e:g}", f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
+                        else ",".join(map(str, seeds)), f"{x.mean():.4f} ± {se(x):.4f}", f"{y.mean():.4f} ± {se(y):.4f}",
+                        f"{d.mean():+.4f} ± {se(d):.4f}", f"{d.mean() / se(d):+.1f}" if se(d) > 0 else "-"])
     return out
 
 
@@ -392,12 +471,18 @@ def report(runs: dict[str, Any], markdown: bool = False) -> None:
                       f"{r['wall_s'] / ours['wall_s']:.1f}x", f"{r['cpu_s'] / ours['cpu_s']:.1f}x",
                       f"{r['peak_mb'] / ours['peak_mb']:.1f}x"])
     print()
-    _table(["table", "eps", "pgm-aim2 werr mean (range, seeds)", "mbi AIM werr (seed 0)", "TVD3 ours / mbi",
-            "cpu s ours / mbi", "peak MB ours / mbi", "auto werr mean (seeds) chose",
-            "pgm-aim2 with MST's rule (before)"], summary(runs), markdown)
+    _table(["table", "eps", "pgm-aim2 werr mean (range, seeds)", "mbi AIM werr mean (range, seeds)",
+            "TVD3 ours / mbi", "cpu s ours / mbi", "peak MB ours / mbi", "mbi / ours: cpu / RSS",
+            "auto werr mean (seeds) chose", "pgm-aim2 with MST's rule (before)"], summary(runs), markdown)
     print()
     _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
             "peer cpu / ours", "peer RSS / ours"], pairs, markdown)
+    for a, b in (("pgm-aim2", "mbi-aim"), ("pgm-aim2", "pgm-aim2-midrule")):
+        rows = paired(runs, a, b)
+        if rows:
+            print()
+            _table(["table", "eps", "seeds", f"{a} mean ± se", f"{b} mean ± se", "difference ± se (paired)",
+                    "difference / se"], rows, markdown)
 
 
 if __name__ == "__main__":

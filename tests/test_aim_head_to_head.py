@@ -46,3 +46,36 @@ def test_auto_means_take_the_cell_a_same_as_run_points_to() -> None:
                                "werr": 0.2, "auto_chose": {"method": "marginals", "params": {}, "reason": ""}}}
     assert _mean_werr(runs, "car", 0.1, "auto") == "0.3000 (2) marginals, pgm select=aim degree=2"
     assert _mean_werr(runs, "car", 1.0, "auto") == "-"
+
+
+def _run(table: str, eps: float, seed: int, method: str, werr: float | None, status: str = "ok") -> dict:
+    r = {"table": table, "epsilon": eps, "seed": seed, "method": method, "status": status}
+    return r | ({"werr": werr} if werr is not None else {})
+
+
+def test_merge_runs_relabels_only_the_named_method_and_keeps_the_rest() -> None:
+    from benchmarks.aim_head_to_head import merge_runs
+
+    mine = {"car|1.0|0|pgm-aim2": _run("car", 1.0, 0, "pgm-aim2", 0.08)}
+    other = {"car|1.0|0|pgm-aim2": _run("car", 1.0, 0, "pgm-aim2", 0.09),
+             "car|1.0|0|auto": _run("car", 1.0, 0, "auto", 0.07)}
+    merged = merge_runs(mine, other, "pgm-aim2", "pgm-aim2-midrule")
+    assert merged["car|1.0|0|pgm-aim2"]["werr"] == 0.08  # the default's own cell is untouched
+    assert merged["car|1.0|0|pgm-aim2-midrule"] == _run("car", 1.0, 0, "pgm-aim2-midrule", 0.09)
+    assert "car|1.0|0|auto" not in merged and mine == {"car|1.0|0|pgm-aim2": _run("car", 1.0, 0, "pgm-aim2", 0.08)}
+    # Without a relabel every run is added, and a cell in both takes the other file's run.
+    assert merge_runs(mine, other) == other
+
+
+def test_paired_difference_uses_only_common_seeds_and_the_standard_error_of_the_differences() -> None:
+    from benchmarks.aim_head_to_head import paired
+
+    a = [0.10, 0.12, 0.11, 0.50]  # seed 3 has no partner: left out
+    b = [0.11, 0.14, 0.11]
+    runs = {f"car|1.0|{s}|x": _run("car", 1.0, s, "x", w) for s, w in enumerate(a)}
+    runs |= {f"car|1.0|{s}|y": _run("car", 1.0, s, "y", w) for s, w in enumerate(b)}
+    runs["car|1.0|4|y"] = _run("car", 1.0, 4, "y", None, "failed")
+    # y: sd 0.0173, se 0.0100; differences -0.01, -0.02, 0.00: mean -0.01, sd 0.01, se 0.01 / sqrt(3) = 0.0058
+    assert paired(runs, "x", "y") == [["car", "1", "0-2", "0.1100 ± 0.0058", "0.1200 ± 0.0100",
+                                       "-0.0100 ± 0.0058", "-1.7"]]
+    assert paired(runs, "x", "z") == []
