@@ -46,6 +46,20 @@ def write_pair(folder: Path, groups: int, rows_per_group: int = 1) -> tuple[Path
     return pair
 
 
+def _count_opened_row_groups(monkeypatch, module) -> list[int]:
+    """Records, for every ParquetFile ``module`` opens, how many row groups its footer holds."""
+    seen: list[int] = []
+    real = pq.ParquetFile
+
+    class Spy(real):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            seen.append(self.metadata.num_row_groups)
+
+    monkeypatch.setattr(module.pq, "ParquetFile", Spy)
+    return seen
+
+
 def test_a_sliced_footer_reads_its_row_groups_as_the_whole_file_does(tmp_path):
     path = tmp_path / "t.parquet"
     n = 40
@@ -87,15 +101,7 @@ def test_a_scan_task_opens_the_footer_of_its_own_row_groups_only(tmp_path, monke
     schema = _schema()
     parts = gate_scan.scan_parts([pair], schema, 16)
     assert len(parts) == 13 and all(len(p.row_groups) <= 16 for p in parts)
-    seen: list[int] = []
-    real = pq.ParquetFile
-
-    class Spy(real):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            seen.append(self.metadata.num_row_groups)
-
-    monkeypatch.setattr(gate_scan.pq, "ParquetFile", Spy)
+    seen = _count_opened_row_groups(monkeypatch, gate_scan)
     subsets = tuple((j,) for j in range(len(schema.columns))) + ((0, 1),)
     for part in parts:
         got = gate_scan._scan_part(part, schema, subsets)
@@ -185,15 +191,7 @@ def test_a_row_source_partition_reads_with_the_footer_of_its_own_row_groups(tmp_
     schema = _schema()
     source = RowSource.from_parquet(codes_path, schema, chunk_rows=48)
     assert len(source.parts) == 13 and all(p.footer is not None and p.footer.count <= 16 for p in source.parts)
-    seen: list[int] = []
-    real = pq.ParquetFile
-
-    class Spy(real):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            seen.append(self.metadata.num_row_groups)
-
-    monkeypatch.setattr(rowsource.pq, "ParquetFile", Spy)
+    seen = _count_opened_row_groups(monkeypatch, rowsource)
     subsets = [(0,), (1, 2), (3, 12, 19)]
     got = count_marginals(source, subsets)
     monkeypatch.undo()

@@ -218,10 +218,15 @@ def test_another_uid_is_refused_even_with_loosened_modes(short_tmp):
         w.stop()
 
 
-def test_changed_code_is_refused_and_the_worker_exits(short_tmp):
-    tree = short_tmp / "tree"
+def _worker_on_a_copy(tmp: Path) -> tuple[Worker, Path]:
+    """A worker serving a copy of dpsynth's source (``tree``), to edit or to tell apart."""
+    tree = tmp / "tree"
     shutil.copytree(ROOT / "dpsynth", tree / "dpsynth", ignore=shutil.ignore_patterns("__pycache__"))
-    w = Worker(short_tmp / "h", pythonpath=tree)
+    return Worker(tmp / "h", pythonpath=tree), tree
+
+
+def test_changed_code_is_refused_and_the_worker_exits(short_tmp):
+    w, tree = _worker_on_a_copy(short_tmp)
     try:
         module = tree / "dpsynth" / "progress.py"
         module.write_text(module.read_text() + "\n# edited\n")
@@ -234,9 +239,7 @@ def test_changed_code_is_refused_and_the_worker_exits(short_tmp):
 
 
 def test_another_installation_is_refused_and_the_worker_stays(short_tmp):
-    tree = short_tmp / "tree"
-    shutil.copytree(ROOT / "dpsynth", tree / "dpsynth", ignore=shutil.ignore_patterns("__pycache__"))
-    w = Worker(short_tmp / "h", pythonpath=tree)
+    w, _ = _worker_on_a_copy(short_tmp)
     try:
         assert _hand(_release(short_tmp, "x"), {**w.env, "PYTHONPATH": str(ROOT)}).returncode == 99
         assert "another dpsynth installation" in w.log.read_text() and w.proc.poll() is None
