@@ -81,12 +81,14 @@ METHODS = ("pgm-aim2", "auto", "mbi-aim")
 #: grid): -nt0 without the estimator's noise_tol stop; -exact also float64 and AIM's 1000 refit steps
 #: per round (the reference's estimator settings); -r1000 only the 1000 refit steps; -f64 only float64;
 #: -nc without compression of rare values; -mstrule with MST's compression rule (every value below 3 sds
-#: merged, no bound on the merged group's share of the records: pgm-aim2 before issue 27's low-budget fix).
+#: merged, no bound on the merged group's share of the records: pgm-aim2 before issue 27's low-budget fix);
+#: -groupbound with the group bound only (no per-value bound: pgm-aim2 before branch aim-compress).
 OURS = {"pgm-aim2": {"select": "aim", "degree": 2},
         "pgm-aim2-nt0": {"select": "aim", "degree": 2, "noise_tol": 0},
         "pgm-aim2-exact": {"select": "aim", "degree": 2, "noise_tol": 0, "precision": "double", "refit_iters": 1000},
         "pgm-aim2-nc": {"select": "aim", "degree": 2, "compress": False},
         "pgm-aim2-mstrule": {"select": "aim", "degree": 2, "compress_share": 1e12},
+        "pgm-aim2-groupbound": {"select": "aim", "degree": 2, "compress_value_share": 1e12},
         "pgm-aim2-r1000": {"select": "aim", "degree": 2, "refit_iters": 1000},
         "pgm-aim2-f64": {"select": "aim", "degree": 2, "precision": "double"}}
 #: The reference script's workload (its __main__ defaults): every DEGREE-way marginal of at most MAX_CELLS cells.

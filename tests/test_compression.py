@@ -20,7 +20,9 @@ from dpsynth.inference import Domain, Observation, estimate
 from dpsynth.inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from dpsynth.inference.measurement import merge_observations
 from dpsynth.measurement import Measurement, NoisyMarginal, fold_table
-from dpsynth.methods.pgm import COMPRESS_SHARE as PGM_SHARE, PgmMethod, PgmParams
+from dpsynth.inference.compression import records_estimate
+from dpsynth.methods import pgm as pgm_module
+from dpsynth.methods.pgm import COMPRESS_SHARE as PGM_SHARE, COMPRESS_VALUE_SHARE, PgmMethod, PgmParams
 from dpsynth.privacy import Budget, Ledger
 from dpsynth.rows.encoding import EncodedTable
 from dpsynth.schema import schema_from_dict
@@ -154,6 +156,48 @@ def test_aim_at_a_small_budget_keeps_every_column_and_states_its_bound():
     assert meas.params["compress_share"] is None and m._compress_share() == PGM_SHARE
     mst = PgmMethod(PgmParams(select="mst"))
     assert mst._compress_share() == float("inf")  # MST keeps MST's rule
+
+
+def test_a_value_that_may_hold_a_real_share_of_the_records_is_not_merged():
+    y = np.array([1500.0, 40.0, 30.0, 2.0, -1.0, 0.0])  # 1,571 records; sd 20: candidates 40, 30, 2, -1, 0
+    old = compression_maps({"a": y}, {"a": 20.0}, threshold=3.0, share=0.15)
+    assert old["a"].tolist() == [0, 1, 1, 1, 1, 1]  # 71 + 60 sqrt(5) <= 0.15 x 1571: 40 and 30 merged too
+    # 40 + 60 and 30 + 60 exceed 0.05 x 1571 = 78.6: only the three values near 0 are merged
+    new = compression_maps({"a": y}, {"a": 20.0}, threshold=3.0, share=0.15, value_share=0.05)
+    assert new["a"].tolist() == [0, 1, 2, 3, 3, 3]
+
+
+def test_aim_at_a_small_budget_merges_only_values_of_a_small_share(monkeypatch):
+    seen = []
+
+    def spy(one_way, sigmas, threshold, share, **kw):
+        seen.append((dict(one_way), dict(sigmas), threshold, share, kw))
+        return compression_maps(one_way, sigmas, threshold, share, **kw)
+
+    monkeypatch.setattr(pgm_module, "compression_maps", spy)
+    table = _rare_table(rows=20_000)
+    m = PgmMethod(PgmParams(select="aim", degree=2))
+    b = Budget(epsilon=0.1, delta=1e-9)
+    meas = m.measure(table, Ledger(b, m.plan(table.schema, b)), np.random.default_rng(0))
+    (one_way, sigmas, threshold, share, kw), = seen
+    n = records_estimate(one_way, sigmas)
+    # the group bound alone (the rule before) merges values that may hold more than 5% of the records
+    old = compression_maps(one_way, sigmas, threshold, share)
+    assert any(np.max(one_way[a][g == g.max()]) + 3 * sigmas[a] > 0.05 * n for a, g in old.items())
+    assert meas.meta.get("compression")  # the values near 0 are still merged
+    for a, g in meas.meta["compression"].items():
+        g = np.asarray(g)
+        assert np.all(one_way[a][g == g.max()] + 3 * sigmas[a] <= 0.05 * n)
+    assert kw == {"value_share": COMPRESS_VALUE_SHARE} and COMPRESS_VALUE_SHARE == 0.05
+    assert meas.params["compress_value_share"] is None
+    assert PgmMethod(PgmParams(select="mst"))._compress_value_share() == float("inf")  # MST keeps MST's rule
+    assert PgmMethod(PgmParams(select="mst", compress_value_share=0.1))._compress_value_share() == 0.1
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, float("nan"), True, "x"])
+def test_compress_value_share_must_be_a_positive_number(bad):
+    with pytest.raises(Exception, match="compress_value_share"):
+        PgmParams(select="aim", compress_value_share=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -0.1, float("nan"), True, "x"])

@@ -44,6 +44,8 @@ _COMPARED_NAMES = ("measurement.json",)
 # pgm re-recorded on branch aim-lowbudget: the new parameter compress_share enters the release key,
 # from which every stage's noise is derived (HMAC of the seed), so every pgm byte changes; the
 # default MST release (this one) merges by MST's rule as before.
+# pgm re-recorded on branch aim-compress (issue 27): the new parameter compress_value_share enters
+# the release key (every pgm byte changes); this default MST release merges by MST's rule as before.
 # marginals' synthetic.* re-recorded on branch marginals-floor (issue 26): each noisy histogram is
 # projected onto the non-negative tables with the estimated total and rows are allocated, not drawn i.i.d.
 RELEASE_DIGESTS: dict[str, dict[str, str]] = {
@@ -78,11 +80,11 @@ RELEASE_DIGESTS: dict[str, dict[str, str]] = {
         'synthetic.parquet': '4c426f9b73839afd8a5eec7d93ece772dd2270ce24d269357530ab5bab4769e9',
     },
     'pgm': {
-        'measurement.json': '87e147ba95b05e388031b91b20b592a5c8050b36ce17d6e39f4bfe941819c43e',
-        'measurement.parquet': '36c653d40080ddc8ba699e84c56c8c56e064f18599e5b57741c844d07d3558b4',
+        'measurement.json': 'e10ea10a81bd64ddb408f25ddaf96f8a7dbffa60c26c0224848c98793c749638',
+        'measurement.parquet': 'ef09c2a6408160ec68ff1b1632d37ed89abc1252cb32014a02c95c42e00fe612',
         'schema.yaml': '1ffd0cf9fece87b69d9e8b182ff8e74211b7a8ff10d75ae2b03016fd1fe6c489',
-        'synthetic.csv': '378d2c4b07d9997f4516a0888b085d00c7aea746f629408a8c26c0415940f00b',
-        'synthetic.parquet': '073f081c273d4d52d4660c56db5ed09d8a93dcb730984d035dd1e9f8eb764116',
+        'synthetic.csv': 'c0af75829e8cd0453fc3c16cd6299d05b704c5b25e1253985ef25dbc30f0a8b8',
+        'synthetic.parquet': '998e654e5cf81b11c87850de8d1cf8c9615c9e15e431552baa63f7b757ae90e8',
     },
     'private-sampling': {
         'measurement-sample.parquet': 'e0f3e5a229818b40d8141aeb6ca9d184b23e9916d289dccdf31cde8428bb4c2c',

@@ -38,7 +38,7 @@ def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, flo
 
 def compression_maps(
     one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
-    margin: float | None = None,
+    margin: float | None = None, value_share: float = math.inf,
 ) -> dict[str, np.ndarray]:
     """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
 
@@ -47,16 +47,21 @@ def compression_maps(
     k >= 2 of them whose mass is, even ``threshold`` sds above its noisy sum
     (sum + margin sigma sqrt(k); ``margin`` None: ``threshold``), at most ``share`` of the
     record count (:func:`records_estimate`): merging then loses at most that share of the
-    column's records, however noisy the budget. ``share`` infinite: every candidate (MST's rule)."""
+    column's records, however noisy the budget. ``value_share``: a candidate must also hold at
+    most this share of the records on its own, the same margin above its noisy count
+    (y + margin sigma <= value_share x records), so a value that may hold a real share of the
+    column is never merged. ``share`` and ``value_share`` infinite: every candidate (MST's rule)."""
     maps: dict[str, np.ndarray] = {}
-    cap = share * records_estimate(one_way, sigmas) if math.isfinite(share) else math.inf
+    n = records_estimate(one_way, sigmas) if math.isfinite(share) or math.isfinite(value_share) else math.inf
+    cap = share * n if math.isfinite(share) else math.inf
+    value_cap = value_share * n if math.isfinite(value_share) else math.inf
+    z = threshold if margin is None else margin
     for name, counts in one_way.items():
         y = np.asarray(counts, dtype=np.float64).ravel()
         sigma = float(sigmas[name])
-        cand = np.flatnonzero(y < threshold * sigma)
+        cand = np.flatnonzero((y < threshold * sigma) & (y + z * sigma <= value_cap))
         cand = cand[np.argsort(y[cand], kind="stable")]
         k = np.arange(1, cand.size + 1)
-        z = threshold if margin is None else margin
         fits = np.flatnonzero(np.cumsum(y[cand]) + z * sigma * np.sqrt(k) <= cap)
         if fits.size == 0 or fits[-1] + 1 < 2:
             continue

@@ -28,7 +28,8 @@ adaptive composition AIM relies on (zCDP privacy filters).
 Compression (``compress``, MST's): after the 1-way measurements, each column's values
 whose noisy count is below ``compress_threshold`` noise sds are merged into one value
 (with ``select=aim``, only the smallest of them whose merged mass is at most
-``compress_share`` of the records, so a noisy budget never merges a column whole);
+``compress_share`` of the records, so a noisy budget never merges a column whole, and
+each of which holds at most ``compress_value_share`` of them on its own);
 every later marginal is selected, measured and fitted on the merged values (a partition
 of values: sensitivity 1 still), and published with its map (``NoisyMarginal.groups``).
 
@@ -122,6 +123,11 @@ def _fit_record(report: FitReport) -> dict:
 #: "Compression of rare values"). select=mst keeps MST's rule (no bound): no bound tried there
 #: was better on that half.
 COMPRESS_SHARE = 0.15
+#: select=aim: the largest share of the records one merged value may hold on its own, even
+#: compress_threshold sds above its noisy count. Set on the same tuning half (5 seeds; docs/pgm.md,
+#: "The per-value bound"): without it, values that may hold a real share of a small table's
+#: column were merged at epsilon 0.1 and cost more than the merge saved. select=mst: no bound.
+COMPRESS_VALUE_SHARE = 0.05
 _AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
@@ -142,7 +148,9 @@ class PgmParams:
     the larger marginals (MST's compression; 3 sds as in MST). ``compress_share``: merge only
     the smallest of those values, as many as keep the merged group's mass, ``compress_threshold``
     sds above its noisy sum, at most this share of the records (default: 0.15 for aim, no
-    bound for mst: MST's rule). ``sampling``: "rounded"
+    bound for mst: MST's rule). ``compress_value_share``: and only values that hold, each on its
+    own and ``compress_threshold`` sds above its noisy count, at most this share of the records
+    (default: 0.05 for aim, no bound for mst). ``sampling``: "rounded"
     (each value's rows by randomised rounding of their expected count, per separator cell)
     or "iid" (every row drawn independently; for comparison).
 
@@ -165,6 +173,9 @@ class PgmParams:
     compress_share: float | None = param(
         None, f"number > 0, or none (aim: {COMPRESS_SHARE:g}, mst: no bound): the largest share of the records "
         "a merged group may hold")
+    compress_value_share: float | None = param(
+        None, f"number > 0, or none (aim: {COMPRESS_VALUE_SHARE:g}, mst: no bound): the largest share of the "
+        "records one merged value may hold")
     sampling: Literal["rounded", "iid"] = param("rounded", "rounded or iid")
 
     def __post_init__(self) -> None:
@@ -189,6 +200,9 @@ class PgmParams:
         f = self.compress_share
         if f is not None and (isinstance(f, bool) or not (isinstance(f, (int, float)) and not math.isnan(f) and f > 0)):
             raise ParamError(f"parameter 'compress_share' must be a number > 0, got {f!r}")
+        v = self.compress_value_share
+        if v is not None and (isinstance(v, bool) or not (isinstance(v, (int, float)) and not math.isnan(v) and v > 0)):
+            raise ParamError(f"parameter 'compress_value_share' must be a number > 0, got {v!r}")
         if self.sampling not in ("rounded", "iid"):
             raise ParamError(f"parameter 'sampling' must be 'rounded' or 'iid', got {self.sampling!r}")
 
@@ -333,7 +347,8 @@ class PgmMethod(MethodBase):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
-                                 self.params.compress_threshold, self._compress_share())
+                                 self.params.compress_threshold, self._compress_share(),
+                                 value_share=self._compress_value_share())
                 if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
@@ -363,6 +378,12 @@ class PgmMethod(MethodBase):
         if self.params.compress_share is not None:
             return float(self.params.compress_share)
         return COMPRESS_SHARE if self.params.select == "aim" else math.inf
+
+    def _compress_value_share(self) -> float:
+        """The bound on one merged value's share of the records (``compress_value_share``; its default per select)."""
+        if self.params.compress_value_share is not None:
+            return float(self.params.compress_value_share)
+        return COMPRESS_VALUE_SHARE if self.params.select == "aim" else math.inf
 
     def _model_domain(self) -> Domain:
         return compressed_domain(self._domain, self._maps)

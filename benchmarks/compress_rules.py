@@ -1,0 +1,121 @@
+"""Rules for compressing rare values under ``pgm select=aim degree=2``, seed by seed (issue 27).
+
+Each rule is a set of pgm parameters; every rule of a (table, epsilon, seed) cell runs in this
+process on the same generator seed, so the 1-way noise is the same and only the merge differs
+(a paired comparison). Scored by ``aim_head_to_head.py``'s workload error (every 2-way marginal,
+lower is better). CPU s is the process CPU of measure + synthesize (imports excluded).
+Results: one JSON line per run appended to ``benchmarks/results/compress_rules.jsonl``
+(``--out`` for another file); ``--report`` prints mean +- standard error per rule.
+docs/pgm.md, "The per-value bound", has the tables and what was chosen.
+
+    python benchmarks/compress_rules.py --data car,nist-tx2019,rare-a --eps 0.1,1 --seeds 0-4
+    python benchmarks/compress_rules.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import RESULTS  # noqa: E402
+from benchmarks.aim_head_to_head import DELTA, default_workload, load, workload_error  # noqa: E402
+
+NONE = 1e12  # a share no group or value reaches: that bound off
+#: group = the rule before branch aim-compress (the group bound 0.15 alone); nc = no compression;
+#: sX = group bound X; vX = group bound 0.15 and per-value bound X (v0.05: the default);
+#: viX = the per-value bound X without the group bound. (The recorded file also holds "half": the
+#: group bound and at least half of each column's values kept, run once through a scratch patch.)
+RULES: dict[str, dict[str, Any]] = {
+    "group": {"compress_value_share": NONE}, "nc": {"compress": False},
+    **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
+    **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
+    **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
+}
+
+
+def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
+    """aim_head_to_head's tables, and pgm_vs_mbi's generated rare-bin tables (rare-a/b/c)."""
+    if name.startswith("rare-"):
+        from benchmarks.pgm_vs_mbi import load as pvm_load
+
+        d = pvm_load(name)
+        return list(d["schema"].names), d["codes"], [int(c) for c in d["schema"].cardinalities]
+    return load(name)
+
+
+def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
+    """One release of ``pgm select=aim degree=2`` under ``rule``, scored against the real codes."""
+    from dpsynth.methods import get_method
+    from dpsynth.privacy.budget import Budget, Ledger
+    from dpsynth.rows.encoding import EncodedTable
+    from dpsynth.schema import schema_from_dict
+
+    names, codes, sizes = data
+    cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]} for n, s in zip(names, sizes)]
+    schema = schema_from_dict({"name": "compress-rules", "columns": cols})
+    budget = Budget(epsilon=eps, delta=DELTA)
+    rng = np.random.default_rng(seed)
+    method = get_method("pgm", {"select": "aim", "degree": 2, **RULES[rule]})
+    ledger = Ledger(budget, method.plan(schema, budget))
+    c0 = time.process_time()
+    m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
+    synth = method.synthesize(m, schema, None, rng)
+    cpu = time.process_time() - c0
+    merged = {a: [len(g), int(max(g)) + 1] for a, g in (m.meta.get("compression") or {}).items()}
+    return {"werr": workload_error(codes, np.asarray(synth.codes, np.int64), sizes, default_workload(sizes)),
+            "cpu": cpu, "merged": merged, "load1": open("/proc/loadavg").read().split()[0]}
+
+
+def report(path: Path) -> None:
+    """Mean +- standard error of the workload error per (table, epsilon) and rule, on the seeds all rules ran."""
+    cells: dict[tuple, dict[str, dict[int, float]]] = collections.defaultdict(lambda: collections.defaultdict(dict))
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        cells[(r["table"], r["eps"])][r["kind"]][r["seed"]] = r["werr"]
+    for (t, e), by in cells.items():
+        seeds = sorted(set.intersection(*(set(v) for v in by.values())))
+        out = []
+        for k, v in by.items():
+            w = np.array([v[s] for s in seeds])
+            out.append(f"{k} {w.mean():.4f}+-{w.std(ddof=1) / np.sqrt(w.size) if w.size > 1 else 0:.4f}")
+        print(f"{t} eps {e:g} seeds {seeds}: " + "; ".join(out))
+
+
+def main() -> None:
+    """Run the grid (appending) or print the report."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="car,nist-tx2019,rare-a")
+    ap.add_argument("--eps", default="0.1,1")
+    ap.add_argument("--seeds", default="0-4", help="a range a-b or a list")
+    ap.add_argument("--rules", default="group,nc,v0.05")
+    ap.add_argument("--out", default=str(RESULTS / "compress_rules.jsonl"))
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if args.report:
+        return report(out)
+    a, _, b = args.seeds.partition("-")
+    seeds = list(range(int(a), int(b) + 1)) if b else [int(s) for s in args.seeds.split(",")]
+    for t in args.data.split(","):
+        data = load_any(t)
+        for e in (float(x) for x in args.eps.split(",")):
+            for s in seeds:
+                for k in args.rules.split(","):
+                    r = {"table": t, "eps": e, "seed": s, "kind": k, **run(data, e, s, k)}
+                    with out.open("a") as fh:
+                        fh.write(json.dumps(r) + "\n")
+                    print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
