@@ -197,12 +197,10 @@ class PgmParams:
         t = self.compress_threshold
         if isinstance(t, bool) or not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
             raise ParamError(f"parameter 'compress_threshold' must be a number >= 0, got {t!r}")
-        f = self.compress_share
-        if f is not None and (isinstance(f, bool) or not (isinstance(f, (int, float)) and not math.isnan(f) and f > 0)):
-            raise ParamError(f"parameter 'compress_share' must be a number > 0, got {f!r}")
-        v = self.compress_value_share
-        if v is not None and (isinstance(v, bool) or not (isinstance(v, (int, float)) and not math.isnan(v) and v > 0)):
-            raise ParamError(f"parameter 'compress_value_share' must be a number > 0, got {v!r}")
+        for name in ("compress_share", "compress_value_share"):  # a positive number, or none (the default per select)
+            f = getattr(self, name)
+            if f is not None and (isinstance(f, bool) or not (isinstance(f, (int, float)) and not math.isnan(f) and f > 0)):
+                raise ParamError(f"parameter {name!r} must be a number > 0, got {f!r}")
         if self.sampling not in ("rounded", "iid"):
             raise ParamError(f"parameter 'sampling' must be 'rounded' or 'iid', got {self.sampling!r}")
 
