@@ -208,16 +208,15 @@ class RowSource:
         for f in files:
             try:
                 fm = footer_map(f)
-            except (OSError, ValueError, IndexError):  # not one we can map: Arrow says why
-                fm = None
-            if fm is None:
-                meta = pq.ParquetFile(str(f)).metadata
-            missing = [c for c in schema.names if c not in (fm.names if fm else meta.schema.names)]
+                names, rows = fm.names, fm.rows
+            except (OSError, ValueError, IndexError):  # not one we can map: Arrow reads it (or says why)
+                fm, meta = None, pq.ParquetFile(str(f)).metadata
+                names, rows = meta.schema.names, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            missing = [c for c in schema.names if c not in names]
             if missing:
                 raise DataError(f"{f}: encoded table lacks columns {missing}")
-            runs = runs_of(fm.rows, target) if fm else row_group_runs(meta, target)
             parts += [ParquetPart(path=str(f), row_groups=g, rows=n, footer=fm.slice(g) if fm else None)
-                      for g, n in runs]
+                      for g, n in runs_of(rows, target)]
         return cls(schema=schema, parts=tuple(parts), chunk_rows=chunk_rows, runner=runner or SerialRunner())
 
 
