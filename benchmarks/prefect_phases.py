@@ -10,6 +10,8 @@ The lines mark the phases:
 * ``start-up``: the interpreter and the CLI's module, up to its first line;
 * ``pipeline, checks``: the pipeline's imports, the solver, the public checks, the health check;
 * ``Prefect import``: the flow module (Prefect's own import);
+* with a temporary server (``--temporary``), ``encode (ahead)`` (the public checks of ``prepare``
+  and the encode, done while it starts) and ``server ready`` (the wait for its first answer);
 * ``flow start``: the client, the flow run's creation and its Running state, the run context;
 * ``prepare``, each stage, and the gaps between stages (a task's engine and state changes);
 * ``flow end``: after the last stage, the artifact and the final state, up to the published line;
@@ -22,9 +24,8 @@ a table and writes benchmarks/results/prefect_phases.json.
     python benchmarks/prefect_phases.py [--repeat N] [--temporary]
 
 ``--temporary``: no running server; each release starts the temporary server in a new
-PREFECT_HOME (a first release: the template is in the cache, made by an untimed first run),
-and the phases also show the server's wait (``encode (ahead)``, then ``server ready``); the
-server's own CPU is not in the CLI's column (``cpu_s_children`` has the CLI's children: the
+PREFECT_HOME (a first release: the template is in the cache, made by an untimed first run);
+the server's own CPU is not in the CLI's column (``cpu_s_children`` is the CLI's with its children: the
 server and the gate's worker).
 """
 
@@ -49,6 +50,8 @@ MARKS = [
     ("start-up", r"^loading the pipeline"),
     ("pipeline, checks", r"^(using the Prefect server|starting a temporary Prefect server)"),
     ("Prefect import", r"^dpsynth: method auto"),
+    ("encode (ahead)", r"^encode: done in .*while the Prefect server starts"),  # a temporary server only
+    ("server ready", r"^Prefect server ready"),  # the same
     ("flow start", r"^prepare: started"),
     ("prepare", r"^prepare: done"),
 ]
@@ -146,9 +149,7 @@ def _phases(lines: list, exited_wall: float) -> dict[str, list[float]]:
     for ln in rest:
         started = re.match(r"^(\w+): started", ln[2])
         done = re.match(r"^(\w+): done in", ln[2])
-        if ln[2].startswith("Prefect server ready"):
-            add("server ready", ln)
-        elif started:
+        if started:
             add(f"before {started.group(1)}", ln)
         elif done:
             add(done.group(1), ln)
