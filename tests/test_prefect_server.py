@@ -285,3 +285,17 @@ def test_the_gate_worker_yields_to_a_temporary_servers_start_only(monkeypatch, k
         assert os.getpriority(os.PRIO_PROCESS, 0) == own  # the CLI's own turn is unchanged
     finally:
         gate_worker.stop()
+
+
+def test_without_prefect_nothing_is_started_ahead_and_the_public_checks_come_first(monkeypatch):
+    """Prefect missing is said by the launch after the public checks, as before: a typo is still
+    the error a user sees first."""
+    def missing():
+        raise RuntimeError("Prefect is not installed")
+
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(srv, "_prefect_dir", missing)
+    assert srv.launch_ahead() is None
+    with pytest.raises(RuntimeError, match="not installed"):
+        srv._launch()

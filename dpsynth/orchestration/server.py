@@ -261,13 +261,17 @@ def launch_ahead() -> ApiServer | None:
     """The temporary server's process started now and held (:func:`_spawn`), so that its
     imports overlap the caller's, when no ``PREFECT_API_URL`` is set and nothing listens on
     the port a running server is looked for on (a TCP connect, no request: the search itself
-    comes after the public checks); None otherwise. :func:`find_or_launch` starts or stops it."""
+    comes after the public checks); None otherwise, or without Prefect (the launch after the
+    checks says so). :func:`find_or_launch` starts or stops it."""
     if os.environ.get("PREFECT_API_URL", "").strip():
         return None
     port = _search_port()
     if port is not None and _listening(port):
         return None
-    return _spawn()
+    try:
+        return _spawn()
+    except RuntimeError:  # Prefect is not installed: a public error is still reported first
+        return None
 
 
 def find_or_launch(held: ApiServer | None = None) -> ApiServer:
