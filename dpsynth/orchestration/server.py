@@ -43,7 +43,8 @@ DEFAULT_PORT = 4200
 GATE_WORKER_NICE = 10
 _PR_SET_PDEATHSIG = 1
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_BOOT = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from dpsynth.orchestration.server_boot import main; sys.exit(main())"
+_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+         "from dpsynth.orchestration.server_boot import main; sys.exit(main())")
 
 
 def answers(url: str, timeout: float = 0.5) -> bool:
