@@ -132,6 +132,7 @@ def test_a_public_error_is_refused_before_any_prefect_server(tmp_path, monkeypat
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
     held, real_spawn = [], srv._spawn
     monkeypatch.setattr(srv, "_spawn", lambda: held.append(real_spawn()) or held[-1])
     extra = {"unknown method": ["--method", "pgmm"], "bad parameter": ["--method", "pgm", "--param", "select=tree"],
@@ -153,6 +154,7 @@ def test_a_held_server_process_starts_only_when_told_and_exits_unstarted(tmp_pat
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
     held = srv.launch_ahead()
     assert held is not None and held.kind == "temporary" and held.url == ""
     proc = held.process
@@ -166,14 +168,33 @@ def test_a_held_server_process_starts_only_when_told_and_exits_unstarted(tmp_pat
     held.stop()
 
 
-def test_nothing_is_started_ahead_beside_a_listening_port_or_a_configured_url(fake_server, monkeypatch):
+def test_nothing_is_started_ahead_beside_a_listening_port_or_a_configured_url_or_without_an_idle_core(
+        fake_server, monkeypatch):
     """A port that accepts connections may be `make serve`'s server: the search after the public
-    checks decides; a configured API needs no temporary server."""
+    checks decides; a configured API needs no temporary server; on a busy machine (no idle core)
+    the held process's imports would take the CLI's core while it checks the request."""
     monkeypatch.setattr(srv, "_spawn", _no_launch)
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
     assert srv.launch_ahead() is None
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     assert srv.launch_ahead() is None
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setattr(srv, "_idle_core", lambda: False)
+    assert srv.launch_ahead() is None
+
+
+def test_an_idle_core_is_fewer_runnable_tasks_than_cores(monkeypatch):
+    """/proc/loadavg's fourth field counts the runnable tasks, this process included."""
+    import builtins
+    import io
+
+    real_open = builtins.open
+    for running, cores, idle in [(1, 2, True), (2, 2, False), (5, 2, False), (1, 1, False), (3, 8, True)]:
+        monkeypatch.setattr(builtins, "open", lambda path, *a, r=running, **k: io.StringIO(
+            f"0.50 0.40 0.30 {r}/300 12345\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+        monkeypatch.setattr(srv.os, "cpu_count", lambda c=cores: c)
+        assert srv._idle_core() is idle
 
 
 def test_a_held_process_is_stopped_when_a_running_server_is_found(fake_server, monkeypatch):
@@ -295,6 +316,7 @@ def test_without_prefect_nothing_is_started_ahead_and_the_public_checks_come_fir
 
     monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
     monkeypatch.setattr(srv, "_prefect_dir", missing)
     assert srv.launch_ahead() is None
     with pytest.raises(RuntimeError, match="not installed"):

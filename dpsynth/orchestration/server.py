@@ -9,7 +9,7 @@ only when it needs the API. The temporary server is the same app Prefect would s
 (uvicorn serving Prefect's app), started without importing Prefect's server modules into
 the CLI and with the Linux parent-death signal, so it dies with the CLI even after
 ``kill -9``. Its process can be started ahead and held (:func:`launch_ahead`: at the
-command's start, when nothing listens on the port searched): it imports Prefect's server
+command's start, when nothing listens on the port searched and a core is idle): it imports Prefect's server
 code (:mod:`.server_boot`) while the CLI imports the pipeline and runs the public checks,
 and starts serving (database, port) only when :func:`find_or_launch` tells it to. Its
 start is the run's critical path, so the gate's worker (importing Great Expectations beside
@@ -258,13 +258,26 @@ def _launch() -> ApiServer:
     return _spawn().go()
 
 
+def _idle_core() -> bool:
+    """Whether a core is idle besides this process: fewer runnable tasks than cores now
+    (``/proc/loadavg``'s count, this process included); True where it cannot tell."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].partition("/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running < (os.cpu_count() or 1)
+
+
 def launch_ahead() -> ApiServer | None:
     """The temporary server's process started now and held (:func:`_spawn`), so that its
-    imports overlap the caller's, when no ``PREFECT_API_URL`` is set and nothing listens on
-    the port a running server is looked for on (a TCP connect, no request: the search itself
-    comes after the public checks); None otherwise, or without Prefect (the launch after the
-    checks says so). :func:`find_or_launch` starts or stops it."""
-    if os.environ.get("PREFECT_API_URL", "").strip():
+    imports overlap the caller's on an idle core, when no ``PREFECT_API_URL`` is set, nothing
+    listens on the port a running server is looked for on (a TCP connect, no request: the
+    search itself comes after the public checks) and a core is idle (on a busy machine its
+    imports would take the caller's core while it checks the request); None otherwise, or
+    without Prefect (the launch after the checks says so). :func:`find_or_launch` starts or
+    stops it."""
+    if os.environ.get("PREFECT_API_URL", "").strip() or not _idle_core():
         return None
     port = _search_port()
     if port is not None and _listening(port):
