@@ -5,6 +5,7 @@ imports, is stopped unstarted), a temporary server does not outlive its run."""
 from __future__ import annotations
 
 import http.server
+import os
 import sys
 import threading
 import time
@@ -321,3 +322,32 @@ def test_without_prefect_nothing_is_started_ahead_and_the_public_checks_come_fir
     assert srv.launch_ahead() is None
     with pytest.raises(RuntimeError, match="not installed"):
         srv._launch()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_held_server_told_to_start_after_its_imports_serves_and_is_stopped(tmp_path, monkeypatch):
+    """The held process told to start once its imports are done (the order waits in its stdin
+    meanwhile) serves Prefect's API on the new home's database copied from the template, without
+    block registration when the copy holds the block types, and is gone after its stop."""
+    for k in [k for k in os.environ if k.startswith("PREFECT_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    for i in range(2):  # the first fills the template (block types registered), the second copies it
+        monkeypatch.setenv("PREFECT_HOME", str(tmp_path / f"home{i}"))
+        held = srv.launch_ahead()
+        time.sleep(1.0)
+        server = srv.find_or_launch(held)
+        assert server is held and server.url.startswith("http://127.0.0.1:")
+        assert held.database is None or i == 0
+        server.ready(timeout=180)
+        pid = server.process.pid
+        assert srv.answers(server.url) and (tmp_path / f"home{i}" / "prefect.db").exists()
+        server.stop()
+        assert not _alive(pid)
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "home1" / "prefect.db") as con:
+        assert con.execute("SELECT count(*) FROM block_type").fetchone()[0] > 0
