@@ -100,7 +100,7 @@ def _mean_se(w: np.ndarray) -> tuple[float, float]:
 
 
 def paired_rows(lines: list[dict[str, Any]], a: str, b: str) -> list[list[Any]]:
-    """Per (table, epsilon), rule ``a`` against rule ``b`` on the seeds both ran (in order of appearance).
+    """Per (table, epsilon), in that order, rule ``a`` against rule ``b`` on the seeds both ran.
 
     Columns: table, eps, seeds, a mean +- SE, b mean +- SE, the seed-by-seed difference a - b
     +- its SE, the verdict (``same releases`` when every seed gives the same error; ``worse`` /
@@ -110,7 +110,7 @@ def paired_rows(lines: list[dict[str, Any]], a: str, b: str) -> list[list[Any]]:
     for r in lines:
         cells.setdefault((r["table"], r["eps"]), {}).setdefault(r["kind"], {})[r["seed"]] = r
     rows = []
-    for (t, e), by in cells.items():
+    for (t, e), by in sorted(cells.items()):
         if a not in by or b not in by:
             continue
         seeds = sorted(set(by[a]) & set(by[b]))
