@@ -45,12 +45,13 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: c4 a = 0.5 as c1 (the candidates' half the more precise one: c3 lost on rare-a at 1);
 #: c1sX: c1 with the group share X (0.15 was set on the selection-biased sums); c5: c1 only in
 #: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
-#: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind).
+#: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
+#: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
     **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
-    "c5": {"_split": 1.0, "_split_bias": 0.8},
+    "c5": {"_split": 1.0, "_split_bias": 0.8}, "c6": {"_split": 2.0, "_split_bias": 0.8},
     "group": {"compress_value_share": NONE}, "nc": {"compress": False},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
