@@ -40,7 +40,9 @@ resumes where it stopped, and it prints a table of every cell done::
 The report also gives, where two methods share two or more seeds, the seed-by-seed difference
 of their workload errors with its standard error (``pgm-aim2`` against ``mbi-aim``, and against
 ``pgm-aim2-midrule``: the estimator's step rule of 2026-11-25, run from a tree with commit
-24ccf70 reverted).
+24ccf70 reverted), and a table of the issue's target cell by cell (:func:`verdicts`: accuracy at or
+above the peer on the seeds both finished, CPU and peak RSS at 1/20 of the peer's; lower bounds
+where the peer only timed out).
 
 ``mbi-jam`` is ``mechanisms/jam.py`` of the same repository with its script's defaults (degree-3
 workload, 30 rounds, alpha 0.2) on its own table ``adult-pub025`` (private part priv.csv; JAM also
@@ -446,6 +448,59 @@ def paired(runs: dict[str, Any], a: str, b: str) -> list[list[Any]]:
     return out
 
 
+#: The issue's cost target: at most 1/TARGET_RATIO of the peer's CPU seconds and peak memory.
+TARGET_RATIO = 20.0
+
+
+def _ratio(peer: Sequence[float], ours: Sequence[float], bound: bool = False) -> tuple[str, str]:
+    """Peer / ours of the means (with the per-seed range where there are several) and whether it
+    meets the 20x target; ``bound``: the peer's figures are what a killed run had used (at least)."""
+    ratios = [p / o for p, o in zip(peer, ours)]
+    mean = float(np.mean(peer)) / float(np.mean(ours))
+    text = (">= " if bound else "") + f"{mean:.1f}x" + (f" ({min(ratios):.1f}-{max(ratios):.1f}x)" if len(ratios) > 1 else "")
+    met = "met" if mean >= TARGET_RATIO and min(ratios) >= TARGET_RATIO else (
+        "met on the mean" if mean >= TARGET_RATIO else ("unknown" if bound else "not met"))
+    return text, met
+
+
+def verdicts(runs: dict[str, Any]) -> list[list[Any]]:
+    """Per (table, epsilon) where the peer ran: the issue's target cell by cell. Over the seeds
+    both sides finished: the two means, the paired difference ours - peer (± its standard error
+    with two or more seeds), whether ours is at or below the peer's mean (lower is better), and
+    the peer / ours ratios of CPU seconds and peak RSS against 20x. Where the peer only timed
+    out, the ratios are lower bounds from what it had used at the kill (against our mean)."""
+    out = []
+    for t in TABLES:
+        for e in (0.1, 1.0, 10.0):
+            mine = {r["seed"]: r for r in _ok(runs, t, e, "pgm-aim2")}
+            peer_all = [r for r in runs.values() if (r["table"], r["epsilon"], r["method"]) == (t, e, "mbi-aim")]
+            if not mine or not peer_all:
+                continue
+            peer = {r["seed"]: r for r in peer_all if r.get("status") == "ok"}
+            lost = sorted(r["seed"] for r in peer_all if r.get("status") != "ok")
+            notes = ", ".join(f"seed {r['seed']} {r['status']}" for r in sorted(peer_all, key=lambda r: r["seed"])
+                              if r.get("status") != "ok") or "-"
+            seeds = sorted(set(mine) & set(peer))
+            if seeds:
+                x = np.array([mine[s]["werr"] for s in seeds])
+                y = np.array([peer[s]["werr"] for s in seeds])
+                d = x - y
+                se = f" ± {np.std(d, ddof=1) / np.sqrt(len(d)):.4f}" if len(d) > 1 else ""
+                cpu = _ratio([peer[s]["cpu_s"] for s in seeds], [mine[s]["cpu_s"] for s in seeds])
+                mem = _ratio([peer[s]["peak_mb"] for s in seeds], [mine[s]["peak_mb"] for s in seeds])
+                out.append([t, f"{e:g}", ",".join(map(str, seeds)), f"{x.mean():.4f}", f"{y.mean():.4f}",
+                            f"{d.mean():+.4f}{se}", "yes" if d.mean() <= 0 else "no", *cpu, *mem, notes])
+                continue
+            used = [r for r in peer_all if r.get("cpu_s") and r.get("peak_mb")]
+            ours = list(mine.values())
+            m = lambda rs, k: [float(np.mean([r[k] for r in rs]))]  # noqa: E731
+            cpu = _ratio(m(used, "cpu_s"), m(ours, "cpu_s"), True) if used else ("-", "-")
+            mem = _ratio(m(used, "peak_mb"), m(ours, "peak_mb"), True) if used else ("-", "-")
+            out.append([t, f"{e:g}", f"none (peer: {','.join(map(str, lost))})", _spread([r["werr"] for r in ours]),
+                        "-", "-", "peer did not finish", *cpu, *mem, notes])
+    return out
+
+
 def report(runs: dict[str, Any], markdown: bool = False) -> None:
     """Print every cell done, then ours against the peer per (table, epsilon, seed)."""
     rows = []
@@ -479,6 +534,10 @@ def report(runs: dict[str, Any], markdown: bool = False) -> None:
     print()
     _table(["table", "eps", "seed", "peer", "werr pgm-aim2", "werr peer", "lower", "peer wall / ours",
             "peer cpu / ours", "peer RSS / ours"], pairs, markdown)
+    print()
+    _table(["table", "eps", "seeds both finished", "pgm-aim2 werr", "mbi AIM werr", "ours - peer (paired, ± se)",
+            "at or above the peer", "cpu peer / ours", "cpu 1/20", "RSS peer / ours", "memory 1/20", "peer not finished"],
+           verdicts(runs), markdown)
     for a, b in (("pgm-aim2", "mbi-aim"), ("pgm-aim2", "pgm-aim2-midrule")):
         rows = paired(runs, a, b)
         if rows:

@@ -79,3 +79,29 @@ def test_paired_difference_uses_only_common_seeds_and_the_standard_error_of_the_
     assert paired(runs, "x", "y") == [["car", "1", "0-2", "0.1100 ± 0.0058", "0.1200 ± 0.0100",
                                        "-0.0100 ± 0.0058", "-1.7"]]
     assert paired(runs, "x", "z") == []
+
+
+def test_verdicts_pair_seeds_and_bound_the_ratios_of_a_peer_that_timed_out() -> None:
+    from benchmarks.aim_head_to_head import verdicts
+
+    def run(eps: float, seed: int, method: str, werr: float | None, cpu: float, mb: float, status: str = "ok") -> dict:
+        return _run("car", eps, seed, method, werr, status) | {"cpu_s": cpu, "peak_mb": mb}
+
+    runs = {f"{e}|{s}|{m}": run(e, s, m, w, c, mb, st) for e, s, m, w, c, mb, st in [
+        (1.0, 0, "pgm-aim2", 0.10, 1.0, 150.0, "ok"), (1.0, 1, "pgm-aim2", 0.12, 2.0, 150.0, "ok"),
+        (1.0, 2, "pgm-aim2", 0.50, 1.0, 150.0, "ok"),  # no finished peer seed 2: left out of the pairs
+        (1.0, 0, "mbi-aim", 0.11, 30.0, 3000.0, "ok"), (1.0, 1, "mbi-aim", 0.14, 30.0, 3300.0, "ok"),
+        (1.0, 2, "mbi-aim", None, 900.0, 4000.0, "timeout after 1800 s"),
+        (10.0, 0, "pgm-aim2", 0.02, 10.0, 200.0, "ok"),
+        (10.0, 0, "mbi-aim", None, 150.0, 5000.0, "timeout after 1800 s"),
+        (0.1, 0, "pgm-aim2", 0.3, 1.0, 150.0, "ok")]}  # the peer never ran at 0.1: no row
+    # eps 1, seeds 0-1: means 0.11 against 0.125; differences -0.01, -0.02: -0.015 ± 0.005.
+    # CPU 30/1 and 30/2: per-seed 30x and 15x, mean 30/1.5 = 20x, met on the mean only; RSS 20x and 22x: met.
+    assert verdicts(runs) == [
+        ["car", "1", "0,1", "0.1100", "0.1250", "-0.0150 ± 0.0050", "yes", "20.0x (15.0-30.0x)", "met on the mean",
+         "21.0x (20.0-22.0x)", "met", "seed 2 timeout after 1800 s"],
+        # only a timeout: lower bounds from what the killed run had used; 15x is not enough to say
+        ["car", "10", "none (peer: 0)", "0.0200 (0.0200-0.0200, 1)", "-", "-", "peer did not finish",
+         ">= 15.0x", "unknown", ">= 25.0x", "met", "seed 0 timeout after 1800 s"]]
+    runs["1.0|1|pgm-aim2"]["werr"] = 0.20  # ours now behind on the mean: differences -0.01, +0.06
+    assert verdicts(runs)[0][5:7] == ["+0.0250 ± 0.0350", "no"]
