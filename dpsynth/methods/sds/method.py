@@ -24,6 +24,10 @@ from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
 from .refit import honour_tables
 from .strict import _sample_strict
+from .update import update_tables
+
+#: How the complete sampler honours the measured tables: "reweight" a pool, or "update" the records.
+REFIT_MODE = "reweight"
 
 
 class SdsMethod(MethodBase):
@@ -163,9 +167,14 @@ class SdsMethod(MethodBase):
         of the 2-way and 1-way tables (a chunk's share carries no 3-way table)."""
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
-        if self.params.fit_pairs:
+        ones = targets if self.params.rake_one_way else {}
+        if self.params.fit_pairs and REFIT_MODE == "update":
+            refit = update_tables(raw, m, schema, ones, total, rng)
+            if refit is not None:  # the update matched the 1-way targets itself
+                return refit[0]
+        elif self.params.fit_pairs:
             refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
-                                  targets if self.params.rake_one_way else {}, total, rng)
+                                  ones, total, rng)
         if refit is not None:
             raw = refit[0]
         if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
