@@ -53,10 +53,11 @@ def _measure(schema, codes, seed: int = 0):
     return method, m
 
 
-@pytest.mark.parametrize("mode", ["reweight", "update"])
+@pytest.mark.parametrize("mode", ["reweight", "update", "finish"])
 def test_a_combination_the_sampler_never_draws_is_created_by_the_update(monkeypatch, mode):
     """The reweighting cannot create c2 = (c0 + c1) mod 4 (no pool record holds it): the
-    3-way table c0|c1|c2 stays refused; the update rewrites records into it and passes."""
+    3-way table c0|c1|c2 stays refused; the update (alone, or finishing the reweighting)
+    rewrites records into it and passes."""
     schema = _schema()
     method, m = _measure(schema, _parity_table(20_000, 5))
     monkeypatch.setattr(sds_method, "_sample_complete", _never_the_parity)
@@ -96,12 +97,13 @@ def test_allocate_is_exact_and_close_to_the_shares():
         assert np.all(np.abs(a - k * p) < 1.0 + 1e-9)
 
 
-def test_update_mode_same_bytes_whatever_chunk_rows_and_seed_differs(monkeypatch):
+@pytest.mark.parametrize("mode", ["update", "finish"])
+def test_update_mode_same_bytes_whatever_chunk_rows_and_seed_differs(monkeypatch, mode):
     """The update draws from the chunk's generator only: the release is a function of the
     seed, not of how the writer asks for blocks; another seed gives other records."""
     schema = _schema()
     method, m = _measure(schema, _parity_table(6_000, 7))
-    monkeypatch.setattr(sds_method, "REFIT_MODE", "update")
+    monkeypatch.setattr(sds_method, "REFIT_MODE", mode)
     monkeypatch.setattr(chunked, "chunk_rows_for", lambda columns: 1_000)
     n = int(m.records.value)
     seen = []
@@ -112,3 +114,19 @@ def test_update_mode_same_bytes_whatever_chunk_rows_and_seed_differs(monkeypatch
     assert all(np.array_equal(seen[0], x) for x in seen[1:])
     other = method.sampler(m, schema, None, np.random.default_rng(12)).sample(n, np.random.default_rng(0))
     assert not np.array_equal(other, seen[0])
+
+
+def test_finish_leaves_a_release_the_reweighting_fitted_byte_identical(monkeypatch):
+    """Nothing off after the reweighting: the update returns before drawing anything, so
+    the release has the reweighting's bytes (a seeded release changes only where a
+    measured table was still off)."""
+    rng = np.random.default_rng(8)
+    codes = rng.integers(0, 4, size=(8_000, 6))
+    codes[:, 1] = np.where(rng.random(8_000) < 0.8, codes[:, 0], codes[:, 1])
+    schema = _schema()
+    method, m = _measure(schema, codes.astype(np.uint8))
+    out = {}
+    for mode in ("reweight", "finish"):
+        monkeypatch.setattr(sds_method, "REFIT_MODE", mode)
+        out[mode] = method.synthesize(m, schema, None, np.random.default_rng(1)).codes
+    assert np.array_equal(out["reweight"], out["finish"])

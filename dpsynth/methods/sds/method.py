@@ -26,7 +26,10 @@ from .refit import honour_tables
 from .strict import _sample_strict
 from .update import update_tables
 
-#: How the complete sampler honours the measured tables: "reweight" a pool, or "update" the records.
+#: How the complete sampler honours the measured tables: "reweight" a pool (refit.py), "update"
+#: the records (update.py), "finish": reweight, then update what is still off, or "auto": update
+#: a release drawn whole, reweight each chunk of a chunked one (docs/sds-generalisation.md,
+#: tenth round).
 REFIT_MODE = "reweight"
 
 
@@ -168,7 +171,8 @@ class SdsMethod(MethodBase):
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
         ones = targets if self.params.rake_one_way else {}
-        if self.params.fit_pairs and REFIT_MODE == "update":
+        mode = REFIT_MODE if REFIT_MODE != "auto" else ("reweight" if "chunk_share" in m.meta else "update")
+        if self.params.fit_pairs and mode == "update":
             refit = update_tables(raw, m, schema, ones, total, rng)
             if refit is not None:  # the update matched the 1-way targets itself
                 return refit[0]
@@ -179,6 +183,12 @@ class SdsMethod(MethodBase):
             raw = refit[0]
         if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
             raw = _rake_to_one_way(raw, targets, rng)
+        if self.params.fit_pairs and mode == "finish" and n > 0:
+            # what the reweighting left off (a combination its pool never held, a chunk's
+            # leftover): updated record by record, starting from the reweighted records
+            finished = update_tables(raw, m, schema, ones, total, rng)
+            if finished is not None:
+                raw = finished[0]
         return raw
 
     def synthesis_chunk_rows(self, schema: Schema) -> int | None:

@@ -39,6 +39,8 @@ RANDOM_DONORS = True
 TARGET_LEFT = 1.0
 #: How strongly the order of the moved records follows their over-representation.
 PRESSURE_WEIGHT = 10.0
+#: Copies of one record per move into its cell, at most (the rest are rewritten).
+COPIES = 1
 
 
 def integer_target(target: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarray | None:
@@ -62,7 +64,7 @@ def allocate(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def move_records(codes: np.ndarray, cols: Sequence[int], shape: Sequence[int], cells: np.ndarray,
                  goal: np.ndarray, share: float, rng: np.random.Generator,
-                 rank: np.ndarray | None = None) -> int:
+                 rank: np.ndarray | None = None, copy: bool = True) -> int:
     """Move about ``share`` of each over-filled cell's surplus (count above ``goal``) to the
     under-filled cells in proportion to their deficit (in place); returns how many records
     moved.
@@ -73,7 +75,8 @@ def move_records(codes: np.ndarray, cols: Sequence[int], shape: Sequence[int], c
     at most once (every column: the other columns keep the joint the records have in that
     cell, so a structural dependence such as an empty column is not broken). The records
     moved beyond that, into a cell holding too few or none (a combination the sampler
-    never drew), get the cell's values on ``cols`` only."""
+    never drew), get the cell's values on ``cols`` only, as every moved record does
+    without ``copy``."""
     count = np.bincount(cells, minlength=goal.size)
     gap = count - goal
     surplus = np.clip(gap, 0, None)
@@ -95,14 +98,14 @@ def move_records(codes: np.ndarray, cols: Sequence[int], shape: Sequence[int], c
     srt = np.argsort(dest, kind="stable")
     k = np.empty(dest.size, dtype=np.int64)  # the k-th record moved into its cell
     k[srt] = np.arange(dest.size) - np.searchsorted(dest[srt], dest[srt])
-    held = k < count[dest]  # each record of a cell is copied at most once per move
+    held = (k < COPIES * count[dest]) & copy  # each record of a cell is copied at most COPIES times per move
     if held.any():
         d = dest[held]
         inner = np.flatnonzero(deficit[cells] > 0)  # the records of the cells receiving some
         inner = inner[rng.permutation(inner.size)] if rank is None or RANDOM_DONORS else order[deficit[cells[order]] > 0]
         pool = _by_cell(cells, inner, small)
         first = np.concatenate(([0], np.cumsum(np.bincount(cells[pool], minlength=goal.size))[:-1]))
-        codes[picked[held]] = codes[pool[first[d] + k[held]]]
+        codes[picked[held]] = codes[pool[first[d] + k[held] % count[d]]]
     if not held.all():
         coords = np.unravel_index(dest[~held], tuple(shape))
         for a, j in enumerate(cols):
@@ -209,8 +212,8 @@ def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapp
             move_records(codes, c.cols, c.shape, c.cells, goal, share, rng, rank)
         share = max(LAST_SHARE, share * SHARE_DECAY)
         off = misfit_tables(checks, np.ones(n), total, pool=codes)
-    for c, goal in one_checks:
-        move_records(codes, c.cols, c.shape, codes[:, c.cols[0]].copy(), goal, 1.0, rng)
+    for c, goal in one_checks:  # exact, and rewriting the column alone keeps the others exact too
+        move_records(codes, c.cols, c.shape, codes[:, c.cols[0]].copy(), goal, 1.0, rng, copy=False)
     return np.ascontiguousarray(codes), len(chosen)
 
 
