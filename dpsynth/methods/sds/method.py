@@ -30,7 +30,7 @@ from .update import update_tables
 #: the records (update.py), "finish": reweight, then update what is still off, or "auto": update
 #: a release drawn whole, reweight each chunk of a chunked one (docs/sds-generalisation.md,
 #: tenth round).
-REFIT_MODE = "reweight"
+REFIT_MODE = "finish"
 
 
 class SdsMethod(MethodBase):
