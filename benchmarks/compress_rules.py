@@ -5,11 +5,14 @@ process on the same generator seed, so the 1-way noise is the same and only the 
 (a paired comparison). Scored by ``aim_head_to_head.py``'s workload error (every 2-way marginal,
 lower is better). CPU s is the process CPU of measure + synthesize (imports excluded).
 Results: one JSON line per run appended to ``benchmarks/results/compress_rules.jsonl``
-(``--out`` for another file); ``--report`` prints mean +- standard error per rule.
-docs/pgm.md, "The per-value bound", has the tables and what was chosen.
+(``--out`` for another file); ``--report`` prints mean +- standard error per rule; ``--paired A,B`` prints, per cell, rule A
+against rule B on the seeds both ran: each mean, the seed-by-seed difference A - B +- its
+standard error, the CPU s and the load (the table of docs/pgm.md "AIM with and without
+compression, every cell"). docs/pgm.md, "The per-value bound", has the tables and what was chosen.
 
     python benchmarks/compress_rules.py --data car,nist-tx2019,rare-a --eps 0.1,1 --seeds 0-4
     python benchmarks/compress_rules.py --report
+    python benchmarks/compress_rules.py --paired v0.05,nc --markdown
 """
 
 from __future__ import annotations
@@ -91,6 +94,58 @@ def report(path: Path) -> None:
         print(f"{t} eps {e:g} seeds {seeds}: " + "; ".join(out))
 
 
+def _mean_se(w: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error of ``w`` (standard error 0 for a single value)."""
+    return float(w.mean()), float(w.std(ddof=1) / np.sqrt(w.size)) if w.size > 1 else 0.0
+
+
+def paired_rows(lines: list[dict[str, Any]], a: str, b: str) -> list[list[Any]]:
+    """Per (table, epsilon), in that order, rule ``a`` against rule ``b`` on the seeds both ran.
+
+    Columns: table, eps, seeds, a mean +- SE, b mean +- SE, the seed-by-seed difference a - b
+    +- its SE, the verdict (``same releases`` when every seed gives the same error; ``worse`` /
+    ``better`` when the difference is beyond one SE, ``level`` otherwise; ``**`` marks two SEs),
+    CPU s per run (a / b) and the 1-minute load range of the runs."""
+    cells: dict[tuple, dict[str, dict[int, dict[str, Any]]]] = {}
+    for r in lines:
+        cells.setdefault((r["table"], r["eps"]), {}).setdefault(r["kind"], {})[r["seed"]] = r
+    rows = []
+    for (t, e), by in sorted(cells.items()):
+        if a not in by or b not in by:
+            continue
+        seeds = sorted(set(by[a]) & set(by[b]))
+        if not seeds:
+            continue
+        wa, wb = (np.array([by[k][s]["werr"] for s in seeds]) for k in (a, b))
+        (ma, sa), (mb, sb), (md, sd) = _mean_se(wa), _mean_se(wb), _mean_se(wa - wb)
+        if np.all(wa == wb):
+            verdict = "same releases"
+        elif abs(md) <= sd:
+            verdict = "level"
+        else:
+            verdict = ("worse" if md > 0 else "better") + (" **" if abs(md) > 2 * sd else "")
+        cpu = [np.mean([by[k][s]["cpu"] for s in seeds]) for k in (a, b)]
+        loads = [float(by[k][s]["load1"]) for k in (a, b) for s in seeds]
+        rows.append([t, f"{e:g}", ",".join(map(str, seeds)) if len(seeds) < 5 or seeds != list(range(len(seeds)))
+                     else f"0-{seeds[-1]}", f"{ma:.4f} +- {sa:.4f}", f"{mb:.4f} +- {sb:.4f}",
+                     f"{md:+.4f} +- {sd:.4f}", verdict, f"{cpu[0]:.1f} / {cpu[1]:.1f}", f"{min(loads):.1f}-{max(loads):.1f}"])
+    return rows
+
+
+def print_paired(path: Path, a: str, b: str, markdown: bool) -> None:
+    """Print :func:`paired_rows` of every run in ``path`` (markdown or plain columns)."""
+    rows = paired_rows([json.loads(x) for x in path.read_text().splitlines() if x.strip()], a, b)
+    head = ["table", "eps", "seeds", f"{a} (mean +- SE)", f"{b} (mean +- SE)", f"{a} - {b} (paired +- SE)",
+            "verdict", f"CPU s per run {a} / {b}", "load"]
+    if markdown:
+        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(map(str, r)) + " |")
+        return
+    for r in rows:
+        print("  ".join(map(str, r)))
+
+
 def main() -> None:
     """Run the grid (appending) or print the report."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,10 +155,15 @@ def main() -> None:
     ap.add_argument("--rules", default="group,nc,v0.05")
     ap.add_argument("--out", default=str(RESULTS / "compress_rules.jsonl"))
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--paired", metavar="A,B", help="print rule A against rule B, paired by seed, and exit")
+    ap.add_argument("--markdown", action="store_true", help="--paired as a markdown table")
     args = ap.parse_args()
     out = Path(args.out)
     if args.report:
         return report(out)
+    if args.paired:
+        a, b = args.paired.split(",")
+        return print_paired(out, a, b, args.markdown)
     a, _, b = args.seeds.partition("-")
     seeds = list(range(int(a), int(b) + 1)) if b else [int(s) for s in args.seeds.split(",")]
     for t in args.data.split(","):
