@@ -669,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--merge", nargs="*", default=None,
                     help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
-    ap.add_argument("--refit", choices=["reweight", "update", "finish", "auto"], default=None,
+    ap.add_argument("--refit", choices=["reweight", "update", "finish"], default=None,
                     help="sds's refit (dpsynth.methods.sds.method.REFIT_MODE): reweight a pool or update the records")
     ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)

@@ -27,9 +27,9 @@ from .strict import _sample_strict
 from .update import update_tables
 
 #: How the complete sampler honours the measured tables: "reweight" a pool (refit.py), "update"
-#: the records (update.py), "finish": reweight, then update what is still off, or "auto": update
-#: a release drawn whole, reweight each chunk of a chunked one (docs/sds-generalisation.md,
-#: tenth round).
+#: the records (update.py), or "finish": reweight, then update what is still off (the default;
+#: docs/sds-generalisation.md, tenth round). A module setting for benchmarks, not a parameter:
+#: it does not enter the release key.
 REFIT_MODE = "finish"
 
 
@@ -171,7 +171,7 @@ class SdsMethod(MethodBase):
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
         ones = targets if self.params.rake_one_way else {}
-        mode = REFIT_MODE if REFIT_MODE != "auto" else ("reweight" if "chunk_share" in m.meta else "update")
+        mode = REFIT_MODE
         if self.params.fit_pairs and mode == "update":
             refit = update_tables(raw, m, schema, ones, total, rng)
             if refit is not None:  # the update matched the 1-way targets itself
