@@ -8,9 +8,14 @@ chunking) and chunked (:mod:`dpsynth.methods.sds.chunked`, chunks of
 ``chunk_rows_for(20)`` records; ``--chunk-rows`` forces another size). Reported per cell:
 the gate's verdict (sds_matrix.gate_verdict), the mean TVD of the 1-, 2- and 3-way
 marginals against the real table, CPU seconds and the peak RSS growth of synthesis
-(ru_maxrss, measured in a fresh process per draw), and the load average.
+(ru_maxrss, measured in a fresh process per draw), and the load average. The pre-spend
+guard is off (what would the gate say?). ``--table scale`` draws benchmarks/scale.py's
+table (20 columns sharing one latent factor) instead; ``--refit`` lists the refits to
+compare (``dpsynth.methods.sds.method.REFIT_MODE``: reweight, update, finish), each cell
+in its own process.
 
     python benchmarks/sds_chunked.py --rows 200000,600000
+    python benchmarks/sds_chunked.py --table scale --rows 1000000 --hows chunked --refit finish
 """
 
 from __future__ import annotations
