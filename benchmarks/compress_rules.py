@@ -3,7 +3,8 @@
 Each rule is a set of pgm parameters; every rule of a (table, epsilon, seed) cell runs in this
 process on the same generator seed, so the 1-way noise is the same and only the merge differs
 (a paired comparison). Scored by ``aim_head_to_head.py``'s workload error (every 2-way marginal,
-lower is better). CPU s is the process CPU of measure + synthesize (imports excluded).
+lower is better; ``--data auto_choice-adult``: auto_choice.py's adult cell, its seeds and its
+3-way score as werr = 1 - score / 1000). CPU s is the process CPU of measure + synthesize.
 Results: one JSON line per run appended to ``benchmarks/results/compress_rules.jsonl``
 (``--out`` for another file); ``--report`` prints mean +- standard error per rule; ``--paired A,B`` prints, per cell, rule A
 against rule B on the seeds both ran: each mean, the seed-by-seed difference A - B +- its
@@ -38,7 +39,19 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: sX = group bound X; vX = group bound 0.15 and per-value bound X (v0.05: the default);
 #: viX = the per-value bound X without the group bound. (The recorded file also holds "half": the
 #: group bound and at least half of each column's values kept, run once through a scratch patch.)
+#: c1/c2/c3 (issue 27, branch aim-split): each noisy 1-way count split into y1 = y + a e and
+#: y2 = y - e / a (pgm.COMPRESS_SPLIT = a, set by the "_split" key), candidates on y1, the group
+#: bound on y2: c1 a = 1 with the per-value bound on y, c2 a = 1 without it, c3 a = 2 as c1,
+#: c4 a = 0.5 as c1 (the candidates' half the more precise one: c3 lost on rare-a at 1);
+#: c1sX: c1 with the group share X (0.15 was set on the selection-biased sums); c5: c1 only in
+#: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
+#: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
+#: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 RULES: dict[str, dict[str, Any]] = {
+    "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
+    "c4": {"_split": 0.5},
+    **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
+    "c5": {"_split": 1.0, "_split_bias": 0.8}, "c6": {"_split": 2.0, "_split_bias": 0.8},
     "group": {"compress_value_share": NONE}, "nc": {"compress": False},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
@@ -68,15 +81,47 @@ def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
     schema = schema_from_dict({"name": "compress-rules", "columns": cols})
     budget = Budget(epsilon=eps, delta=DELTA)
     rng = np.random.default_rng(seed)
-    method = get_method("pgm", {"select": "aim", "degree": 2, **RULES[rule]})
+    from dpsynth.methods import pgm
+
+    params = {k: v for k, v in RULES[rule].items() if not k.startswith("_")}
+    method = get_method("pgm", {"select": "aim", "degree": 2, **params})
     ledger = Ledger(budget, method.plan(schema, budget))
     c0 = time.process_time()
-    m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
+    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(RULES[rule].get("_split", 0.0)), RULES[rule].get("_split_bias")
+    try:
+        m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
+    finally:
+        pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = 0.0, None
     synth = method.synthesize(m, schema, None, rng)
     cpu = time.process_time() - c0
     merged = {a: [len(g), int(max(g)) + 1] for a, g in (m.meta.get("compression") or {}).items()}
     return {"werr": workload_error(codes, np.asarray(synth.codes, np.int64), sizes, default_workload(sizes)),
             "cpu": cpu, "merged": merged, "load1": open("/proc/loadavg").read().split()[0]}
+
+
+#: auto_choice.py's adult cell (schemas/adult.yaml, delta 1e-6), run as auto_choice runs it (its
+#: seeds, its 3-way score); werr = 1 - score / 1000 (the mean 3-way TVD, lower is better).
+AUTO_ADULT = "auto_choice-adult"
+
+
+def run_auto_adult(eps: float, seed: int, rule: str) -> dict[str, Any]:
+    """One ``pgm select=aim degree=2`` release of auto_choice's adult under ``rule``, by its run_config."""
+    from benchmarks import auto_choice as ac
+    from dpsynth.methods import pgm
+
+    half = next(h for h, cells in ac.HALVES.items() if any(c[0] == "adult" for c in cells))
+    index = [c[0] for c in ac.HALVES[half]].index("adult")
+    schema, codes = ac.load_table("adult", index + (0 if half == "tuning" else 100))
+    params = {"select": "aim", "degree": 2, **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(RULES[rule].get("_split", 0.0)), RULES[rule].get("_split_bias")
+    try:
+        synth, _, status, _, cpu = ac.run_config("pgm", params, schema, codes, eps, ac.DELTA, seed, 3600)
+    finally:
+        pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = 0.0, None
+    if synth is None:
+        raise RuntimeError(f"auto_choice adult, rule {rule}, seed {seed}: {status}")
+    sc = ac.score(schema, codes, synth, ac.triples(len(schema.columns), seed=index))
+    return {"werr": 1.0 - sc / 1000.0, "score": sc, "cpu": cpu, "load1": open("/proc/loadavg").read().split()[0]}
 
 
 def report(path: Path) -> None:
@@ -167,11 +212,12 @@ def main() -> None:
     a, _, b = args.seeds.partition("-")
     seeds = list(range(int(a), int(b) + 1)) if b else [int(s) for s in args.seeds.split(",")]
     for t in args.data.split(","):
-        data = load_any(t)
+        data = load_any(t) if t != AUTO_ADULT else None
         for e in (float(x) for x in args.eps.split(",")):
             for s in seeds:
                 for k in args.rules.split(","):
-                    r = {"table": t, "eps": e, "seed": s, "kind": k, **run(data, e, s, k)}
+                    one = run_auto_adult(e, s, k) if t == AUTO_ADULT else run(data, e, s, k)
+                    r = {"table": t, "eps": e, "seed": s, "kind": k, **one}
                     with out.open("a") as fh:
                         fh.write(json.dumps(r) + "\n")
                     print(json.dumps(r), flush=True)

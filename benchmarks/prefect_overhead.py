@@ -29,8 +29,8 @@ table and writes benchmarks/results/prefect_overhead.json.
 
 One target at a time (the local engine runs whenever a Prefect release cell does, for the
 comparison; a second release needs the first's PREFECT_HOME): ``--cells running`` (a running
-server), ``--cells first`` (a first release with the temporary server, both first-release cells),
-``--cells errors`` (the public errors).
+server), ``--cells first`` (a first release with the temporary server, both first-release cells,
+``--repeat`` pairs of them, each pair from an empty cache), ``--cells errors`` (the public errors).
 """
 
 from __future__ import annotations
@@ -193,10 +193,13 @@ def _cells(tmp: Path, chosen: set[str], repeat: int) -> dict[str, dict]:
         cells[f"local #{i + 1}"] = _run(_release(tmp, f"local{i}", "local"), env)
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(tmp / "cache", ignore_errors=True)
-    if "first" in chosen:
-        cells["prefect first (new PREFECT_HOME, no template)"] = _run(_release(tmp, "first", "prefect"),
-                                                                      _env(tmp / "cold-home", None))
-        cells["prefect first (new PREFECT_HOME, template)"] = _run(_release(tmp, "first-t", "prefect"), env)
+    for i in range(repeat if "first" in chosen else 0):  # each with an empty cache, then a new home beside it
+        tag = f" #{i + 1}" if i else ""  # the first pair keeps the names of the runs before --repeat applied here
+        shutil.rmtree(tmp / "cache", ignore_errors=True)
+        cells[f"prefect first (new PREFECT_HOME, no template){tag}"] = _run(
+            _release(tmp, f"first{i}", "prefect"), _env(tmp / f"cold-home{i}", None))
+        cells[f"prefect first (new PREFECT_HOME, template){tag}"] = _run(
+            _release(tmp, f"first-t{i}", "prefect"), env if i == 0 else _env(tmp / f"prefect-home{i}", None))
     for i in range(repeat if "second" in chosen else 0):
         cells[f"prefect second #{i + 1}"] = _run(_release(tmp, f"second{i}", "prefect"), env)
     if "running" in chosen:

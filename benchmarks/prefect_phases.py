@@ -10,6 +10,8 @@ The lines mark the phases:
 * ``start-up``: the interpreter and the CLI's module, up to its first line;
 * ``pipeline, checks``: the pipeline's imports, the solver, the public checks, the health check;
 * ``Prefect import``: the flow module (Prefect's own import);
+* with a temporary server (``--temporary``), ``encode (ahead)`` (the public checks of ``prepare``
+  and the encode, done while it starts) and ``server ready`` (the wait for its first answer);
 * ``flow start``: the client, the flow run's creation and its Running state, the run context;
 * ``prepare``, each stage, and the gaps between stages (a task's engine and state changes);
 * ``flow end``: after the last stage, the artifact and the final state, up to the published line;
@@ -19,7 +21,12 @@ It also counts the HTTP requests the process sent (wrapping httpx's transports i
 only) and, from the server afterwards, the events and log lines recorded for the run. Prints
 a table and writes benchmarks/results/prefect_phases.json.
 
-    python benchmarks/prefect_phases.py [--repeat N]
+    python benchmarks/prefect_phases.py [--repeat N] [--temporary]
+
+``--temporary``: no running server; each release starts the temporary server in a new
+PREFECT_HOME (a first release: the template is in the cache, made by an untimed first run);
+the server's own CPU is not in the CLI's column (``cpu_s_children`` is the CLI's with its children: the
+server and the gate's worker).
 """
 
 from __future__ import annotations
@@ -41,8 +48,10 @@ RESULT = ROOT / "benchmarks" / "results" / "prefect_phases.json"
 # (phase name, regular expression of the line that ends it), in order.
 MARKS = [
     ("start-up", r"^loading the pipeline"),
-    ("pipeline, checks", r"^using the Prefect server"),
+    ("pipeline, checks", r"^(using the Prefect server|starting a temporary Prefect server)"),
     ("Prefect import", r"^dpsynth: method auto"),
+    ("encode (ahead)", r"^encode: done in .*while the Prefect server starts"),  # a temporary server only
+    ("server ready", r"^Prefect server ready"),  # the same
     ("flow start", r"^prepare: started"),
     ("prepare", r"^prepare: done"),
 ]
@@ -152,8 +161,8 @@ def _phases(lines: list, exited_wall: float) -> dict[str, list[float]]:
     return out
 
 
-def _run(tmp: Path, port: int, i: int) -> dict:
-    from prefect_overhead import DEMO, SCHEMA, _env
+def _run(tmp: Path, port: int, i: int, home: Path | None = None) -> dict:
+    from prefect_overhead import DEMO, SCHEMA, _children_cpu, _env
 
     seed = tmp / "seed"
     seed.write_bytes(os.urandom(32))
@@ -161,19 +170,19 @@ def _run(tmp: Path, port: int, i: int) -> dict:
             "--out", str(tmp / "out"), "--workspace", str(tmp / f"ws{i}"), "--name", f"phases{i}"]
     out = tmp / f"child{i}.json"
     load = os.getloadavg()[0]
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, __file__, "--child", str(out), "--", *args], env=_env(tmp / "home", port),
-                          capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - t0
+    t0, cpu0 = time.monotonic(), _children_cpu()
+    proc = subprocess.run([sys.executable, __file__, "--child", str(out), "--", *args],
+                          env=_env(home or tmp / "home", port), capture_output=True, text=True, cwd=ROOT)
+    wall, cpu = time.monotonic() - t0, _children_cpu() - cpu0
     rec = json.loads(out.read_text())
     printed = re.search(r"stage work ([0-9.]+) s, start-up, imports and orchestration ([0-9.]+) s", proc.stdout)
     return {"exit": proc.returncode, "load_1min_before": round(load, 2), "wall_s": round(wall, 2),
-            "cpu_s_at_exit_hooks": rec["atexit"][1],
+            "cpu_s_at_exit_hooks": rec["atexit"][1], "cpu_s_children": round(cpu, 2),
             "stage_work_s": float(printed.group(1)) if printed else None,
             "overhead_s": float(printed.group(2)) if printed else None,
             "phases_wall_cpu_s": _phases(rec["lines"], rec["atexit"][0]),
             "http_requests": len(rec["requests"]), "requests": rec["requests"],
-            "server_records": _server_records(port, f"phases{i}")}
+            "server_records": _server_records(port, f"phases{i}") if port else {}}
 
 
 def _server_records(port: int, name: str) -> dict:
@@ -214,21 +223,29 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=str(RESULT))
     ap.add_argument("--port", type=int, help="a Prefect server already running on this port (default: start one)")
+    ap.add_argument("--temporary", action="store_true", help="no running server: a first release's temporary one")
+    ap.add_argument("--tree", help="the checkout whose CLI runs (default this one; e.g. main, to compare)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("cli", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return _child(args.cli, args.child)
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    import prefect_overhead
     from prefect_overhead import _running_server
+
+    if args.tree:
+        prefect_overhead.TREE = Path(args.tree).resolve()
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="dpsynth-prefect-phases-") as t:
         tmp = Path(t)
-        server, port = (None, args.port) if args.port else _running_server(tmp / "serve-home")
+        server, port = (None, args.port) if args.port or args.temporary else _running_server(tmp / "serve-home")
         try:
+            if args.temporary:
+                _run(tmp, 0, -1, tmp / "home-fill")  # untimed: fills the cache's template
             for i in range(args.repeat):
-                runs.append(_run(tmp, port, i))
+                runs.append(_run(tmp, port or 0, i, tmp / f"home{i}" if args.temporary else None))
         finally:
             if server is not None:
                 os.killpg(server.pid, 15)
@@ -238,14 +255,15 @@ def main() -> None:
     for n in names:
         cells = [r["phases_wall_cpu_s"].get(n) for r in runs]
         print(f"{n:<28}" + "".join(f"{_cell(c):>16}" for c in cells))
-    for key in ("overhead_s", "stage_work_s", "wall_s", "http_requests", "load_1min_before"):
+    for key in ("overhead_s", "stage_work_s", "wall_s", "cpu_s_children", "http_requests", "load_1min_before"):
         print(f"{key:<28}" + "".join(f"{str(r[key]):>16}" for r in runs))
     print("server records: " + "; ".join(json.dumps(r["server_records"]) for r in runs))
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(prefect_overhead.TREE), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
     Path(args.out).write_text(json.dumps({"commit": commit, "cpus": os.cpu_count(), "runs": runs,
-                                          "note": "a running `prefect server start`; CPU s are the CLI process's "
-                                                  "(every thread), not the gate worker's nor the server's"},
+                                          "server": "temporary" if args.temporary else "running",
+                                          "note": "CPU s are the CLI process's (every thread), not the gate "
+                                                  "worker's nor the server's; cpu_s_children: all of them"},
                                          indent=2) + "\n")
 
 

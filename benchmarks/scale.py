@@ -43,6 +43,9 @@ CLI) and its peak is kept per stage (``peak_rss_mb.by_stage``: the stage is the 
 the peaks so far to ``file`` every ~10 s. Without it, synthesize
 draws and writes a table of 16 blocks or more on a pool of this machine's cores.
 
+A release mode may end in ``@label`` (kept in its cell's name); ``@seed-<x>`` also changes the
+release's seed, so ``release-auto@seed-1`` is another noise draw of the default release.
+
 Results merge into benchmarks/results/scale.json by (rows, mode).
 """
 
@@ -274,13 +277,15 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     (scratch / "schema.yaml").write_text(schema().to_yaml())
-    (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret")
-    method, _, extra = mode.split("-")[1].partition("+")
+    base, _, label = mode.partition("@")
+    # a label "seed-..." draws another noise: held-out draws of a rule set on the default seed
+    (scratch / "seed").write_bytes(b"scale-benchmark-seed-not-secret" + (label.encode() if label.startswith("seed") else b""))
+    method, _, extra = base.split("-")[1].partition("+")
     cmd = ["nice", sys.executable, "-m", "dpsynth.cli", "release", "--engine", "local", "--data", str(data),
            "--schema", str(scratch / "schema.yaml"), "--method", method, "--epsilon", "1",
            "--out", str(scratch / "out"), "--workspace", str(scratch / "ws"), "--seed-file", str(scratch / "seed"),
            "--name", "scale", *(["--internal-report"] if extra == "internal" else [])]
-    if mode.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
+    if base.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
         cmd += ["--dask-address", "local:2"]
     return cmd, scratch
 

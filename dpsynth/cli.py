@@ -128,6 +128,7 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
         if (code := _hand_off(args)) is not None:
             return code
         progress.say("loading the pipeline and Prefect...")
+    held = _server_ahead(stack) if args.engine != "local" else None
     with _long_lived_imports():
         from .publish.bundle import MANIFEST
         from .pipeline import ReleaseConfig
@@ -146,7 +147,9 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
         # other core while this one imports Prefect, prepares and runs the method.
         gate_worker.start()
         if args.engine != "local":
-            server = stack.enter_context(_prefect_server())  # launched now, waited for at the flow's start
+            from .orchestration.server import api_server  # configured, running, else temporary (held, started now)
+
+            server = stack.enter_context(api_server(held, say=progress.say))  # waited for at the flow's start
             from .orchestration import release as _flow  # noqa: F401 - imports Prefect
 
     _say_auto(config)
@@ -180,7 +183,7 @@ def _say_auto(config) -> None:
 
 
 def _run_engine(config, engine: str, server=None) -> tuple[str, float]:
-    """The release on the chosen engine (Prefect: on ``server``, see :func:`_prefect_server`):
+    """The release on the chosen engine (Prefect: on ``server``, from :func:`dpsynth.orchestration.server.api_server`):
     its folder and the seconds of stage work done before the flow (an encode while the
     temporary server started); a refusal by the registry names the registry's file."""
     from .privacy.registry import RegistryRefused, registry_path
@@ -279,17 +282,15 @@ def _release_local(config) -> str:
     return str(run_release(config))
 
 
-@contextlib.contextmanager
-def _prefect_server():
-    """The Prefect API of this run (:mod:`dpsynth.orchestration.server`): a configured or running
-    server, else a temporary one launched now (its start-up overlaps our work), stopped at the end."""
+def _server_ahead(stack: contextlib.ExitStack):
+    """A temporary Prefect server's process started before the pipeline's imports and held until
+    the public checks pass (:func:`dpsynth.orchestration.server.launch_ahead`), or None."""
     _prefect_env()
-    from . import progress
-    from .orchestration.server import api_server
+    from .orchestration.server import launch_ahead
 
-    with api_server() as server:
-        progress.say(server.line)
-        yield server
+    if (held := launch_ahead()) is not None:
+        stack.callback(held.stop)  # a refused request stops it unstarted
+    return held
 
 
 def _release_prefect(config, server=None) -> tuple[str, float]:

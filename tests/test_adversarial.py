@@ -527,14 +527,15 @@ def _prefect_env(home: Path) -> dict:
 
 
 def _servers_of(home: Path) -> list[int]:
-    """Live uvicorn (Prefect API) processes started with this PREFECT_HOME."""
+    """Live Prefect API server processes (uvicorn, or the CLI's held server process) of this PREFECT_HOME."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
-            if b"uvicorn" in cmd and f"PREFECT_HOME={home}".encode() in (proc / "environ").read_bytes():
+            server = b"uvicorn" in cmd or b"dpsynth.orchestration.server_boot" in cmd
+            if server and f"PREFECT_HOME={home}".encode() in (proc / "environ").read_bytes():
                 stat = (proc / "stat").read_text()
                 if stat.rsplit(")", 1)[1].split()[0] != "Z":
                     pids.append(int(proc.name))

@@ -133,24 +133,38 @@ def test_a_database_created_meanwhile_is_kept_not_overwritten(homes):
 def test_the_launch_turns_the_check_off_only_at_the_templates_revision(homes, monkeypatch):
     home, template = homes
     monkeypatch.setattr(pdb, "shipped_schema", lambda: None)  # another Prefect than the shipped schema's
-    seen = []
-
-    class _Popen:
-        def __init__(self, cmd, env, **kwargs):
-            seen.append(env)
-            self.pid = 0
-
-        def poll(self):
-            return 0
-
-    monkeypatch.setattr(srv.subprocess, "Popen", _Popen)
-    monkeypatch.setattr(srv.atexit, "register", lambda fn: None)
+    seen = _fake_popen(monkeypatch)
     launched = srv._launch()  # no template yet: Prefect migrates; its database is the next template
     assert "PREFECT_SERVER_DATABASE_MIGRATE_ON_START" not in seen[-1] and launched.database.save_to == template
     _fake_db(template)
     launched = srv._launch()
     assert seen[-1]["PREFECT_SERVER_DATABASE_MIGRATE_ON_START"] == "false" and launched.database is None
     assert (home / "prefect.db").exists()
+
+
+def _fake_popen(monkeypatch) -> list[dict]:
+    """The temporary server's process replaced by a stand-in: each launch's environment, with the
+    settings its start order (the line on its stdin) adds, is appended to the returned list."""
+    import io
+    import json
+
+    seen: list[dict] = []
+
+    class _Order(io.BytesIO):
+        def close(self):
+            seen[-1].update(json.loads(self.getvalue())["env"])
+
+    class _Popen:
+        def __init__(self, cmd, env, **kwargs):
+            seen.append(dict(env))
+            self.pid, self.stdin = 0, _Order()
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(srv.subprocess, "Popen", _Popen)
+    monkeypatch.setattr(srv.atexit, "register", lambda fn: None)
+    return seen
 
 
 def _shipped_file() -> Path:
@@ -195,7 +209,36 @@ def test_the_servers_database_with_its_block_types_replaces_a_template_made_from
         assert con.execute("SELECT name FROM block_type").fetchall() == [("Local File System",)]
     next_home = home.parent / "next-home"
     monkeypatch.setenv("PREFECT_HOME", str(next_home))
-    assert pdb.plan_database() == pdb.DatabasePlan(migrate=False, seeded=True, database=next_home / "prefect.db")
+    assert pdb.plan_database() == pdb.DatabasePlan(migrate=False, seeded=True, database=next_home / "prefect.db",
+                                                   register_blocks=False)
+
+
+def test_a_copy_with_the_block_types_skips_prefects_block_registration(homes, monkeypatch):
+    """A new PREFECT_HOME has no memo of a registration, so Prefect's server registered every
+    block type again at its start (0.6 CPU s on a first release's critical path) although the
+    copy already holds them: it is now started with registration off, unless the template has
+    none, a Prefect collection is installed (it may add block types), or the user set it."""
+    home, template = homes
+    monkeypatch.setattr(pdb, "shipped_schema", lambda: None)
+    seen = _fake_popen(monkeypatch)
+    _fake_db(template)  # no block types: registered at the start, as before
+    srv._launch()
+    assert "PREFECT_API_BLOCKS_REGISTER_ON_START" not in seen[-1]
+    with sqlite3.connect(template) as con:
+        con.execute("CREATE TABLE block_type (id TEXT PRIMARY KEY, name TEXT, slug TEXT)")
+        con.execute("INSERT INTO block_type VALUES ('1', 'Local File System', 'local-file-system')")
+    for i, (collections, user, expected) in enumerate([([], None, "false"), (["prefect_aws"], None, None),
+                                                      ([], "true", "true")]):
+        monkeypatch.setenv("PREFECT_HOME", str(home.parent / f"home-{i}"))
+        monkeypatch.setattr(pdb.metadata, "entry_points", lambda group, c=collections: c)
+        if user:
+            monkeypatch.setenv("PREFECT_API_BLOCKS_REGISTER_ON_START", user)
+        srv._launch()
+        assert seen[-1].get("PREFECT_API_BLOCKS_REGISTER_ON_START") == expected
+    monkeypatch.setenv("PREFECT_HOME", str(home))  # the first home's database exists: no copy, Prefect's memo decides
+    monkeypatch.delenv("PREFECT_API_BLOCKS_REGISTER_ON_START")
+    monkeypatch.setattr(pdb.metadata, "entry_points", lambda group: [])
+    assert pdb.plan_database().register_blocks
 
 
 @pytest.mark.parametrize("mismatch", ["revision", "version", "header", "no file"])

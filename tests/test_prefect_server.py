@@ -1,9 +1,11 @@
 """Which Prefect API a release uses (issue 25): a running server is reused, a public error is
-refused before any server is looked for or started, a temporary server does not outlive its run."""
+refused before any server is looked for or started (a temporary server's process, held while it
+imports, is stopped unstarted), a temporary server does not outlive its run."""
 
 from __future__ import annotations
 
 import http.server
+import os
 import sys
 import threading
 import time
@@ -101,6 +103,7 @@ def test_the_cli_says_which_server_it_uses_and_runs_the_flow_on_it(fake_server, 
 
     _, url = fake_server
     monkeypatch.setattr(srv, "_launch", _no_launch)
+    monkeypatch.setattr(srv, "_spawn", _no_launch)  # nor a process started ahead: the port answers
     seen = []
 
     def flow(config, server=None):
@@ -122,9 +125,17 @@ def _missing_column(tmp_path) -> Path:
 
 @pytest.mark.parametrize("case", ["unknown method", "bad parameter", "missing column"])
 def test_a_public_error_is_refused_before_any_prefect_server(tmp_path, monkeypatch, capsys, case):
-    """Issue 25: refused as on --engine local, no server looked for, launched or waited for."""
+    """Issue 25: refused as on --engine local, no server looked for, launched or waited for; the
+    temporary server's process started ahead (importing Prefect's server code) is never told to
+    start, binds no port, writes no database, and is gone when the command returns."""
     for name in ("find_or_launch", "_launch", "running_server_url"):
         monkeypatch.setattr(srv, name, lambda *a, **k: _no_launch())
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    held, real_spawn = [], srv._spawn
+    monkeypatch.setattr(srv, "_spawn", lambda: held.append(real_spawn()) or held[-1])
     extra = {"unknown method": ["--method", "pgmm"], "bad parameter": ["--method", "pgm", "--param", "select=tree"],
              "missing column": []}[case]
     args = _release_args(tmp_path, *extra)
@@ -134,6 +145,66 @@ def test_a_public_error_is_refused_before_any_prefect_server(tmp_path, monkeypat
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dpsynth: error")]
     assert len(err) == 1 and "launched" not in err[0] and "nothing was measured" in err[0]
     assert not (tmp_path / "out").exists()
+    assert len(held) == 1 and held[0].url == "" and held[0].process is None  # never started, stopped
+    assert not (tmp_path / "home").exists() or not list((tmp_path / "home").iterdir())
+
+
+def test_a_held_server_process_starts_only_when_told_and_exits_unstarted(tmp_path, monkeypatch):
+    """The process :func:`launch_ahead` starts imports Prefect's server code and waits: without
+    the start order (its stdin closed) it exits 0, having bound no port and opened no database."""
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    held = srv.launch_ahead()
+    assert held is not None and held.kind == "temporary" and held.url == ""
+    proc = held.process
+    time.sleep(1.0)
+    assert proc.poll() is None  # importing, or waiting for the order
+    held._order.close()  # what the CLI's end does to a request refused before the order
+    held._order = None
+    assert proc.wait(timeout=120) == 0
+    home = tmp_path / "home"  # Prefect's settings, imported, may create the folder: nothing in it
+    assert not home.exists() or not list(home.iterdir())
+    held.stop()
+
+
+def test_nothing_is_started_ahead_beside_a_listening_port_or_a_configured_url_or_without_an_idle_core(
+        fake_server, monkeypatch):
+    """A port that accepts connections may be `make serve`'s server: the search after the public
+    checks decides; a configured API needs no temporary server; on a busy machine (no idle core)
+    the held process's imports would take the CLI's core while it checks the request."""
+    monkeypatch.setattr(srv, "_spawn", _no_launch)
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    assert srv.launch_ahead() is None
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    assert srv.launch_ahead() is None
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setattr(srv, "_idle_core", lambda: False)
+    assert srv.launch_ahead() is None
+
+
+def test_an_idle_core_is_fewer_runnable_tasks_than_cores(monkeypatch):
+    """/proc/loadavg's fourth field counts the runnable tasks, this process included."""
+    import builtins
+    import io
+
+    real_open = builtins.open
+    for running, cores, idle in [(1, 2, True), (2, 2, False), (5, 2, False), (1, 1, False), (3, 8, True)]:
+        monkeypatch.setattr(builtins, "open", lambda path, *a, r=running, **k: io.StringIO(
+            f"0.50 0.40 0.30 {r}/300 12345\n") if path == "/proc/loadavg" else real_open(path, *a, **k))
+        monkeypatch.setattr(srv.os, "cpu_count", lambda c=cores: c)
+        assert srv._idle_core() is idle
+
+
+def test_a_held_process_is_stopped_when_a_running_server_is_found(fake_server, monkeypatch):
+    """A server that started answering meanwhile is used, and the held process is stopped unstarted."""
+    stopped = []
+    held = srv.ApiServer(url="", kind="temporary")
+    monkeypatch.setattr(held, "stop", lambda: stopped.append(1))
+    monkeypatch.setattr(srv, "_launch", _no_launch)
+    assert srv.find_or_launch(held).kind == "running" and stopped == [1]
 
 
 def _alive(pid: int) -> bool:
@@ -236,3 +307,47 @@ def test_the_gate_worker_yields_to_a_temporary_servers_start_only(monkeypatch, k
         assert os.getpriority(os.PRIO_PROCESS, 0) == own  # the CLI's own turn is unchanged
     finally:
         gate_worker.stop()
+
+
+def test_without_prefect_nothing_is_started_ahead_and_the_public_checks_come_first(monkeypatch):
+    """Prefect missing is said by the launch after the public checks, as before: a typo is still
+    the error a user sees first."""
+    def missing():
+        raise RuntimeError("Prefect is not installed")
+
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    monkeypatch.setattr(srv, "_prefect_dir", missing)
+    assert srv.launch_ahead() is None
+    with pytest.raises(RuntimeError, match="not installed"):
+        srv._launch()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_held_server_told_to_start_after_its_imports_serves_and_is_stopped(tmp_path, monkeypatch):
+    """The held process told to start once its imports are done (the order waits in its stdin
+    meanwhile) serves Prefect's API on the new home's database copied from the template, without
+    block registration when the copy holds the block types, and is gone after its stop."""
+    for k in [k for k in os.environ if k.startswith("PREFECT_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("DPSYNTH_PREFECT_PORT", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(srv, "_idle_core", lambda: True)
+    for i in range(2):  # the first fills the template (block types registered), the second copies it
+        monkeypatch.setenv("PREFECT_HOME", str(tmp_path / f"home{i}"))
+        held = srv.launch_ahead()
+        time.sleep(1.0)
+        server = srv.find_or_launch(held)
+        assert server is held and server.url.startswith("http://127.0.0.1:")
+        assert held.database is None or i == 0
+        server.ready(timeout=180)
+        pid = server.process.pid
+        assert srv.answers(server.url) and (tmp_path / f"home{i}" / "prefect.db").exists()
+        server.stop()
+        assert not _alive(pid)
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "home1" / "prefect.db") as con:
+        assert con.execute("SELECT count(*) FROM block_type").fetchone()[0] > 0

@@ -238,6 +238,43 @@ def test_changed_code_is_refused_and_the_worker_exits(short_tmp):
         w.stop()
 
 
+def _fake_distribution(site: Path, version: str) -> Path:
+    """An installed distribution ``dpwfake`` on ``site`` (its metadata folder), imported at every
+    interpreter's start there (``sitecustomize``), as the worker imports its libraries."""
+    for old in site.glob("dpwfake-*.dist-info"):
+        shutil.rmtree(old)
+    (site / "dpwfake").mkdir(parents=True, exist_ok=True)
+    (site / "dpwfake" / "__init__.py").write_text(f"VERSION = {version!r}\n")
+    (site / "sitecustomize.py").write_text("import dpwfake\n")
+    info = site / f"dpwfake-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: dpwfake\nVersion: {version}\n")
+    (info / "top_level.txt").write_text("dpwfake\n")
+    (info / "RECORD").write_text("dpwfake/__init__.py,,\n")
+    return info
+
+
+def test_an_upgraded_package_the_worker_imported_is_refused_and_the_worker_exits(short_tmp):
+    """Issue 25: the worker holds the modules it imported at its start; after an upgrade of one of
+    them (here a distribution on PYTHONPATH: its metadata folder is replaced) a handed release would
+    run the old version. The client's fingerprint of the worker's distributions now differs: the
+    client runs the release itself, and the worker removes its socket and exits."""
+    site = short_tmp / "site"
+    info = _fake_distribution(site, "1.0")
+    w = Worker(short_tmp / "h", pythonpath=f"{ROOT}{os.pathsep}{site}")
+    try:
+        assert _hand(_release(short_tmp / "a", "x"), w.env).returncode == 0  # unchanged: handed over
+        _fake_distribution(site, "1.1")
+        assert _hand(_release(short_tmp / "b", "x"), w.env).returncode == 99  # the client runs it itself
+        w.proc.wait(timeout=30)
+        assert "stale: installed packages changed" in w.log.read_text()
+        assert not w.sock.exists()
+        listed = (w.sock.parent / "dists").read_text().splitlines()  # what the worker had imported
+        assert str(info) in listed and any("numpy-" in p for p in listed)
+    finally:
+        w.stop()
+
+
 def test_another_installation_is_refused_and_the_worker_stays(short_tmp):
     w, _ = _worker_on_a_copy(short_tmp)
     try:
@@ -447,8 +484,9 @@ def test_a_child_the_client_did_not_confirm_never_runs(worker, short_tmp):
     before = worker.log.read_text().count(" exit ")
     env = worker.env
     code = ("import sys, json, os, socket; from dpsynth.orchestration.warm_client import _request, read_message, "
-            "send_message; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-            "send_message(s, _request(json.loads(sys.argv[2])), [0, 1, 2]); print(read_message(s)[0]); s.close()")
+            "send_message; from pathlib import Path; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            "send_message(s, _request(json.loads(sys.argv[2]), Path(sys.argv[1]).parent / 'dists'), [0, 1, 2]); "
+            "print(read_message(s)[0]); s.close()")
     import json
 
     out = subprocess.run([sys.executable, "-c", code, str(worker.sock), json.dumps(argv)], env=env, cwd="/",

@@ -15,6 +15,7 @@ in code order, the merged value last. Everything here reads only public (DP) val
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Mapping, Sequence
 
@@ -25,7 +26,7 @@ from .estimate import Observation
 from .junction_tree import Domain
 from .model import allocate
 
-__all__ = ["compression_maps", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
+__all__ = ["compression_maps", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
 
 
 def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float]) -> float:
@@ -38,7 +39,8 @@ def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, flo
 
 def compression_maps(
     one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
-    margin: float | None = None, value_share: float = math.inf,
+    margin: float | None = None, value_share: float = math.inf, split: float = 0.0,
+    split_bias: float | None = None,
 ) -> dict[str, np.ndarray]:
     """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
 
@@ -50,7 +52,16 @@ def compression_maps(
     column's records, however noisy the budget. ``value_share``: a candidate must also hold at
     most this share of the records on its own, the same margin above its noisy count
     (y + margin sigma <= value_share x records), so a value that may hold a real share of the
-    column is never merged. ``share`` and ``value_share`` infinite: every candidate (MST's rule)."""
+    column is never merged. ``share`` and ``value_share`` infinite: every candidate (MST's rule).
+
+    ``split`` a > 0 (0: off): each noisy count y is split by post-processing into two
+    uncorrelated halves (:func:`split_counts`), y1 = y + a e and y2 = y - e / a; the candidates
+    (y1 below ``threshold`` sigma) and their order are read on y1 and the group bound on y2
+    (margin sds of y2, sigma sqrt(1 + 1/a^2)), so the bound reads a sum the selection did not
+    bias; the per-value bound still reads y. ``split_bias`` b (with ``split``): a column keeps
+    the merge read on y whenever that group passes the group bound with b sigma per member
+    added to its noisy sum (the selection's bias could not carry it past the bound), and
+    takes the split's merge only otherwise."""
     maps: dict[str, np.ndarray] = {}
     n = records_estimate(one_way, sigmas) if math.isfinite(share) or math.isfinite(value_share) else math.inf
     cap = share * n if math.isfinite(share) else math.inf
@@ -59,20 +70,46 @@ def compression_maps(
     for name, counts in one_way.items():
         y = np.asarray(counts, dtype=np.float64).ravel()
         sigma = float(sigmas[name])
-        cand = np.flatnonzero((y < threshold * sigma) & (y + z * sigma <= value_cap))
-        cand = cand[np.argsort(y[cand], kind="stable")]
-        k = np.arange(1, cand.size + 1)
-        fits = np.flatnonzero(np.cumsum(y[cand]) + z * sigma * np.sqrt(k) <= cap)
-        if fits.size == 0 or fits[-1] + 1 < 2:
+        rare = _rare_run(y, y, y <= value_cap - z * sigma, sigma, threshold, z, cap)
+        unbiased = rare is None or (split_bias is not None and float(np.sum(y[rare])) + (
+            split_bias * sigma * rare.size + z * sigma * math.sqrt(rare.size)) <= cap)
+        if split > 0 and not unbiased:
+            y1, y2 = split_counts(y, sigma, split, name)
+            sigma2 = sigma * math.sqrt(1.0 + 1.0 / split**2)
+            rare = _rare_run(y1, y2, y <= value_cap - z * sigma, sigma, threshold, z, cap, sigma2)
+        if rare is None:
             continue
-        rare = np.zeros(y.size, dtype=bool)
-        rare[cand[: fits[-1] + 1]] = True
         g = np.empty(y.size, dtype=np.int64)
-        kept = int((~rare).sum())
-        g[~rare] = np.arange(kept)
-        g[rare] = kept
+        kept = y.size - rare.size
+        mask = np.zeros(y.size, dtype=bool)
+        mask[rare] = True
+        g[~mask] = np.arange(kept)
+        g[mask] = kept
         maps[name] = g
     return maps
+
+
+def _rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, threshold: float, z: float,
+              cap: float, sigma2: float | None = None) -> np.ndarray | None:
+    """The codes merged (>= 2 of them), or None: the candidates (``y1`` below ``threshold`` sigma
+    and ``small``), smallest ``y1`` first, as the longest run whose ``y2`` sum, ``z`` sds of ``y2``
+    (``sigma2``, None: ``sigma``) x sqrt(k) above, is at most ``cap``."""
+    cand = np.flatnonzero((y1 < threshold * sigma) & small)
+    cand = cand[np.argsort(y1[cand], kind="stable")]
+    k = np.arange(1, cand.size + 1)
+    fits = np.flatnonzero(np.cumsum(y2[cand]) + z * (sigma if sigma2 is None else sigma2) * np.sqrt(k) <= cap)
+    if fits.size == 0 or fits[-1] + 1 < 2:
+        return None
+    return cand[: fits[-1] + 1]
+
+
+def split_counts(y: np.ndarray, sigma: float, a: float, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two uncorrelated halves of the noisy counts ``y`` (noise sd ``sigma``): y + a e and y - e / a,
+    e ~ N(0, sigma^2) from a generator seeded by the column's name and noisy counts alone (public
+    values; the release's own generator is not drawn from). Post-processing: no privacy cost."""
+    h = hashlib.sha256(name.encode() + b"\0" + np.ascontiguousarray(y, dtype=np.float64).tobytes()).digest()
+    e = np.random.default_rng(int.from_bytes(h[:16], "little")).normal(0.0, sigma, size=y.shape)
+    return y + a * e, y - e / a
 
 
 def compressed_domain(domain: Domain, maps: Mapping[str, np.ndarray]) -> Domain:

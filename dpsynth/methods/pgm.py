@@ -128,6 +128,14 @@ COMPRESS_SHARE = 0.15
 #: "The per-value bound"): without it, values that may hold a real share of a small table's
 #: column were merged at epsilon 0.1 and cost more than the merge saved. select=mst: no bound.
 COMPRESS_VALUE_SHARE = 0.05
+#: select=aim: split each noisy 1-way count into two uncorrelated halves for compression, the
+#: candidates read on one and the group bound on the other (compression_maps' ``split``; 0: off,
+#: the default). Variants of issue 27 measured in benchmarks/compress_rules.py (docs/pgm.md); not
+#: a parameter, so releases keep their bytes while it is off.
+COMPRESS_SPLIT = 0.0
+#: With COMPRESS_SPLIT: the selection bias per merged value (in sds) under which a column keeps
+#: the merge read on the counts themselves (compression_maps' ``split_bias``; None: always split).
+COMPRESS_SPLIT_BIAS: float | None = None
 _AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
@@ -346,7 +354,9 @@ class PgmMethod(MethodBase):
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
                                  self.params.compress_threshold, self._compress_share(),
-                                 value_share=self._compress_value_share())
+                                 value_share=self._compress_value_share(),
+                                 **({"split": COMPRESS_SPLIT, "split_bias": COMPRESS_SPLIT_BIAS}
+                                    if COMPRESS_SPLIT > 0 and self.params.select == "aim" else {}))
                 if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).

@@ -14,7 +14,8 @@ Safety rules this module keeps:
 * a request from another installation of dpsynth is refused; one from the same installation
   edited since the worker started (another fingerprint) is refused too, and the worker stops
   listening and exits once its children have ended, so the next ``make serve`` starts a
-  fresh one; a request whose Prefect settings
+  fresh one; so is a request that finds an installed distribution the worker imported
+  upgraded, reinstalled or removed (:func:`imported_distributions`); a request whose Prefect settings
   environment differs from the worker's is refused (the client then runs the release
   itself), since Prefect read its settings when the worker imported it;
 * in the child every generator seeded before the fork is re-seeded from the OS (Python's
@@ -28,6 +29,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import selectors
 import signal
 import socket
@@ -39,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .warm_client import (PREFECT_DEFAULTS, code_fingerprint, code_root, read_message, send_message,
-                          settings_environment)
+from .warm_client import (PREFECT_DEFAULTS, code_fingerprint, code_root, distributions_fingerprint, read_message,
+                          send_message, settings_environment)
 
-__all__ = ["Request", "peer_allowed", "prepare_folder", "run_child", "serve", "warm_imports"]
+__all__ = ["Request", "imported_distributions", "peer_allowed", "prepare_folder", "run_child", "serve", "warm_imports"]
 
 log = logging.getLogger("dpsynth.warm")
 _PR_SET_PDEATHSIG = 1
@@ -83,6 +85,40 @@ def warm_imports() -> None:
         gc.enable()
 
 
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def imported_distributions() -> list[str]:
+    """The metadata folders (``*.dist-info``, ``*.egg-info``) on ``sys.path`` of the installed
+    distributions whose top-level modules this process has imported, sorted."""
+    from importlib import metadata
+
+    tops = {name.partition(".")[0] for name in sys.modules}
+    wanted = {_normal(d) for top, dists in metadata.packages_distributions().items() if top in tops for d in dists}
+    found = set()
+    for entry in sys.path:
+        folder = os.path.abspath(entry or ".")
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, suffix = name.rpartition(".")
+            if dot and suffix in ("dist-info", "egg-info") and _normal(stem.partition("-")[0]) in wanted:
+                found.add(os.path.join(folder, name))
+    return sorted(found)
+
+
+def _write_listing(listing: Path, paths: list[str]) -> None:
+    """The worker's list of its distributions' folders, for its clients (0600, replaced atomically)."""
+    tmp = listing.with_name(f".{listing.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{p}\n" for p in paths))
+    os.replace(tmp, listing)
+
+
 def peer_allowed(conn: socket.socket, uid: int | None = None) -> bool:
     """Whether the connected peer runs as ``uid`` (this process's by default)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -98,8 +134,9 @@ def prepare_folder(path: Path) -> None:
         raise PermissionError(f"{folder} must belong to this user with mode 0700")
 
 
-def _listen(path: Path) -> socket.socket | None:
-    """Binds the socket (0600); None if a live worker already answers there."""
+def _listen(path: Path, dists: list[str]) -> socket.socket | None:
+    """Binds the socket (0600) after writing the listing of ``dists`` beside it (its clients'
+    fingerprint reads it); None if a live worker already answers there."""
     prepare_folder(path)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -111,6 +148,7 @@ def _listen(path: Path) -> socket.socket | None:
         probe.close()
     if path.exists() or path.is_symlink():
         path.unlink()
+    _write_listing(path.parent / "dists", dists)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     mask = os.umask(0o177)
     try:
@@ -124,8 +162,9 @@ def _listen(path: Path) -> socket.socket | None:
 class _Worker:
     """The parent's state: the listening socket, and each child's pid and connection."""
 
-    def __init__(self, listener: socket.socket, path: Path, fingerprint: str, settings: dict[str, str]):
+    def __init__(self, listener: socket.socket, path: Path, fingerprint: str, settings: dict[str, str], dists: str):
         self.listener, self.path, self.fingerprint, self.settings = listener, path, fingerprint, settings
+        self.dists = dists
         self.root = code_root()
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
@@ -172,14 +211,16 @@ class _Worker:
         if message is None and not fds:  # a probe: connected and closed
             conn.close()
             return None
-        if message is None or len(fds) != 3 or message.get("v") != 1:
+        if message is None or len(fds) != 3 or message.get("v") != 1 or not isinstance(message.get("dists"), str):
             self.refuse(conn, "malformed request", fds)
             return None
         if message.get("root") != self.root:
             self.refuse(conn, "another dpsynth installation", fds)
             return None
-        if message.get("fingerprint") != self.fingerprint:
-            self.refuse(conn, "stale: dpsynth changed since the worker started", fds)
+        stale = ("dpsynth changed" if message.get("fingerprint") != self.fingerprint else
+                 "installed packages changed" if message.get("dists") != self.dists else None)
+        if stale:
+            self.refuse(conn, f"stale: {stale} since the worker started", fds)
             self.stop_listening()  # exit once the running children end; the next start replaces it
             return None
         try:
@@ -288,11 +329,12 @@ def serve(path: Path, fingerprint: str | None = None) -> Request | None:
     when it ends, and the request in each forked child (which runs it and exits)."""
     if threading.active_count() != 1:
         raise RuntimeError("the warm worker must be single-threaded before it forks")
-    listener = _listen(path)
+    listener = _listen(path, imported_distributions())
     if listener is None:
         log.info("a warm worker already serves %s", path)
         return None
-    worker = _Worker(listener, path, fingerprint or code_fingerprint(), settings_environment(os.environ))
+    worker = _Worker(listener, path, fingerprint or code_fingerprint(), settings_environment(os.environ),
+                     distributions_fingerprint(path.parent / "dists"))
 
     def stop(_signum: int, _frame: Any) -> None:
         worker.stopping = True

@@ -3,11 +3,13 @@
 Light on purpose (no Prefect, no pipeline import): the CLI calls :func:`hand_off` right after
 parsing its arguments, and the child runs the public checks first. The worker is found by its
 socket in ``make serve``'s state folder (:func:`socket_path`). The request carries the command's argv, working directory, umask and
-environment, and the command's stdin/stdout/stderr as file descriptors, so the release's output
+environment, fingerprints of dpsynth's source and of the installed distributions the worker
+imported, and the command's stdin/stdout/stderr as file descriptors, so the release's output
 goes straight to the user's terminal; no row, file content or result crosses the socket. The
 answer is the child's pid, then its exit status. Ctrl-C and SIGTERM on the CLI are forwarded
 to the child. If no worker answers, or it refuses (another code fingerprint, other Prefect
-settings in the environment), :func:`hand_off` returns None and the CLI runs the release itself.
+settings in the environment, upgraded packages), :func:`hand_off` returns None and the CLI runs
+the release itself.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any, Mapping
 
 from dpsynth.progress import process_seconds
 
-__all__ = ["PREFECT_DEFAULTS", "code_fingerprint", "code_root", "enabled", "hand_off", "read_message", "send_message",
-           "settings_environment", "socket_path"]
+__all__ = ["PREFECT_DEFAULTS", "code_fingerprint", "code_root", "distributions_fingerprint", "enabled", "hand_off",
+           "read_message", "send_message", "settings_environment", "socket_path"]
 
 log = logging.getLogger("dpsynth.warm")
 
@@ -77,6 +79,24 @@ def code_fingerprint() -> str:
         for name in sorted(f for f in files if f.endswith(".py")):
             st = os.stat(os.path.join(folder, name))
             h.update(f"{os.path.relpath(os.path.join(folder, name), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def distributions_fingerprint(listing: Path) -> str:
+    """A digest of the installed distributions the worker imported: ``listing`` (written by the
+    worker beside its socket) names their metadata folders (``*.dist-info``), one a line; each
+    one's modification time, or its absence, enters the digest. An upgrade, a reinstall or a
+    removal replaces the folder (a new name or a new time), so the digest changes. About 1 ms."""
+    h = hashlib.sha256()
+    try:
+        paths = listing.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return "no listing"
+    for path in paths:
+        try:
+            h.update(f"{path}\0{os.stat(path).st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{path}\0missing\n".encode())
     return h.hexdigest()
 
 
@@ -143,11 +163,12 @@ def _connect(path: Path, timeout: float) -> socket.socket | None:
         return None
 
 
-def _request(argv: list[str]) -> dict[str, Any]:
+def _request(argv: list[str], listing: Path) -> dict[str, Any]:
     mask = os.umask(0o022)
     os.umask(mask)
     return {"v": 1, "argv": list(argv), "cwd": os.getcwd(), "umask": mask, "env": dict(os.environ),
-            "root": code_root(), "fingerprint": code_fingerprint(), "before": process_seconds()}
+            "root": code_root(), "fingerprint": code_fingerprint(), "dists": distributions_fingerprint(listing),
+            "before": process_seconds()}
 
 
 def hand_off(argv: list[str], timeout: float = 2.0) -> int | None:
@@ -162,7 +183,7 @@ def hand_off(argv: list[str], timeout: float = 2.0) -> int | None:
         return None
     with sock:
         try:
-            send_message(sock, _request(argv), [0, 1, 2])
+            send_message(sock, _request(argv, path.parent / "dists"), [0, 1, 2])
             answer, _ = read_message(sock)
             if answer and "pid" in answer:
                 send_message(sock, {"go": True})  # from here the child's outcome is the command's
