@@ -669,9 +669,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--merge", nargs="*", default=None,
                     help="JSON results of partial runs (benchmarks/results/<name>.json) to report as one")
     ap.add_argument("--out", default="sds_matrix")
+    ap.add_argument("--refit", choices=["reweight", "update", "finish"], default=None,
+                    help="sds's refit (dpsynth.methods.sds.method.REFIT_MODE): reweight a pool or update the records")
     ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if args.refit:
+        import dpsynth.methods.sds.method as sds_method
+
+        sds_method.REFIT_MODE = args.refit
     if args.no_refusal:
         import dpsynth.methods.sds.guard as guard
 

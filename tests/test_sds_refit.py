@@ -240,6 +240,7 @@ def test_a_sampler_that_drops_a_three_way_interaction_is_corrected_by_the_measur
                          for j in range(model.p)], axis=1).astype(np.int64)
 
     results = {}
+    monkeypatch.setattr(sds_method, "REFIT_MODE", "reweight")  # the reweighting alone (no update after it)
     for name, fit in (("pairs", refit.honour_pairs), ("every k", refit.honour_tables)):
         monkeypatch.setattr(sds_method, "honour_tables", fit)
         m, out = _release(schema, codes, {}, sampler=independent, monkeypatch=monkeypatch)

@@ -24,6 +24,13 @@ from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
 from .refit import honour_tables
 from .strict import _sample_strict
+from .update import update_tables
+
+#: How the complete sampler honours the measured tables: "reweight" a pool (refit.py), "update"
+#: the records (update.py), or "finish": reweight, then update what is still off (the default;
+#: docs/sds-generalisation.md, tenth round). A module setting for benchmarks, not a parameter:
+#: it does not enter the release key.
+REFIT_MODE = "finish"
 
 
 class SdsMethod(MethodBase):
@@ -163,13 +170,25 @@ class SdsMethod(MethodBase):
         of the 2-way and 1-way tables (a chunk's share carries no 3-way table)."""
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
-        if self.params.fit_pairs:
+        ones = targets if self.params.rake_one_way else {}
+        mode = REFIT_MODE
+        if self.params.fit_pairs and mode == "update":
+            refit = update_tables(raw, m, schema, ones, total, rng)
+            if refit is not None:  # the update matched the 1-way targets itself
+                return refit[0]
+        elif self.params.fit_pairs:
             refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
-                                  targets if self.params.rake_one_way else {}, total, rng)
+                                  ones, total, rng)
         if refit is not None:
             raw = refit[0]
         if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
             raw = _rake_to_one_way(raw, targets, rng)
+        if self.params.fit_pairs and mode == "finish" and n > 0:
+            # what the reweighting left off (a combination its pool never held, a chunk's
+            # leftover): updated record by record, starting from the reweighted records
+            finished = update_tables(raw, m, schema, ones, total, rng)
+            if finished is not None:
+                raw = finished[0]
         return raw
 
     def synthesis_chunk_rows(self, schema: Schema) -> int | None:

@@ -62,7 +62,8 @@ class SdsParams:
     auto_length: bool = True
     #: Complete synthesis: redraw the records from a reweighted pool when a measured k-way
     #: table (every k = 2 .. R; the name is from when only pairs were refitted) says,
-    #: beyond its noise, that they are off (:mod:`.refit`; post-processing).
+    #: beyond its noise, that they are off (:mod:`.refit`), then update the records of
+    #: the tables still off (:mod:`.update`); post-processing.
     fit_pairs: bool = True
 
     def __post_init__(self) -> None:
