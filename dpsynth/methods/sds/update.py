@@ -12,7 +12,6 @@ figures: docs/sds-generalisation.md, tenth round.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -31,12 +30,6 @@ FIRST_SHARE = 0.5
 SHARE_DECAY = 0.7
 #: The share never falls below this.
 LAST_SHARE = 0.2
-#: Choose the moved records by their over-representation over every table off (else at random).
-GUIDED = True
-#: Guided moves copy records chosen at random in the deficit cells.
-RANDOM_DONORS = True
-#: The misfit a target leaves, as a multiple of what the reweighting refit's leaves.
-TARGET_LEFT = 1.0
 #: How strongly the order of the moved records follows their over-representation.
 PRESSURE_WEIGHT = 10.0
 #: Copies of one record per move into its cell, at most (the rest are rewritten).
@@ -102,7 +95,7 @@ def move_records(codes: np.ndarray, cols: Sequence[int], shape: Sequence[int], c
     if held.any():
         d = dest[held]
         inner = np.flatnonzero(deficit[cells] > 0)  # the records of the cells receiving some
-        inner = inner[rng.permutation(inner.size)] if rank is None or RANDOM_DONORS else order[deficit[cells[order]] > 0]
+        inner = inner[rng.permutation(inner.size)]  # the donors: at random within their cells
         pool = _by_cell(cells, inner, small)
         first = np.concatenate(([0], np.cumsum(np.bincount(cells[pool], minlength=goal.size))[:-1]))
         codes[picked[held]] = codes[pool[first[d] + k[held] % count[d]]]
@@ -156,8 +149,7 @@ def _retarget(checks: Sequence[TableCheck], new: Sequence[int], chosen: dict[int
     for i in new:
         c = checks[i].on(codes)
         est, var = c.estimate(ones, total, float(n))
-        aim = dataclasses.replace(c, share=c.share * TARGET_LEFT) if TARGET_LEFT != 1.0 else c
-        chosen[i] = aim.target(est, one_way, var)
+        chosen[i] = c.target(est, one_way, var)
         if len(c.cols) >= 3:
             raw[i] = chosen[i]
     if not raw:
@@ -206,7 +198,7 @@ def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapp
         _retarget(checks, new, chosen, codes, ones, total)
         goals = [(checks[i], integer_target(chosen[i], n, rng)) for i in new]
         goals = [(c, g) for c, g in goals if g is not None]
-        rank = soft_rank(pressure(codes, goals + one_checks), rng) if GUIDED else None
+        rank = soft_rank(pressure(codes, goals + one_checks), rng)
         for c, goal in goals + one_checks:
             c = c.on(codes)
             move_records(codes, c.cols, c.shape, c.cells, goal, share, rng, rank)
