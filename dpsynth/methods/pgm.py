@@ -137,7 +137,8 @@ COMPRESS_SPLIT = 0.0
 #: the merge read on the counts themselves (compression_maps' ``split_bias``; None: always split).
 COMPRESS_SPLIT_BIAS: float | None = None
 #: select=aim: read the bounds on each value's posterior given its column's noisy counts
-#: (compression_maps' ``posterior``: "" off, "group" or "both"; issue 27, branch aim-bias).
+#: (compression_maps' ``posterior``: "" off, the default, "group" or "both"; issue 27). Measured
+#: in benchmarks/compress_rules.py (p5 = "group" with 5 sds), not adopted (docs/pgm.md).
 COMPRESS_POSTERIOR = ""
 #: With COMPRESS_POSTERIOR: the sds of the posterior sum in the group bound (None: compress_threshold).
 COMPRESS_POSTERIOR_MARGIN: float | None = None
