@@ -50,7 +50,8 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
 #: column's noisy counts (pgm.COMPRESS_POSTERIOR = "group", the "_posterior" key), Z posterior sds
 #: of the sum ("_posterior_margin"); pbZ: also the per-value bound on the posterior ("both");
-#: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums).
+#: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
+#: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
@@ -60,6 +61,7 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"p{z:g}": {"_posterior": "group", "_posterior_margin": z} for z in (3.0, 5.0, 8.0)},
     **{f"pb{z:g}": {"_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
     **{f"p5s{x:g}": {"_posterior": "group", "_posterior_margin": 5.0, "compress_share": x} for x in (0.05, 0.1)},
+    "pe5": {"_posterior": "empty", "_posterior_margin": 5.0},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},

@@ -20,7 +20,7 @@ from dpsynth.inference import Domain, Observation, estimate
 from dpsynth.inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from dpsynth.inference.measurement import merge_observations
 from dpsynth.measurement import Measurement, NoisyMarginal, fold_table
-from dpsynth.inference.compression import posterior_counts, records_estimate, split_counts
+from dpsynth.inference.compression import posterior_counts, posterior_empty, records_estimate, split_counts
 from dpsynth.methods import pgm as pgm_module
 from dpsynth.methods.pgm import COMPRESS_SHARE as PGM_SHARE, COMPRESS_VALUE_SHARE, PgmMethod, PgmParams
 from dpsynth.privacy import Budget, Ledger
@@ -286,6 +286,26 @@ def test_posterior_means_take_out_most_of_the_bias_of_selecting_the_smallest_cou
     assert abs(np.mean(post)) < 0.15 * np.mean(biased)
     m, v = posterior_counts(np.array([0.0, 5000.0, 20.0, -30.0]), sigma)
     assert m[1] == 5000.0 and v[1] == sigma**2 and m[0] < sigma
+
+
+def test_posterior_empty_tells_empty_bins_from_real_small_values_where_the_noise_allows():
+    # 30 empty bins, 30 values of 3 sds each and 5 large ones, 40 draws: the empty bins look empty
+    # (posterior probability of a true count <= sigma / 4 of 0.5 or more) in most draws, the 3-sd
+    # values seldom; the "empty" reading merges about 27 empty bins and about one real value.
+    sigma = 50.0
+    x = np.array([0.0] * 30 + [150.0] * 30 + [5000.0] * 5)
+    looks, empty, real = np.zeros(x.size), [], []
+    for s in range(40):
+        y = x + np.random.default_rng(s).normal(0, sigma, x.size)
+        q = posterior_empty(y, sigma)
+        assert np.all((q >= 0) & (q <= 1)) and np.all(q[60:] == 0)
+        looks += q >= 0.5
+        g = compression_maps({"a": y}, {"a": sigma}, 3.0, 0.15, value_share=0.05, posterior="empty",
+                             posterior_margin=5.0)["a"]
+        empty.append(np.sum(x[g == g.max()] == 0))
+        real.append(np.sum(x[g == g.max()] > 0))
+    assert looks[:30].mean() / 40 > 0.8 and looks[30:60].mean() / 40 < 0.1
+    assert np.mean(empty) > 25 and np.mean(real) < 2
 
 
 def test_aim_at_a_small_budget_merges_only_values_of_a_small_share(monkeypatch):

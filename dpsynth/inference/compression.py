@@ -26,7 +26,7 @@ from .estimate import Observation
 from .junction_tree import Domain
 from .model import allocate
 
-__all__ = ["compression_maps", "posterior_counts", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
+__all__ = ["compression_maps", "posterior_counts", "posterior_empty", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
 
 
 def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float]) -> float:
@@ -68,7 +68,9 @@ def compression_maps(
     on the very counts that selected the candidates, so the selection does not bias it: "group",
     the group bound on the sum of the merged values' posterior means + ``margin`` sds of that sum
     (the posterior sd, sqrt of the summed posterior variances); "both", also the per-value bound on
-    the posterior (mean + ``margin`` posterior sds <= ``value_share`` x records).
+    the posterior (mean + ``margin`` posterior sds <= ``value_share`` x records); "empty", the
+    group bound as "group" over only the candidates that look empty more likely than not
+    (:func:`posterior_empty` >= 0.5).
     ``posterior_margin``: the sds of the posterior sum in the group bound (None: ``margin``)."""
     maps: dict[str, np.ndarray] = {}
     n = records_estimate(one_way, sigmas) if math.isfinite(share) or math.isfinite(value_share) else math.inf
@@ -80,7 +82,7 @@ def compression_maps(
         sigma = float(sigmas[name])
         if posterior:
             zp = z if posterior_margin is None else posterior_margin
-            maps.update(_posterior_map(name, y, sigma, threshold, (z, zp), cap, value_cap, posterior == "both"))
+            maps.update(_posterior_map(name, y, sigma, threshold, (z, zp), cap, value_cap, posterior))
             continue
         rare = _rare_run(y, y, y <= value_cap - z * sigma, sigma, threshold, z, cap)
         unbiased = rare is None or (split_bias is not None and float(np.sum(y[rare])) + (
@@ -105,7 +107,7 @@ def _merge_map(size: int, rare: np.ndarray) -> np.ndarray:
 
 
 def _posterior_map(name: str, y: np.ndarray, sigma: float, threshold: float, z: tuple[float, float], cap: float,
-                   value_cap: float, per_value: bool) -> dict[str, np.ndarray]:
+                   value_cap: float, mode: str) -> dict[str, np.ndarray]:
     """compression_maps' ``posterior`` reading for one column: {name: map} or {} (``z``: the
     margins of the per-value and of the group bound)."""
     z, zp = z
@@ -113,7 +115,9 @@ def _posterior_map(name: str, y: np.ndarray, sigma: float, threshold: float, z: 
     if cand.size < 2:
         return {}
     mean, var = posterior_counts(y, sigma)
-    small = mean + z * np.sqrt(var) <= value_cap if per_value else y + z * sigma <= value_cap
+    small = mean + z * np.sqrt(var) <= value_cap if mode == "both" else y + z * sigma <= value_cap
+    if mode == "empty":  # only values that more likely than not look empty
+        small &= posterior_empty(y, sigma) >= 0.5
     cand = cand[small[cand]]
     cand = cand[np.argsort(y[cand], kind="stable")]
     fits = np.flatnonzero(np.cumsum(mean[cand]) + zp * np.sqrt(np.cumsum(var[cand])) <= cap)
@@ -131,19 +135,36 @@ def posterior_counts(y: np.ndarray, sigma: float, iters: int = 300) -> tuple[np.
     Deterministic; reads only ``y`` and ``sigma`` (post-processing)."""
     y = np.asarray(y, dtype=np.float64).ravel()
     mean, var = y.copy(), np.full(y.size, float(sigma) ** 2)
+    grid, post, low = _posterior(y, sigma, iters)
+    if post.size:
+        mean[low] = post @ grid
+        var[low] = np.maximum(post @ grid**2 - mean[low] ** 2, 0.0)
+    return mean, var
+
+
+def posterior_empty(y: np.ndarray, sigma: float, iters: int = 300) -> np.ndarray:
+    """Per value, the posterior probability (as in :func:`posterior_counts`) that its true count
+    is at most sigma / 4: that it looks empty. 0 for a count of 12 sigma or more."""
+    y = np.asarray(y, dtype=np.float64).ravel()
+    out = np.zeros(y.size)
+    grid, post, low = _posterior(y, sigma, iters)
+    if post.size:
+        out[low] = post[:, grid <= sigma / 4.0 * (1 + 1e-9)].sum(axis=1)
+    return out
+
+
+def _posterior(y: np.ndarray, sigma: float, iters: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(grid, posterior weights per count below 12 sigma over the grid, the mask of those counts)."""
     low = y < 12.0 * sigma
-    if not low.any():
-        return mean, var
     grid = np.arange(49) * (sigma / 4.0)
+    if not low.any():
+        return grid, np.zeros((0, grid.size)), low
     like = np.exp(-0.5 * ((y[low, None] - grid[None, :]) / sigma) ** 2) + 1e-300
     w = np.full(grid.size, 1.0 / grid.size)
     for _ in range(iters):
         w = w * (like.T @ (1.0 / (like @ w))) / like.shape[0]
     post = like * w
-    post /= post.sum(axis=1, keepdims=True)
-    mean[low] = post @ grid
-    var[low] = np.maximum(post @ grid**2 - mean[low] ** 2, 0.0)
-    return mean, var
+    return grid, post / post.sum(axis=1, keepdims=True), low
 
 
 def _rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, threshold: float, z: float,
