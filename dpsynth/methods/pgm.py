@@ -165,9 +165,10 @@ class PgmParams:
     sds above its noisy sum, at most this share of the records (default: 0.15 for aim, no
     bound for mst: MST's rule). ``compress_value_share``: and only values that hold, each on its
     own and ``compress_threshold`` sds above its noisy count, at most this share of the records
-    (default: 0.05 for aim, no bound for mst). ``compress_bound``: what those bounds read, "counts"
-    (the noisy counts, biased low by selecting the smallest) or "posterior" (each value's posterior
-    given its column's counts, the group bound 5 posterior sds up; default: aim, counts for mst). ``sampling``: "rounded"
+    (default: 0.05 for aim, no bound for mst). ``compress_bound``: what the group bound reads,
+    "counts" (the noisy sum, biased low by selecting the smallest counts) or "posterior" (the sum
+    of the values' posterior means given their column's counts, 5 posterior sds up; default: aim
+    posterior, mst counts). ``sampling``: "rounded"
     (each value's rows by randomised rounding of their expected count, per separator cell)
     or "iid" (every row drawn independently; for comparison).
 
