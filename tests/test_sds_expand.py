@@ -198,3 +198,28 @@ def test_an_expanded_release_of_tied_pairs_passes_the_gate(monkeypatch):
     ratios = {e["marginal"]: e["tvd"] / e["threshold"] for e in gate.errors}
     assert max(ratios.values()) < 1.0, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
     assert ratios["c0|c1"] < 0.8 and ratios["c4|c5"] < 0.8
+
+
+def _scale_forecast(records: float, eps: float = 1.0):
+    from benchmarks.scale import schema as scale_schema
+    from dpsynth.methods.sds import SdsParams, guard, noise_split
+    from dpsynth.privacy.budget import Budget
+
+    sch = scale_schema()
+    split = noise_split(SdsParams(), sch, Budget(epsilon=eps, delta=1e-6))
+    return guard.forecast(SdsParams(), sch.cardinalities, split, records)
+
+
+def test_the_guard_accepts_the_expanded_1m_scale_table_and_refuses_10m():
+    """Twelfth round: the expanded release published the 1M x 20 scale table (tuning draw,
+    forecast 0.00372) and the gate refused its 10M draw (0.00107). Before, the guard refused
+    both before spending (one floor, 0.0055, set on chunked releases)."""
+    from dpsynth.methods.sds import guard
+
+    at_1m = _scale_forecast(1_000_000)
+    assert at_1m is not None and at_1m.publishable and at_1m.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED
+    assert guard.MIN_PAIR_THRESHOLD_EXPANDED <= at_1m.min_pair_threshold < 1.01 * guard.MIN_PAIR_THRESHOLD_EXPANDED
+    at_10m = _scale_forecast(10_000_000)
+    assert at_10m is not None and not at_10m.publishable
+    below = _scale_forecast(400_000)  # below the switch: chunked, the chunked floor
+    assert below is not None and below.floor == guard.MIN_PAIR_THRESHOLD == 0.0055

@@ -58,30 +58,33 @@ def scaled_measurement(m: Measurement, share: float, rows: int) -> Measurement:
 
 
 def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
-             total: float, fit_tables: bool = True) -> tuple[np.ndarray, int]:
+             total: float, fit_tables: bool = True) -> tuple[np.ndarray, dict[str, int]]:
     """Weights of ``pool``'s records honouring the (scaled) measured tables of ``m`` beyond
     their allowance and the 1-way targets ``one_way`` (every column: the pool's own counts
-    where a column has none); and how many tables were refitted."""
+    where a column has none); and counts of tables: ``off`` before the fit, ``refitted``,
+    ``left`` off after it."""
+    from ...postprocess.fitting import CodeMargin, proportional_fit
+
     pool = np.asfortranarray(pool)
     margins = {j: np.clip(np.asarray(one_way[j], dtype=np.float64), 0.0, None) if j in one_way
                else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
                for j, c in enumerate(schema.columns)}
     checks = table_checks(m, schema) if fit_tables else []
-    if checks and misfit_tables(checks, np.ones(pool.shape[0]), total, pool=pool):
-        weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
-        off = misfit_tables(checks, weights, total, pool=pool)
-        pairs = [c for c in checks if len(c.cols) == 2]
-        if not off or not pairs or len(pairs) == len(checks):
-            return weights, refitted
+    before = len(misfit_tables(checks, np.ones(pool.shape[0]), total, pool=pool)) if checks else 0
+    if not before:
+        ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=t) for j, t in margins.items() if j in one_way]
+        weights = proportional_fit(np.ones(pool.shape[0]), ones, rounds=20) if ones else np.ones(pool.shape[0])
+        return weights, {"off": 0, "refitted": 0, "left": 0}
+    weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
+    off = misfit_tables(checks, weights, total, pool=pool)
+    pairs = [c for c in checks if len(c.cols) == 2]
+    if off and pairs and len(pairs) < len(checks):
         # as refit._best_fit: the 2-way fit alone may leave fewer tables off
         w2, r2 = fit_weights(pool, pairs, margins, total, compact=True)
-        if np.isfinite(w2).all() and w2.sum() > 0 and len(misfit_tables(checks, w2, total, pool=pool)) < len(off):
-            return w2, r2
-        return weights, refitted
-    from ...postprocess.fitting import CodeMargin, proportional_fit
-
-    ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=t) for j, t in margins.items() if j in one_way]
-    return (proportional_fit(np.ones(pool.shape[0]), ones, rounds=20) if ones else np.ones(pool.shape[0])), 0
+        off2 = misfit_tables(checks, w2, total, pool=pool) if np.isfinite(w2).all() and w2.sum() > 0 else off
+        if len(off2) < len(off):
+            weights, refitted, off = w2, r2, off2
+    return weights, {"off": before, "refitted": refitted, "left": len(off)}
 
 
 def copies(weights: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarray:

@@ -48,6 +48,12 @@ class SdsMethod(MethodBase):
     # correct_marginals the whole table.
     synthesis_bytes_per_cell: ClassVar[int] = 320
     streams_synthesis: ClassVar[bool] = True
+    #: What ``dpsynth methods`` tells a user about releases above the expansion switch (expand.py).
+    large_releases: ClassVar[str] = (
+        "above 8 chunks' worth of records (524,288 at 20 columns; more at fewer columns) the default "
+        "parameters draw one pool of that many records, fit it to every measured table and write each pool "
+        "record about rows / pool times: the release repeats records (about 19 copies each at 10,000,000 rows "
+        "x 20 columns; docs/scale.md)")
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()
@@ -205,11 +211,11 @@ class SdsMethod(MethodBase):
         share = size / max(float(total), 1.0)
         pool = _sample_complete(model, size, self.params, rng)
         ones = {j: np.asarray(t, dtype=np.float64) * share for j, t in targets.items()} if self.params.rake_one_way else {}
-        weights, refitted = fit_pool(pool, scaled_measurement(m, share, n), schema, ones, total * share,
+        weights, tables = fit_pool(pool, scaled_measurement(m, share, n), schema, ones, total * share,
                                      fit_tables=self.params.fit_pairs)
         counts = copies(weights, n, rng)
         return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
-                               weights=weights, info={"pool_rows": size, "tables_refitted": refitted})
+                               weights=weights, info={"pool_rows": size, **{f"tables_{k}": v for k, v in tables.items()}})
 
     @property
     def chunks_synthesis(self) -> bool:
