@@ -212,7 +212,7 @@ class SdsMethod(MethodBase):
         pool = _sample_complete(model, size, self.params, rng)
         ones = {j: np.asarray(t, dtype=np.float64) * share for j, t in targets.items()} if self.params.rake_one_way else {}
         weights, tables = fit_pool(pool, scaled_measurement(m, share, n), schema, ones, total * share,
-                                     fit_tables=self.params.fit_pairs)
+                                   fit_tables=self.params.fit_pairs)
         counts = copies(weights, n, rng)
         return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
                                weights=weights, info={"pool_rows": size, **{f"tables_{k}": v for k, v in tables.items()}})
