@@ -84,6 +84,8 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         off2 = misfit_tables(checks, w2, total, pool=pool) if np.isfinite(w2).all() and w2.sum() > 0 else off
         if len(off2) < len(off):
             weights, refitted, off = w2, r2, off2
+    if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach: as drawn
+        return np.ones(pool.shape[0]), {"off": before, "refitted": 0, "left": before}
     return weights, {"off": before, "refitted": refitted, "left": len(off)}
 
 
