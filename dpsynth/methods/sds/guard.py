@@ -145,7 +145,7 @@ def refuse_if_unpublishable(params: SdsParams, schema: Any, split: NoiseSplit, r
         f"sds cannot publish this release: with about {max(0.0, float(records)):,.0f} records (DP count) at "
         f"epsilon {split.epsilon:g}, the validation gate would hold the 2-way table of columns {a!r}, {b!r} "
         f"within a TVD of {f.min_pair_threshold:.4f}, below the {f.floor:g} that sds's sampler meets "
-        f"(docs/sds-generalisation.md, sixth round). Refused before measuring the marginals: only the DP "
+        f"(docs/sds-generalisation.md, sixth and twelfth rounds). Refused before measuring the marginals: only the DP "
         f"record count was spent. Change one of: the method (--method auto, or pgm), the columns (drop "
         f"{a!r} or {b!r}, whose pair is the tightest), a smaller epsilon (the gate's thresholds follow the "
         f"noise), or --param reporting_length=1 (the columns alone)", f)
