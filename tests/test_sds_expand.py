@@ -223,3 +223,20 @@ def test_the_guard_accepts_the_expanded_1m_scale_table_and_refuses_10m():
     assert at_10m is not None and not at_10m.publishable
     below = _scale_forecast(400_000)  # below the switch: chunked, the chunked floor
     assert below is not None and below.floor == guard.MIN_PAIR_THRESHOLD == 0.0055
+
+
+def test_a_pool_the_fit_cannot_weight_is_kept_as_drawn_and_reported_off(sds_measured, monkeypatch):
+    """Where the weighting fails (weights not finite, as targets the pool cannot reach can
+    give), the pool is released as drawn, equal weights, and every table it missed is
+    reported still off: never NaN copies."""
+    plan, m = sds_measured
+    rows = 1_000_000
+    pool = np.random.default_rng(2).integers(0, 2, size=(500, len(plan.schema.columns)))
+    pool = np.minimum(pool, np.asarray(plan.schema.cardinalities) - 1)
+    scaled = expand.scaled_measurement(m, 500 / float(m.records.value), rows)
+    monkeypatch.setattr(expand, "fit_weights", lambda *a, **k: (np.full(a[0].shape[0], np.nan), 3))
+    weights, tables = expand.fit_pool(pool, scaled, plan.schema, {}, 500.0)
+    assert tables["off"] > 0 and tables["left"] == tables["off"] and tables["refitted"] == 0
+    assert np.array_equal(weights, np.ones(500))
+    counts = expand.copies(weights, rows, np.random.default_rng(0))
+    assert counts.sum() == rows and set(np.unique(counts)) <= {rows // 500, rows // 500 + 1}
