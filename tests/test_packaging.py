@@ -238,3 +238,31 @@ def test_the_prefect_harness_tests_run_on_one_worker(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     workers = {p.name.split("-")[1] for p in tmp_path.glob("flow-*")}
     assert len(list(tmp_path.glob("flow-*"))) == 6 and len(workers) == 1, workers
+
+
+def test_a_pgm_release_from_codes_loads_neither_pandas_nor_pyarrow():
+    """Measuring and sampling ``pgm select=aim`` from integer codes needs numpy (and scipy's
+    solver for the budget) only: pandas and pyarrow (about 75 MB of a process's memory,
+    docs/pgm.md's head-to-head) are imported by the functions that read, decode or write rows,
+    not at module import. Before, ``dpsynth.rows.encoding``, ``measurement``, ``schema.timecols``
+    and four more loaded both at import."""
+    code = (
+        "import sys, numpy as np\n"
+        "from dpsynth.methods import get_method\n"
+        "from dpsynth.privacy.budget import Budget, Ledger\n"
+        "from dpsynth.rows.encoding import EncodedTable\n"
+        "from dpsynth.schema import schema_from_dict\n"
+        "cols = [{'name': f'c{j}', 'type': 'categorical', 'values': [str(v) for v in range(4)]} for j in range(4)]\n"
+        "schema = schema_from_dict({'name': 't', 'columns': cols})\n"
+        "rng = np.random.default_rng(0)\n"
+        "codes = rng.integers(0, 4, size=(2000, 4)).astype(np.uint16)\n"
+        "codes[:, 1] = (codes[:, 0] + (rng.random(2000) < 0.2)) % 4\n"
+        "budget = Budget(epsilon=1.0, delta=1e-9)\n"
+        "method = get_method('pgm', {'select': 'aim', 'degree': 2})\n"
+        "ledger = Ledger(budget, method.plan(schema, budget))\n"
+        "m = method.measure(EncodedTable(schema=schema, codes=codes), ledger, rng)\n"
+        "synth = method.synthesize(m, schema, None, rng)\n"
+        "assert synth.codes.shape[1] == 4, synth.codes.shape\n"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & {'pandas', 'pyarrow'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
