@@ -266,3 +266,24 @@ def test_a_pgm_release_from_codes_loads_neither_pandas_nor_pyarrow():
         "print(sorted({k.split('.')[0] for k in sys.modules} & {'pandas', 'pyarrow'}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_the_release_command_imports_pandas_and_pyarrow_before_it_forks_its_gate_worker(tmp_path):
+    """The row modules import pandas and pyarrow where they use them; the release command
+    imports them (``load_arrow``) before it forks its gate worker, so that the worker shares
+    them as it did when every module imported them at its top (without it, a whole release of
+    the demo table peaked about 6 MB higher: 253.5 -> 259.9 MB)."""
+    wanted = ("pandas", "pyarrow.compute", "pyarrow.csv", "pyarrow.parquet")
+    code = (
+        "import sys\n"
+        "from dpsynth.gate import worker\n"
+        "def start():\n"
+        f"    print(sorted(m for m in {wanted!r} if m in sys.modules))\n"
+        "    raise SystemExit(0)\n"
+        "worker.start = start\n"
+        "from dpsynth.cli import main\n"
+        f"main(['release', '--data', 'data/demo.csv', '--schema', 'schemas/demo.yaml', '--epsilon', '1', '--out',"
+        f" {str(tmp_path / 'out')!r}, '--workspace', {str(tmp_path / 'ws')!r}, '--engine', 'local', '--quiet'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == str(sorted(wanted)), out.stdout + out.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # stopped before any release

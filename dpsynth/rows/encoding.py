@@ -49,6 +49,7 @@ __all__ = [
     "write_csv",
     "csv_text",
     "csv_header",
+    "load_arrow",
 ]
 
 
@@ -107,6 +108,16 @@ class EncodedTable:
             codes[:, j] = table.column(name).to_numpy()
         validate_codes(codes, schema)
         return cls(schema=schema, codes=codes)
+
+
+def load_arrow() -> None:
+    """Imports pandas and the pyarrow modules that the row functions import where they use
+    them (so that work on codes alone loads neither), for a caller that wants them now: the
+    CLI, before it forks its gate worker, which then shares them instead of importing its own."""
+    import pandas  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.csv  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
 
 
 def code_dtype(cardinalities: Sequence[int]) -> np.dtype:
