@@ -47,26 +47,100 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
 #: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
 #: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
+#: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
+#: column's noisy counts (pgm.COMPRESS_POSTERIOR = "group", the "_posterior" key), Z posterior sds
+#: of the sum ("_posterior_margin"); pbZ: also the per-value bound on the posterior ("both");
+#: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
+#: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
     **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
     "c5": {"_split": 1.0, "_split_bias": 0.8}, "c6": {"_split": 2.0, "_split_bias": 0.8},
     "group": {"compress_value_share": NONE}, "nc": {"compress": False},
+    **{f"p{z:g}": {"_posterior": "group", "_posterior_margin": z} for z in (3.0, 5.0, 8.0)},
+    **{f"pb{z:g}": {"_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
+    **{f"p5s{x:g}": {"_posterior": "group", "_posterior_margin": 5.0, "compress_share": x} for x in (0.05, 0.1)},
+    "pe5": {"_posterior": "empty", "_posterior_margin": 5.0},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
 }
 
 
+#: Generated tables with wide ordinal-like columns (issue 27, branch aim-bias): rows, seed, shape.
+#: wide-a and wide-b are TUNING tables (the shape of schemas/adult.yaml's age, hours and fnlwgt:
+#: 40-100 values of 0.3-3% of the rows each, beside small columns); wide-c and wide-d are
+#: HELD-OUT, of other shapes (see :func:`wide_table`).
+WIDE = {"wide-a": (20_000, 21, "ordinal"), "wide-b": (50_000, 22, "ordinal"),
+        "wide-c": (30_000, 23, "skewed"), "wide-d": (40_000, 24, "mixed")}
+#: The columns per shape: ("s", values) a small column, ("o", values) a wide ordinal one (a
+#: discretised bell per latent class), ("k", values) a skewed one (geometric decay from a class's
+#: mode), ("z", values) a spike at 0 (about 90% of the rows) with the rest over the other values.
+WIDE_SHAPES = {
+    "ordinal": [("s", 2), ("o", 85), ("s", 5), ("o", 60), ("s", 7), ("o", 99), ("s", 3), ("o", 42)],
+    "skewed": [("k", 70), ("s", 4), ("k", 45), ("z", 100), ("s", 6), ("o", 50)],
+    "mixed": [("s", 2), ("s", 9), ("o", 73), ("s", 4), ("z", 90), ("s", 16), ("k", 64), ("s", 6), ("o", 48),
+              ("s", 3)],
+}
+
+
+def _wide_probs(kind: str, size: int, classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Per latent class, a distribution over a column's ``size`` values of the given kind."""
+    v = np.arange(size)
+    if kind == "s":
+        return rng.dirichlet(np.full(size, 1.0), size=classes)
+    if kind == "o":
+        mu, sd = rng.uniform(0.15, 0.85, classes) * size, rng.uniform(0.12, 0.3, classes) * size
+        p = np.exp(-0.5 * ((v[None, :] - mu[:, None]) / sd[:, None]) ** 2)
+    elif kind == "k":
+        mode, rate = rng.integers(0, size // 3, classes), rng.uniform(0.03, 0.08, classes)
+        p = np.exp(-rate[:, None] * np.abs(v[None, :] - mode[:, None]))
+    else:
+        p = np.exp(-rng.uniform(0.02, 0.06, classes)[:, None] * v[None, :])
+        p[:, 1:] *= rng.uniform(0.05, 0.15, classes)[:, None] / p[:, 1:].sum(axis=1, keepdims=True)
+        p[:, 0] = 1.0 - p[:, 1:].sum(axis=1)
+    p = p + 1e-4  # no value quite empty
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def wide_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
+    """A table of ``n`` rows with wide ordinal-like columns beside small ones (``WIDE_SHAPES``):
+    5 latent classes; per class each column's values drawn from :func:`_wide_probs`, so every
+    pair of columns is related through the class."""
+    rng = np.random.default_rng(seed)
+    classes = 5
+    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
+    cols, sizes = [], []
+    for kind, size in WIDE_SHAPES[shape]:
+        probs = _wide_probs(kind, size, classes, rng)
+        u = rng.random(n)
+        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), size - 1))
+        sizes.append(size)
+    return np.column_stack(cols).astype(np.int64), sizes
+
+
 def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
-    """aim_head_to_head's tables, and pgm_vs_mbi's generated rare-bin tables (rare-a/b/c)."""
+    """aim_head_to_head's tables, pgm_vs_mbi's generated rare-bin tables (rare-a/b/c) and the
+    generated wide tables (``WIDE``)."""
+    if name in WIDE:
+        codes, sizes = wide_table(*WIDE[name])
+        return [f"w{j}" for j in range(len(sizes))], codes, sizes
     if name.startswith("rare-"):
         from benchmarks.pgm_vs_mbi import load as pvm_load
 
         d = pvm_load(name)
         return list(d["schema"].names), d["codes"], [int(c) for c in d["schema"].cardinalities]
     return load(name)
+
+
+def _set_rule(rule: str | None) -> None:
+    """Set pgm's module switches of ``rule`` (None: back to their defaults)."""
+    from dpsynth.methods import pgm
+
+    r = RULES[rule] if rule else {}
+    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(r.get("_split", 0.0)), r.get("_split_bias")
+    pgm.COMPRESS_POSTERIOR, pgm.COMPRESS_POSTERIOR_MARGIN = r.get("_posterior", ""), r.get("_posterior_margin")
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
@@ -81,17 +155,15 @@ def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
     schema = schema_from_dict({"name": "compress-rules", "columns": cols})
     budget = Budget(epsilon=eps, delta=DELTA)
     rng = np.random.default_rng(seed)
-    from dpsynth.methods import pgm
-
     params = {k: v for k, v in RULES[rule].items() if not k.startswith("_")}
     method = get_method("pgm", {"select": "aim", "degree": 2, **params})
     ledger = Ledger(budget, method.plan(schema, budget))
     c0 = time.process_time()
-    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(RULES[rule].get("_split", 0.0)), RULES[rule].get("_split_bias")
+    _set_rule(rule)
     try:
         m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
     finally:
-        pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = 0.0, None
+        _set_rule(None)
     synth = method.synthesize(m, schema, None, rng)
     cpu = time.process_time() - c0
     merged = {a: [len(g), int(max(g)) + 1] for a, g in (m.meta.get("compression") or {}).items()}
@@ -107,17 +179,16 @@ AUTO_ADULT = "auto_choice-adult"
 def run_auto_adult(eps: float, seed: int, rule: str) -> dict[str, Any]:
     """One ``pgm select=aim degree=2`` release of auto_choice's adult under ``rule``, by its run_config."""
     from benchmarks import auto_choice as ac
-    from dpsynth.methods import pgm
 
     half = next(h for h, cells in ac.HALVES.items() if any(c[0] == "adult" for c in cells))
     index = [c[0] for c in ac.HALVES[half]].index("adult")
     schema, codes = ac.load_table("adult", index + (0 if half == "tuning" else 100))
     params = {"select": "aim", "degree": 2, **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
-    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(RULES[rule].get("_split", 0.0)), RULES[rule].get("_split_bias")
+    _set_rule(rule)
     try:
         synth, _, status, _, cpu = ac.run_config("pgm", params, schema, codes, eps, ac.DELTA, seed, 3600)
     finally:
-        pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = 0.0, None
+        _set_rule(None)
     if synth is None:
         raise RuntimeError(f"auto_choice adult, rule {rule}, seed {seed}: {status}")
     sc = ac.score(schema, codes, synth, ac.triples(len(schema.columns), seed=index))

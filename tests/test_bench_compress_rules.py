@@ -1,7 +1,8 @@
-"""benchmarks/compress_rules.py's paired table: one rule against another, seed by seed."""
+"""benchmarks/compress_rules.py's paired table (one rule against another, seed by seed) and its generated wide tables."""
 
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks.compress_rules import paired_rows
@@ -37,3 +38,17 @@ def test_the_verdict_reads_the_difference_against_its_standard_error(b: list, ve
 
 def test_a_cell_missing_either_rule_has_no_row() -> None:
     assert paired_rows([_run("t", 1.0, 0, "a", 0.1), _run("u", 1.0, 0, "b", 0.1)], "a", "b") == []
+
+
+def test_the_wide_tables_hold_wide_columns_of_small_shares_beside_small_ones() -> None:
+    from benchmarks.compress_rules import WIDE, load_any, wide_table
+
+    names, codes, sizes = load_any("wide-a")
+    assert codes.shape == (WIDE["wide-a"][0], len(sizes)) and names == [f"w{j}" for j in range(len(sizes))]
+    assert np.array_equal(codes, wide_table(*WIDE["wide-a"])[0])  # the same seed: the same table
+    assert np.all(codes >= 0) and np.all(codes < np.array(sizes))
+    wide = [j for j, s in enumerate(sizes) if s >= 40]
+    assert len(wide) == 4 and sum(s < 10 for s in sizes) == 4
+    for j in wide:  # most of a wide column's values hold 0.3-3% of the rows each (adult's ages)
+        share = np.bincount(codes[:, j], minlength=sizes[j]) / len(codes)
+        assert np.mean((share >= 0.003) & (share <= 0.03)) > 0.55

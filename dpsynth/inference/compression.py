@@ -26,7 +26,7 @@ from .estimate import Observation
 from .junction_tree import Domain
 from .model import allocate
 
-__all__ = ["compression_maps", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
+__all__ = ["compression_maps", "posterior_counts", "posterior_empty", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
 
 
 def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float]) -> float:
@@ -40,7 +40,7 @@ def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, flo
 def compression_maps(
     one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
     margin: float | None = None, value_share: float = math.inf, split: float = 0.0,
-    split_bias: float | None = None,
+    split_bias: float | None = None, posterior: str = "", posterior_margin: float | None = None,
 ) -> dict[str, np.ndarray]:
     """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
 
@@ -61,7 +61,17 @@ def compression_maps(
     bias; the per-value bound still reads y. ``split_bias`` b (with ``split``): a column keeps
     the merge read on y whenever that group passes the group bound with b sigma per member
     added to its noisy sum (the selection's bias could not carry it past the bound), and
-    takes the split's merge only otherwise."""
+    takes the split's merge only otherwise.
+
+    ``posterior`` (empty: off) reads the bounds on each value's posterior given the column's noisy
+    counts (:func:`posterior_counts`, a prior on [0, inf) fitted to the column), which conditions
+    on the very counts that selected the candidates, so the selection does not bias it: "group",
+    the group bound on the sum of the merged values' posterior means + ``margin`` sds of that sum
+    (the posterior sd, sqrt of the summed posterior variances); "both", also the per-value bound on
+    the posterior (mean + ``margin`` posterior sds <= ``value_share`` x records); "empty", the
+    group bound as "group" over only the candidates that look empty more likely than not
+    (:func:`posterior_empty` >= 0.5).
+    ``posterior_margin``: the sds of the posterior sum in the group bound (None: ``margin``)."""
     maps: dict[str, np.ndarray] = {}
     n = records_estimate(one_way, sigmas) if math.isfinite(share) or math.isfinite(value_share) else math.inf
     cap = share * n if math.isfinite(share) else math.inf
@@ -70,6 +80,10 @@ def compression_maps(
     for name, counts in one_way.items():
         y = np.asarray(counts, dtype=np.float64).ravel()
         sigma = float(sigmas[name])
+        if posterior:
+            zp = z if posterior_margin is None else posterior_margin
+            maps.update(_posterior_map(name, y, sigma, threshold, (z, zp), cap, value_cap, posterior))
+            continue
         rare = _rare_run(y, y, y <= value_cap - z * sigma, sigma, threshold, z, cap)
         unbiased = rare is None or (split_bias is not None and float(np.sum(y[rare])) + (
             split_bias * sigma * rare.size + z * sigma * math.sqrt(rare.size)) <= cap)
@@ -77,16 +91,80 @@ def compression_maps(
             y1, y2 = split_counts(y, sigma, split, name)
             sigma2 = sigma * math.sqrt(1.0 + 1.0 / split**2)
             rare = _rare_run(y1, y2, y <= value_cap - z * sigma, sigma, threshold, z, cap, sigma2)
-        if rare is None:
-            continue
-        g = np.empty(y.size, dtype=np.int64)
-        kept = y.size - rare.size
-        mask = np.zeros(y.size, dtype=bool)
-        mask[rare] = True
-        g[~mask] = np.arange(kept)
-        g[mask] = kept
-        maps[name] = g
+        if rare is not None:
+            maps[name] = _merge_map(y.size, rare)
     return maps
+
+
+def _merge_map(size: int, rare: np.ndarray) -> np.ndarray:
+    """The map of a column of ``size`` codes whose codes ``rare`` merge into one last value."""
+    g = np.empty(size, dtype=np.int64)
+    mask = np.zeros(size, dtype=bool)
+    mask[rare] = True
+    g[~mask] = np.arange(size - rare.size)
+    g[mask] = size - rare.size
+    return g
+
+
+def _posterior_map(name: str, y: np.ndarray, sigma: float, threshold: float, z: tuple[float, float], cap: float,
+                   value_cap: float, mode: str) -> dict[str, np.ndarray]:
+    """compression_maps' ``posterior`` reading for one column: {name: map} or {} (``z``: the
+    margins of the per-value and of the group bound)."""
+    z, zp = z
+    cand = np.flatnonzero(y < threshold * sigma)
+    if cand.size < 2:
+        return {}
+    mean, var = posterior_counts(y, sigma)
+    small = mean + z * np.sqrt(var) <= value_cap if mode == "both" else y + z * sigma <= value_cap
+    if mode == "empty":  # only values that more likely than not look empty
+        small &= posterior_empty(y, sigma) >= 0.5
+    cand = cand[small[cand]]
+    cand = cand[np.argsort(y[cand], kind="stable")]
+    fits = np.flatnonzero(np.cumsum(mean[cand]) + zp * np.sqrt(np.cumsum(var[cand])) <= cap)
+    if fits.size == 0 or fits[-1] + 1 < 2:
+        return {}
+    return {name: _merge_map(y.size, cand[: fits[-1] + 1])}
+
+
+def posterior_counts(y: np.ndarray, sigma: float, iters: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """Per value of a column, the posterior mean and variance of its true count given the
+    column's noisy counts ``y`` (Gaussian noise of sd ``sigma``), under a prior fitted to ``y``
+    itself: a discrete distribution on the grid 0, sigma / 4, ..., 12 sigma, its weights the
+    maximum-likelihood ones (EM, ``iters`` steps from uniform) for the counts below 12 sigma.
+    A count of 12 sigma or more (never a candidate) gets its own count and sigma^2.
+    Deterministic; reads only ``y`` and ``sigma`` (post-processing)."""
+    y = np.asarray(y, dtype=np.float64).ravel()
+    mean, var = y.copy(), np.full(y.size, float(sigma) ** 2)
+    grid, post, low = _posterior(y, sigma, iters)
+    if post.size:
+        mean[low] = post @ grid
+        var[low] = np.maximum(post @ grid**2 - mean[low] ** 2, 0.0)
+    return mean, var
+
+
+def posterior_empty(y: np.ndarray, sigma: float, iters: int = 300) -> np.ndarray:
+    """Per value, the posterior probability (as in :func:`posterior_counts`) that its true count
+    is at most sigma / 4: that it looks empty. 0 for a count of 12 sigma or more."""
+    y = np.asarray(y, dtype=np.float64).ravel()
+    out = np.zeros(y.size)
+    grid, post, low = _posterior(y, sigma, iters)
+    if post.size:
+        out[low] = post[:, grid <= sigma / 4.0 * (1 + 1e-9)].sum(axis=1)
+    return out
+
+
+def _posterior(y: np.ndarray, sigma: float, iters: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(grid, posterior weights per count below 12 sigma over the grid, the mask of those counts)."""
+    low = y < 12.0 * sigma
+    grid = np.arange(49) * (sigma / 4.0)
+    if not low.any():
+        return grid, np.zeros((0, grid.size)), low
+    like = np.exp(-0.5 * ((y[low, None] - grid[None, :]) / sigma) ** 2) + 1e-300
+    w = np.full(grid.size, 1.0 / grid.size)
+    for _ in range(iters):
+        w = w * (like.T @ (1.0 / (like @ w))) / like.shape[0]
+    post = like * w
+    return grid, post / post.sum(axis=1, keepdims=True), low
 
 
 def _rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, threshold: float, z: float,

@@ -136,6 +136,12 @@ COMPRESS_SPLIT = 0.0
 #: With COMPRESS_SPLIT: the selection bias per merged value (in sds) under which a column keeps
 #: the merge read on the counts themselves (compression_maps' ``split_bias``; None: always split).
 COMPRESS_SPLIT_BIAS: float | None = None
+#: select=aim: read the bounds on each value's posterior given its column's noisy counts
+#: (compression_maps' ``posterior``: "" off, the default, "group" or "both"; issue 27). Measured
+#: in benchmarks/compress_rules.py (p5 = "group" with 5 sds), not adopted (docs/pgm.md).
+COMPRESS_POSTERIOR = ""
+#: With COMPRESS_POSTERIOR: the sds of the posterior sum in the group bound (None: compress_threshold).
+COMPRESS_POSTERIOR_MARGIN: float | None = None
 _AIM = {"select": "aim"}  # the parameters only AIM uses (the report leaves them out of an MST release's)
 
 
@@ -356,7 +362,9 @@ class PgmMethod(MethodBase):
                                  self.params.compress_threshold, self._compress_share(),
                                  value_share=self._compress_value_share(),
                                  **({"split": COMPRESS_SPLIT, "split_bias": COMPRESS_SPLIT_BIAS}
-                                    if COMPRESS_SPLIT > 0 and self.params.select == "aim" else {}))
+                                    if COMPRESS_SPLIT > 0 and self.params.select == "aim" else {}),
+                                 **({"posterior": COMPRESS_POSTERIOR, "posterior_margin": COMPRESS_POSTERIOR_MARGIN}
+                                    if COMPRESS_POSTERIOR and self.params.select == "aim" else {}))
                 if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
