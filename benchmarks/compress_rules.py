@@ -48,8 +48,10 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
 #: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 #: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
-#: column's noisy counts (pgm.COMPRESS_POSTERIOR = "group", the "_posterior" key), Z posterior sds
-#: of the sum ("_posterior_margin"); pbZ: also the per-value bound on the posterior ("both");
+#: column's noisy counts (pgm's compress_bound="posterior"; pgm.COMPRESS_POSTERIOR_MODE "group", the
+#: "_posterior" key), Z posterior sds of the sum (pgm.COMPRESS_POSTERIOR_MARGIN, the "_posterior_margin"
+#: key); pbZ: also the per-value bound on the posterior ("both"); p5 is select=aim's default since
+#: branch aim-p5, and every other rule reads the counts (compress_bound="counts", added by rule_params);
 #: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 RULES: dict[str, dict[str, Any]] = {
@@ -58,10 +60,10 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
     "c5": {"_split": 1.0, "_split_bias": 0.8}, "c6": {"_split": 2.0, "_split_bias": 0.8},
     "group": {"compress_value_share": NONE}, "nc": {"compress": False},
-    **{f"p{z:g}": {"_posterior": "group", "_posterior_margin": z} for z in (3.0, 5.0, 8.0)},
-    **{f"pb{z:g}": {"_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
-    **{f"p5s{x:g}": {"_posterior": "group", "_posterior_margin": 5.0, "compress_share": x} for x in (0.05, 0.1)},
-    "pe5": {"_posterior": "empty", "_posterior_margin": 5.0},
+    **{f"p{z:g}": {"compress_bound": "posterior", "_posterior_margin": z} for z in (3.0, 5.0, 8.0)},
+    **{f"pb{z:g}": {"compress_bound": "posterior", "_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
+    **{f"p5s{x:g}": {"compress_bound": "posterior", "compress_share": x} for x in (0.05, 0.1)},
+    "pe5": {"compress_bound": "posterior", "_posterior": "empty"},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -134,13 +136,19 @@ def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     return load(name)
 
 
+def rule_params(rule: str) -> dict[str, Any]:
+    """pgm's parameters of ``rule``: its own, the bounds read on the counts unless it says otherwise."""
+    return {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+
+
 def _set_rule(rule: str | None) -> None:
     """Set pgm's module switches of ``rule`` (None: back to their defaults)."""
     from dpsynth.methods import pgm
 
     r = RULES[rule] if rule else {}
     pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(r.get("_split", 0.0)), r.get("_split_bias")
-    pgm.COMPRESS_POSTERIOR, pgm.COMPRESS_POSTERIOR_MARGIN = r.get("_posterior", ""), r.get("_posterior_margin")
+    pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
+    pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
@@ -155,8 +163,7 @@ def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
     schema = schema_from_dict({"name": "compress-rules", "columns": cols})
     budget = Budget(epsilon=eps, delta=DELTA)
     rng = np.random.default_rng(seed)
-    params = {k: v for k, v in RULES[rule].items() if not k.startswith("_")}
-    method = get_method("pgm", {"select": "aim", "degree": 2, **params})
+    method = get_method("pgm", {"select": "aim", "degree": 2, **rule_params(rule)})
     ledger = Ledger(budget, method.plan(schema, budget))
     c0 = time.process_time()
     _set_rule(rule)
@@ -183,7 +190,7 @@ def run_auto_adult(eps: float, seed: int, rule: str) -> dict[str, Any]:
     half = next(h for h, cells in ac.HALVES.items() if any(c[0] == "adult" for c in cells))
     index = [c[0] for c in ac.HALVES[half]].index("adult")
     schema, codes = ac.load_table("adult", index + (0 if half == "tuning" else 100))
-    params = {"select": "aim", "degree": 2, **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    params = {"select": "aim", "degree": 2, **rule_params(rule)}
     _set_rule(rule)
     try:
         synth, _, status, _, cpu = ac.run_config("pgm", params, schema, codes, eps, ac.DELTA, seed, 3600)

@@ -53,7 +53,7 @@ def run(kind: str, rows: int, refits: list[str]) -> list[dict]:
     from dpsynth.privacy.budget import Budget, Ledger
     from dpsynth.rows.encoding import EncodedTable
 
-    guard.MIN_PAIR_THRESHOLD = 0.0
+    guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0
     table = _table(rows, 0, kind)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)

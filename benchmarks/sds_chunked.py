@@ -65,7 +65,7 @@ def child(rows: int, how: str, seed: int, chunk_rows: int | None, kind: str = "g
     sds_method.REFIT_MODE = os.environ.get("SDS_REFIT", "reweight")
     import dpsynth.methods.sds.guard as guard
 
-    guard.MIN_PAIR_THRESHOLD = 0.0  # the pre-spend refusal off: what would the gate say?
+    guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0  # the pre-spend refusal off: what would the gate say?
     table = _table(rows, seed, kind)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)

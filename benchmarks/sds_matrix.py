@@ -681,7 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_refusal:
         import dpsynth.methods.sds.guard as guard
 
-        guard.MIN_PAIR_THRESHOLD = 0.0
+        guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0
     if args.ceilings_only:
         report(add_ceilings_only(args))
         return 0

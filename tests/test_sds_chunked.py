@@ -252,6 +252,9 @@ def test_a_pair_the_sampler_misses_passes_the_gate_in_twenty_chunks(monkeypatch)
 
     monkeypatch.setattr(sds_method, "_sample_complete", independent)
     _small_chunks(monkeypatch, 10_000)
+    from dpsynth.methods.sds import expand
+
+    monkeypatch.setattr(expand, "EXPAND_CHUNKS", 100)  # the chunked path (21 chunks), not the expanded one
     method = get_method("sds", {})
     budget = Budget(epsilon=2.0, delta=1e-6)
     m = method.measure(EncodedTable(schema, codes.astype(np.uint8)), Ledger(budget, method.plan(schema, budget)),

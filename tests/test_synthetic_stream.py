@@ -198,6 +198,7 @@ def test_methods_say_which_hold_the_whole_table(capsys):
     for name in ("pgm", "marginals"):
         assert "synthesize streams the synthetic table block by block" in blocks[name]
     assert "synthesize draws the synthetic table in chunks of whole blocks, one held at a time" in blocks["sds"]
+    assert "the release repeats records" in blocks["sds"]  # the expanded pool above the switch
     assert "synthesize holds the whole synthetic table" in blocks["private-sampling"]
     assert "measure holds the whole input table" in blocks["private-sampling"]
 

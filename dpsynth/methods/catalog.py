@@ -107,6 +107,8 @@ def describe_method(name: str, cls: type) -> list[str]:
     else:  # NOT DP: the headline carries the detail in brackets
         lines.append(f"  guarantee: {g.headline()}")
     lines.append("  memory: " + memory_words(cls))
+    if getattr(cls, "large_releases", None):
+        lines.append("  large releases: " + cls.large_releases)
     hints = typing.get_type_hints(cls.params_type)
     fields = [f for f in dataclasses.fields(cls.params_type) if f.init]
     if not fields:

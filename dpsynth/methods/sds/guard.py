@@ -25,7 +25,7 @@ from ...privacy.budget import RefusedMidPlan
 from .budget import NoiseSplit
 from .params import SdsParams
 
-__all__ = ["MIN_PAIR_THRESHOLD", "Forecast", "SdsCannotPublish", "forecast", "refuse_if_unpublishable"]
+__all__ = ["MIN_PAIR_THRESHOLD", "MIN_PAIR_THRESHOLD_EXPANDED", "floor_for", "Forecast", "SdsCannotPublish", "forecast", "refuse_if_unpublishable"]
 
 #: Below this tightest predicted 2-way gate threshold sds is refused. The gate's thresholds
 #: shrink with the row count (and a little with the budget); sds's sampler leaves some pair
@@ -48,6 +48,13 @@ __all__ = ["MIN_PAIR_THRESHOLD", "Forecast", "SdsCannotPublish", "forecast", "re
 #: table at about 0.0037 was refused on its held-out draw, int6 at 0.0025 never ran without
 #: the guard), so the guard refuses only where there is no evidence that sds can publish.
 MIN_PAIR_THRESHOLD = 0.0055
+#: The floor for a release expanded from one fitted pool (expand.py: more than its switch's
+#: records, 524,288 at 20 columns). Twelfth round (docs/sds-generalisation.md): on the tuning
+#: half the expanded release published the 1M x 20 scale table (seed 0, forecast 0.00372) and
+#: was refused by the gate on the 10M draw of the same table (0.00107: every pair off, the
+#: pool's weights cannot reach the 10M tables' precision); the floor is the lowest tuning
+#: publication, as the chunked floor's.
+MIN_PAIR_THRESHOLD_EXPANDED = 0.0037
 
 
 class SdsCannotPublish(RefusedMidPlan):
@@ -113,8 +120,17 @@ def forecast(params: SdsParams, cardinalities: Sequence[int], split: NoiseSplit,
     pairs, limits = predicted_pair_thresholds(cardinalities, split, records)
     i = int(np.argmin(limits))
     tightest = float(limits[i])
-    return Forecast(min_pair_threshold=tightest, pair=pairs[i], floor=MIN_PAIR_THRESHOLD,
-                    publishable=tightest >= MIN_PAIR_THRESHOLD)
+    floor = floor_for(records, len(cardinalities))
+    return Forecast(min_pair_threshold=tightest, pair=pairs[i], floor=floor, publishable=tightest >= floor)
+
+
+def floor_for(records: float, columns: int) -> float:
+    """The floor that applies to a release of about ``records`` records (the DP count) at
+    ``columns`` columns: :data:`MIN_PAIR_THRESHOLD_EXPANDED` where it would be expanded from
+    one pool (:func:`.expand.expands`), else :data:`MIN_PAIR_THRESHOLD`."""
+    from .expand import expands
+
+    return MIN_PAIR_THRESHOLD_EXPANDED if expands(int(max(0.0, float(records))), columns) else MIN_PAIR_THRESHOLD
 
 
 def refuse_if_unpublishable(params: SdsParams, schema: Any, split: NoiseSplit, records: float) -> Forecast | None:
@@ -129,7 +145,7 @@ def refuse_if_unpublishable(params: SdsParams, schema: Any, split: NoiseSplit, r
         f"sds cannot publish this release: with about {max(0.0, float(records)):,.0f} records (DP count) at "
         f"epsilon {split.epsilon:g}, the validation gate would hold the 2-way table of columns {a!r}, {b!r} "
         f"within a TVD of {f.min_pair_threshold:.4f}, below the {f.floor:g} that sds's sampler meets "
-        f"(docs/sds-generalisation.md, sixth round). Refused before measuring the marginals: only the DP "
+        f"(docs/sds-generalisation.md, sixth and twelfth rounds). Refused before measuring the marginals: only the DP "
         f"record count was spent. Change one of: the method (--method auto, or pgm), the columns (drop "
         f"{a!r} or {b!r}, whose pair is the tightest), a smaller epsilon (the gate's thresholds follow the "
         f"noise), or --param reporting_length=1 (the columns alone)", f)

@@ -19,6 +19,7 @@ from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacySt
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
 from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for
+from .expand import ExpandedSampler, copies, expands, fit_pool, pool_rows_for, scaled_measurement
 from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
@@ -47,6 +48,12 @@ class SdsMethod(MethodBase):
     # correct_marginals the whole table.
     synthesis_bytes_per_cell: ClassVar[int] = 320
     streams_synthesis: ClassVar[bool] = True
+    #: What ``dpsynth methods`` tells a user about releases above the expansion switch (expand.py).
+    large_releases: ClassVar[str] = (
+        "above 8 chunks' worth of records (524,288 at 20 columns; more at fewer columns) the default "
+        "parameters draw one pool of that many records, fit it to every measured table and write each pool "
+        "record about rows / pool times: the release repeats records (about 19 copies each at 10,000,000 rows "
+        "x 20 columns; docs/scale.md)")
 
     def __init__(self, params: SdsParams | None = None):
         self.params = params or SdsParams()
@@ -195,6 +202,21 @@ class SdsMethod(MethodBase):
         """Records held at once by synthesis (one chunk), None when the whole table is."""
         return chunk_rows_for(len(schema.columns)) if self.chunks_synthesis else None
 
+    def _expanded(self, model: _Model, n: int, m: Measurement, schema: Schema, targets: dict[int, np.ndarray],
+                  total: float, key: list[int], rng: np.random.Generator) -> ExpandedSampler:
+        """A pool of :func:`~dpsynth.methods.sds.expand.pool_rows_for` records drawn from
+        the model, reweighted to the whole measurement scaled to its size, each record then
+        written about weight x ``n`` / pool times (:mod:`.expand`)."""
+        size = pool_rows_for(len(schema.columns))
+        share = size / max(float(total), 1.0)
+        pool = _sample_complete(model, size, self.params, rng)
+        ones = {j: np.asarray(t, dtype=np.float64) * share for j, t in targets.items()} if self.params.rake_one_way else {}
+        weights, tables = fit_pool(pool, scaled_measurement(m, share, n), schema, ones, total * share,
+                                   fit_tables=self.params.fit_pairs)
+        counts = copies(weights, n, rng)
+        return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
+                               weights=weights, info={"pool_rows": size, **{f"tables_{k}": v for k, v in tables.items()}})
+
     @property
     def chunks_synthesis(self) -> bool:
         """Whether these parameters synthesize in bounded chunks (the complete sampler with
@@ -203,17 +225,20 @@ class SdsMethod(MethodBase):
         return self.params.synthesis == "complete" and self.params.estimator == "sds"
 
     def sampler(self, m: Measurement, schema: Schema, rows: int | None,
-                rng: np.random.Generator) -> ChunkedSampler | WholeTableSampler:
+                rng: np.random.Generator) -> ChunkedSampler | WholeTableSampler | ExpandedSampler:
         """The release's records block by block. Up to one chunk of records
         (:func:`~dpsynth.methods.sds.chunked.chunk_rows_for`), and for the parameters that
         do not chunk, the whole table of :meth:`synthesize` (same bytes as before
-        chunking); above, a :class:`ChunkedSampler` over the model learnt once."""
+        chunking); above, a :class:`ChunkedSampler` over the model learnt once; above
+        :func:`~dpsynth.methods.sds.expand.expands`' switch, one fitted pool expanded."""
         n = int(m.records.value) if rows is None else int(rows)
         p = len(schema.columns)
         if not self.chunks_synthesis or n < 0 or chunk_count(n, p) == 1:
             return WholeTableSampler(self.synthesize(m, schema, rows, rng).codes)
         model, targets, total = self._complete_model(m, schema)
         key = [int(x) for x in rng.integers(0, 2**32, size=8, dtype=np.uint64)]
+        if expands(n, p):
+            return self._expanded(model, n, m, schema, targets, total, key, rng)
 
         def draw(k: int, mk: Measurement, ones: dict[int, np.ndarray], tk: float,
                  g: np.random.Generator) -> np.ndarray:

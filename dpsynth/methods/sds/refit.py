@@ -48,7 +48,10 @@ class TableCheck:
     :meth:`on` computes them from a pool); ``noisy``: the stated counts (flat);
     ``suppressed``: cells published as 0 because their noisy count was not above
     ``threshold``; ``stddev``: the per-cell noise; ``share``: the part of the release this
-    table is (1 for a whole release, a chunk's share of the rows in a chunked one).
+    table is (1 for a whole release, a chunk's share of the rows in a chunked one);
+    ``sample_rows``: when > 0, the estimate's sampling variance is that of this many records
+    instead of the pool's effective size (an expanded pool: its records are repeated into a
+    release of ``sample_rows`` records, expand.py).
     """
 
     cols: tuple[int, ...]
@@ -59,6 +62,7 @@ class TableCheck:
     threshold: float
     stddev: float
     share: float = 1.0
+    sample_rows: float = 0.0
 
     def on(self, pool: np.ndarray) -> "TableCheck":
         """This table with ``cells`` computed from ``pool``'s records."""
@@ -73,7 +77,7 @@ class TableCheck:
         variance (multinomial, at the weights' effective size ``ess``, computed when None)."""
         counts = np.bincount(self.cells, weights=weights, minlength=self.noisy.size)
         counts = counts * (total / max(float(counts.sum()), 1e-300))
-        size = effective_size(weights) if ess is None else ess
+        size = self.sample_rows if self.sample_rows > 0 else effective_size(weights) if ess is None else ess
         return counts, np.clip(counts * (1.0 - counts / max(total, 1e-300)), 0.0, None) * (total / size)
 
     def misfit(self, estimate: np.ndarray, variance: np.ndarray | float = 0.0) -> float:
@@ -124,6 +128,7 @@ def table_checks(m: Measurement, schema: Schema, pool: np.ndarray | None = None,
     per record and table: test tables one at a time with :func:`misfit_tables` instead)."""
     cards = schema.cardinalities
     share = min(1.0, max(1e-9, float(m.meta.get("chunk_share", 1.0))))  # set by ChunkedSampler.shares
+    sample_rows = float(m.meta.get("sample_rows", 0.0))  # set by expand.scaled_measurement
     out = []
     for nm in m.measured:
         k = len(nm.attrs)
@@ -134,7 +139,7 @@ def table_checks(m: Measurement, schema: Schema, pool: np.ndarray | None = None,
         tau = max(0.0, float(nm.threshold or 0.0))
         c = TableCheck(cols=cols, shape=tuple(cards[j] for j in cols), cells=np.zeros(0, dtype=np.int64),
                        noisy=noisy, suppressed=noisy <= tau, threshold=tau, stddev=float(nm.stddev),
-                       share=share)
+                       share=share, sample_rows=sample_rows)
         out.append(c if pool is None else c.on(pool))
     return out
 
@@ -170,13 +175,14 @@ def misfit_pairs(checks: list[TableCheck], weights: np.ndarray, total: float) ->
 
 
 def fit_weights(pool: np.ndarray, checks: list[TableCheck], one_way: Mapping[int, np.ndarray],
-                total: float) -> tuple[np.ndarray, int]:
+                total: float, compact: bool = False) -> tuple[np.ndarray, int]:
     """Record weights of ``pool`` honouring every table it missed, and how many it refitted.
 
     Each pass (re)targets the shortest tables still off, a table refitted before too
     (fitting longer tables moves it), each against the current weights, then fits the
     weights to every chosen table and, last, to the 1-way tables.
-    Checks without cells get them from ``pool`` while tested; only a chosen table's are kept.
+    Checks without cells get them from ``pool`` while tested; only a chosen table's are kept
+    (with ``compact``, as uint16 where its cells fit: a quarter of the memory, the same fit).
     """
     weights = np.ones(pool.shape[0])
     chosen: dict[int, CodeMargin] = {}
@@ -204,7 +210,8 @@ def fit_weights(pool: np.ndarray, checks: list[TableCheck], one_way: Mapping[int
         for i in new:
             c = checks[i].on(pool) if lazy else checks[i]
             est, var = c.estimate(weights, total, ess)
-            chosen[i] = CodeMargin(codes=c.cells, target=c.target(est, one_way, var))
+            cells = c.cells.astype(np.uint16) if compact and c.noisy.size <= 1 << 16 else c.cells
+            chosen[i] = CodeMargin(codes=cells, target=c.target(est, one_way, var))
             if len(c.cols) >= 3:
                 raw[i] = chosen[i].target
         consistent_targets(chosen, raw, checks, weights, total)
