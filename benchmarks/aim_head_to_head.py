@@ -64,7 +64,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -138,6 +137,7 @@ def default_workload(sizes: Sequence[int]) -> list[tuple[tuple[int, ...], float]
 
 def load(name: str, part: str = "priv") -> tuple[list[str], np.ndarray, list[int]]:
     """Column names, integer codes and domain sizes of one benchmark table."""
+    import pandas as pd  # here: the child that runs ours (``--child``) reads codes only and never loads pandas
     if name == JAM_TABLE:  # read from the peer's checkout (its data/ folder)
         folder = PEER_CHECKOUT / "data" / JAM_FOLDER
         sizes = json.loads((folder / f"{JAM_FOLDER}-domain.json").read_text())

@@ -24,14 +24,16 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .privacy.budget import Charge, total_epsilon
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = [
     "DP_ADD_REMOVE",
@@ -322,6 +324,8 @@ class Measurement:
     # --- serialisation: Parquet for numbers, JSON for the rest -----------------
     def save(self, folder: str | Path) -> list[Path]:
         """Writes ``measurement.parquet`` (long form), ``measurement.json`` and one Parquet per table."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         sizes = [m.counts.size for m in self.measured]
@@ -361,6 +365,7 @@ class Measurement:
     @classmethod
     def load(cls, folder: str | Path) -> "Measurement":
         """Reads back what :meth:`save` wrote."""
+        import pyarrow.parquet as pq
         folder = Path(folder)
         meta = json.loads((folder / MEASUREMENT_META).read_text())
         flat = _read_counts(folder / MEASUREMENT_FILE, meta["measured"])
@@ -400,6 +405,7 @@ def _read_counts(path: Path, entries: list[Mapping[str, Any]]) -> list[np.ndarra
     ascending: checked in one vectorised pass and sliced (a thousand marginals in
     milliseconds). A file in any other row order is read by key and cell instead.
     """
+    import pyarrow.parquet as pq
     table = pq.read_table(str(path), read_dictionary=["marginal"])
     sizes = [int(np.prod(e["shape"], dtype=np.int64)) for e in entries]
     counts = table.column("count").to_numpy()

@@ -105,3 +105,32 @@ def test_verdicts_pair_seeds_and_bound_the_ratios_of_a_peer_that_timed_out() -> 
          ">= 15.0x", "unknown", ">= 25.0x", "met", "seed 0 timeout after 1800 s"]]
     runs["1.0|1|pgm-aim2"]["werr"] = 0.20  # ours now behind on the mean: differences -0.01, +0.06
     assert verdicts(runs)[0][5:7] == ["+0.0250 ± 0.0350", "no"]
+
+
+def test_our_child_process_runs_the_cell_without_loading_pandas(tmp_path) -> None:
+    """The process whose peak RSS the head-to-head compares with the peer's runs ours from the
+    codes alone: the harness reads its tables with pandas in the parent only (``load``), and
+    dpsynth's pgm path imports no pandas/pyarrow, so neither is in that process's memory."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks import aim_head_to_head as h2h
+    from dpsynth.privacy.budget import Budget
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 3, size=(1500, 3))
+    sizes = [3, 3, 3]
+    src, dst = tmp_path / "cell.npz", tmp_path / "cell.npy"
+    np.savez(src, codes=codes, names=np.array(["a", "b", "c"]), sizes=np.array(sizes), seed=0, epsilon=1.0,
+             delta=h2h.DELTA, rho=Budget(epsilon=1.0, delta=h2h.DELTA).rho)
+    probe = ("import runpy, sys; sys.argv = [sys.argv[1], '--child', sys.argv[2], sys.argv[3], sys.argv[4]]\n"
+             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "finally:\n    print(sorted({k.split('.')[0] for k in sys.modules} & {'pandas', 'pyarrow'}))\n")
+    root = Path(h2h.__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", probe, h2h.__file__, json.dumps(h2h.OURS["pgm-aim2"]), str(src), str(dst)],
+                         capture_output=True, text=True, check=True, cwd=root)
+    lines = out.stdout.strip().splitlines()
+    assert json.loads(lines[-2])["rows"] == np.load(dst).shape[0] > 0
+    assert lines[-1] == "[]", out.stdout

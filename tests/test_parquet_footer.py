@@ -46,8 +46,9 @@ def write_pair(folder: Path, groups: int, rows_per_group: int = 1) -> tuple[Path
     return pair
 
 
-def _count_opened_row_groups(monkeypatch, module) -> list[int]:
-    """Records, for every ParquetFile ``module`` opens, how many row groups its footer holds."""
+def _count_opened_row_groups(monkeypatch) -> list[int]:
+    """Records, for every ParquetFile opened (pyarrow.parquet's, which the modules import where
+    they use it), how many row groups its footer holds."""
     seen: list[int] = []
     real = pq.ParquetFile
 
@@ -56,7 +57,7 @@ def _count_opened_row_groups(monkeypatch, module) -> list[int]:
             super().__init__(*a, **k)
             seen.append(self.metadata.num_row_groups)
 
-    monkeypatch.setattr(module.pq, "ParquetFile", Spy)
+    monkeypatch.setattr(pq, "ParquetFile", Spy)
     return seen
 
 
@@ -101,7 +102,7 @@ def test_a_scan_task_opens_the_footer_of_its_own_row_groups_only(tmp_path, monke
     schema = _schema()
     parts = gate_scan.scan_parts([pair], schema, 16)
     assert len(parts) == 13 and all(len(p.row_groups) <= 16 for p in parts)
-    seen = _count_opened_row_groups(monkeypatch, gate_scan)
+    seen = _count_opened_row_groups(monkeypatch)
     subsets = tuple((j,) for j in range(len(schema.columns))) + ((0, 1),)
     for part in parts:
         got = gate_scan._scan_part(part, schema, subsets)
@@ -184,14 +185,13 @@ def test_a_row_source_partition_reads_with_the_footer_of_its_own_row_groups(tmp_
     RowSource: each partition opens the file with a footer of its run only (the old
     partition decoded the file's whole footer, 200 row groups here), and the counts are
     the whole table's."""
-    from dpsynth.rows import rowsource
     from dpsynth.rows.rowsource import ArrayPart, RowSource, count_marginals
 
     codes_path, _ = write_pair(tmp_path / "pair", 200, rows_per_group=3)
     schema = _schema()
     source = RowSource.from_parquet(codes_path, schema, chunk_rows=48)
     assert len(source.parts) == 13 and all(p.footer is not None and p.footer.count <= 16 for p in source.parts)
-    seen = _count_opened_row_groups(monkeypatch, rowsource)
+    seen = _count_opened_row_groups(monkeypatch)
     subsets = [(0,), (1, 2), (3, 12, 19)]
     got = count_marginals(source, subsets)
     monkeypatch.undo()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..rows.counting import Subset, iter_marginals_many
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pandas as pd
 
 __all__ = [
     "NIST_PERCENTILE_FEATURES",
@@ -47,6 +49,7 @@ def _text(series: pd.Series) -> np.ndarray:
 
 def _whole_numbers(text: np.ndarray) -> np.ndarray:
     """Numbers truncated towards zero, as SDNist's ``astype(int)`` does; NaN if not a number."""
+    import pandas as pd
     x = pd.to_numeric(pd.Series(text, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     return np.trunc(x)
 
@@ -62,6 +65,7 @@ def _percentile_codes(
     whose largest target value it does not exceed (the last bin takes everything
     above). An unparsable cell counts as missing.
     """
+    import pandas as pd
     top_code = _PERCENTILE_BINS if name == "POVPIP" else None
     missing_code = _PERCENTILE_BINS + (1 if top_code is not None else 0)
     card = missing_code + 1
@@ -122,6 +126,7 @@ def _density_codes(text: np.ndarray, density_max: float) -> tuple[np.ndarray, in
 
 def _canonical(text: np.ndarray) -> np.ndarray:
     """Categorical cells as written, except that whole numbers lose a trailing ``.0``."""
+    import pandas as pd
     uniques, inverse = np.unique(text.astype(str), return_inverse=True)
     num = pd.to_numeric(pd.Series(uniques, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     canon = np.array(

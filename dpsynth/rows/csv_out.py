@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..schema import Column, Schema
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
 __all__ = ["csv_header", "csv_text", "write_csv"]
 
@@ -51,6 +53,8 @@ def _float_text(x: np.ndarray) -> np.ndarray:
     """``repr`` of each float (object array of str). Arrow's shortest form (10x faster) is
     ``repr``'s for non-integers with 1e-4 <= |x| < 1e10; numpy's ``str`` (equal to ``repr``,
     slower) formats the rest."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     text = np.asarray(pc.cast(pa.array(x), pa.string()).to_numpy(zero_copy_only=False), dtype=object)
     ax = np.abs(x)
     with np.errstate(invalid="ignore"):
@@ -63,6 +67,7 @@ def _float_text(x: np.ndarray) -> np.ndarray:
 def _csv_text(col: Column, s: pd.Series, field=_csv_field) -> np.ndarray:
     """A column's CSV fields (object array of str), vectorised: labels escaped
     (:func:`csv_text`) and quoted once per distinct value."""
+    import pandas as pd
     null = s.isna().to_numpy()
     if col.type == "numeric" and not col.integer:
         text = _float_text(s.to_numpy(dtype=np.float64, na_value=0.0))
@@ -88,6 +93,8 @@ def _csv_arrow(col: Column, s: pd.Series, codes: np.ndarray | None = None) -> pa
     """A column's CSV fields (minimal quoting) as an Arrow string array: the same text as
     :func:`_csv_text` with :func:`_csv_field`, formatted in Arrow. A categorical column's
     fields are taken from its ``codes`` when given (the codes ``s`` was decoded from)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     token = _csv_field(csv_text(col.missing[0]) if col.nullable else "")
     if col.type == "categorical" and codes is not None:
         words = [*col.values, *([col.other_label] if col.other else [])]
@@ -115,6 +122,8 @@ def _csv_arrow(col: Column, s: pd.Series, codes: np.ndarray | None = None) -> pa
 
 def _csv_lines(df: pd.DataFrame, schema: Schema, codes: np.ndarray | None) -> str:
     """The CSV lines of ``df`` (at most :data:`_CSV_SLICE` rows), each ended by ``\\n``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     if not len(df):
         return ""
     cols = [_csv_arrow(col, df[col.name], None if codes is None else codes[:, j])

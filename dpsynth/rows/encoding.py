@@ -20,18 +20,20 @@ import hashlib
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from ..schema import Column, Schema
 from ..schema.timecols import draw_times, seconds_of
 from .csv_out import csv_header, csv_text, write_csv
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
 
 __all__ = [
     "DataError",
@@ -47,6 +49,7 @@ __all__ = [
     "write_csv",
     "csv_text",
     "csv_header",
+    "load_arrow",
 ]
 
 
@@ -83,15 +86,18 @@ class EncodedTable:
 
     def to_arrow(self) -> pa.Table:
         """The codes as an Arrow table, one column per schema column."""
+        import pyarrow as pa
         return pa.table({c.name: pa.array(self.codes[:, j]) for j, c in enumerate(self.schema.columns)})
 
     def to_parquet(self, path: str | Path) -> None:
         """Writes the codes as a zstd-compressed Parquet file."""
+        import pyarrow.parquet as pq
         pq.write_table(self.to_arrow(), str(path), compression="zstd")
 
     @classmethod
     def from_parquet(cls, path: str | Path, schema: Schema) -> "EncodedTable":
         """Reads codes written by :meth:`to_parquet`; refuses a file lacking a schema column."""
+        import pyarrow.parquet as pq
         table = pq.read_table(str(path))
         missing = [c for c in schema.names if c not in table.column_names]
         if missing:
@@ -102,6 +108,16 @@ class EncodedTable:
             codes[:, j] = table.column(name).to_numpy()
         validate_codes(codes, schema)
         return cls(schema=schema, codes=codes)
+
+
+def load_arrow() -> None:
+    """Imports pandas and the pyarrow modules that the row functions import where they use
+    them (so that work on codes alone loads neither), for a caller that wants them now: the
+    CLI, before it forks its gate worker, which then shares them instead of importing its own."""
+    import pandas  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.csv  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
 
 
 def code_dtype(cardinalities: Sequence[int]) -> np.dtype:
@@ -139,6 +155,9 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
 
     With a schema, the header must hold exactly the schema's columns.
     """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
     p = Path(path)
     if not p.is_file():
         raise DataError(f"input {p}: no such file")
@@ -225,6 +244,8 @@ def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
 def check_file(path: str | Path, schema: Schema) -> None:
     """Public checks of an input file without reading a row: its columns (CSV header or
     Parquet schema) and, for Parquet, each column's type against the schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".pq"):
@@ -264,6 +285,7 @@ def check_type(col: Column, typ: pa.DataType) -> None:
     a timestamp in a numeric column, or whole numbers in a categorical column whose
     categories are words, would otherwise silently map every row to the fill code.
     """
+    import pyarrow as pa
     if pa.types.is_dictionary(typ):
         typ = typ.value_type
     t = pa.types
@@ -294,6 +316,8 @@ def check_type(col: Column, typ: pa.DataType) -> None:
 
 
 def _as_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         return arr
     if pa.types.is_dictionary(arr.type):
@@ -309,6 +333,8 @@ def _nfc(text: str) -> str:
 
 
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
     text = _as_text(arr).combine_chunks() if isinstance(arr, pa.ChunkedArray) else _as_text(arr)
     dic = pc.dictionary_encode(text)
     uniques = dic.dictionary.to_pylist()
@@ -339,6 +365,9 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
 
 def _numeric_values(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     """Float values with NaN for every cell that is not a number (datetime: seconds)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
     if col.type == "datetime":
         return seconds_of(arr, col.missing)
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type):
@@ -421,6 +450,7 @@ def onehot(
 
 
 def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+    import pandas as pd
     edges = np.asarray(col.edges, dtype=np.float64)
     if col.type == "datetime":
         return draw_times(edges, codes, col.n_regular, col.unit, rng).rename(col.name)
@@ -452,6 +482,7 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
 
     Missing cells are nulls; the ``other`` bucket gets the column's ``other_label``.
     """
+    import pandas as pd
     data = {}
     for j, col in enumerate(enc.schema.columns):
         codes = enc.codes[:, j].astype(np.int64)

@@ -14,10 +14,11 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["FooterMap", "FooterSlice", "MAGIC", "footer_bytes", "footer_map", "footer_of_groups", "read_footer",
            "sliced_footer", "sliced_metadata", "write_footer"]
@@ -365,4 +366,6 @@ def sliced_footer(path: str | Path, part: FooterSlice) -> bytes:
 def sliced_metadata(path: str | Path, part: FooterSlice) -> pq.FileMetaData:
     """:func:`sliced_footer` decoded by Arrow: ``pq.ParquetFile(path, metadata=...)``
     then reads those row groups (as indices 0, 1, ...) without reading the file's footer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     return pq.read_metadata(pa.BufferReader(MAGIC + sliced_footer(path, part)))

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TYPE_CHECKING, TypeVar
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from .counting import Subset, count_blocks, plan_blocks_cached
 from .footer import FooterSlice, footer_map, sliced_metadata
 from .encoding import DataError, EncodedTable, code_dtype
 from ..schema import Schema
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pyarrow.parquet as pq
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -87,6 +89,7 @@ class ParquetPart:
         """Column-major code chunks of at most ``chunk_rows`` records, each checked
         against the schema's domain. With ``footer``, the file is opened with a footer of
         these row groups only: a task's memory does not grow with the file's row groups."""
+        import pyarrow.parquet as pq
         dtype = code_dtype(schema.cardinalities)
         if self.footer is not None:
             f = pq.ParquetFile(self.path, metadata=sliced_metadata(self.path, self.footer))
@@ -199,6 +202,7 @@ class RowSource:
         once here (:func:`dpsynth.rows.footer.footer_map`) and each partition reads with
         the footer of its own row groups.
         """
+        import pyarrow.parquet as pq
         p = Path(path)
         files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
         if not files:

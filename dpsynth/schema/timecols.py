@@ -10,12 +10,14 @@ number of ``unit`` inside the bin (never the upper bound itself) and returns
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
+
+if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
 __all__ = ["TIME_UNITS", "CALENDAR_BINS", "to_seconds", "format_seconds", "calendar_edges", "seconds_of", "draw_times"]
 
@@ -23,11 +25,11 @@ __all__ = ["TIME_UNITS", "CALENDAR_BINS", "to_seconds", "format_seconds", "calen
 TIME_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 # bins that follow the calendar, as pandas frequencies
 CALENDAR_BINS = {"year": "YS", "quarter": "QS", "month": "MS", "week": "W-MON", "day": "D", "hour": "h"}
-_EPOCH = pd.Timestamp(0)
 
 
 def to_seconds(value: Any) -> float:
     """Whole seconds since 1970-01-01 UTC of a date, datetime or ISO 8601 text; ValueError else."""
+    import pandas as pd
     if isinstance(value, bool) or not isinstance(value, (str, dt.date)):
         raise ValueError(f"expected a date or time such as 2020-01-31 or 2020-01-31T12:00:00, got {value!r}")
     try:
@@ -38,25 +40,30 @@ def to_seconds(value: Any) -> float:
         raise ValueError(f"{value!r} is not a date or time")
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
-    return float(round((ts - _EPOCH).total_seconds()))
+    return float(round((ts - pd.Timestamp(0)).total_seconds()))
 
 
 def format_seconds(seconds: float) -> str:
     """ISO 8601 text of whole seconds: the date alone at midnight."""
-    ts = _EPOCH + pd.Timedelta(seconds=int(seconds))
+    import pandas as pd
+    ts = pd.Timestamp(0) + pd.Timedelta(seconds=int(seconds))
     return ts.strftime("%Y-%m-%d") if ts == ts.normalize() else ts.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def calendar_edges(lo: float, hi: float, step: str) -> tuple[float, ...]:
     """Edges at each calendar ``step`` (month, year...) between ``lo`` and ``hi``, plus both ends."""
-    start, end = _EPOCH + pd.Timedelta(seconds=lo), _EPOCH + pd.Timedelta(seconds=hi)
+    import pandas as pd
+    start, end = pd.Timestamp(0) + pd.Timedelta(seconds=lo), pd.Timestamp(0) + pd.Timedelta(seconds=hi)
     inner = pd.date_range(start, end, freq=CALENDAR_BINS[step])
-    points = {lo, hi} | {float((t - _EPOCH).total_seconds()) for t in inner}
+    points = {lo, hi} | {float((t - pd.Timestamp(0)).total_seconds()) for t in inner}
     return tuple(sorted(p for p in points if lo <= p <= hi))
 
 
 def seconds_of(arr: pa.Array | pa.ChunkedArray, missing: Sequence[str] = ()) -> np.ndarray:
     """Seconds since the epoch of each cell (float), NaN for a cell that is not a date or time."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
     typ = arr.type
     if pa.types.is_date(typ):
         arr, typ = pc.cast(arr, pa.timestamp("s")), pa.timestamp("s")
@@ -81,6 +88,7 @@ def draw_times(edges: np.ndarray, codes: np.ndarray, n_regular: int, unit: str, 
     """A time inside each code's bin: a whole number of ``unit`` drawn uniformly in
     [lo, hi), the last bin too (a period such as a year excludes its end); a bin holding
     no whole unit gives its start. Codes past the bins (other, missing) give NaT."""
+    import pandas as pd
     u = float(TIME_UNITS[unit])
     regular = codes < n_regular
     c = np.where(regular, codes, 0).astype(np.int64)
