@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.measurement import Measurement
 from dpsynth.methods import METHODS
 from dpsynth.methods.sds import SdsMethod, SdsParams, chunked
 from dpsynth.pipeline import synthetic
 from dpsynth.pipeline.synthetic import write_synthetic
 from dpsynth.precheck import PrecheckError, check_rows
 from dpsynth.schema import load_schema, schema_from_dict
+from tests.sds_cases import sds_measured, tied_pairs_ratios  # noqa: F401 - sds_measured: a fixture
 
 FILES = ("synthetic-codes.parquet", "synthetic.parquet", "synthetic.csv")
 
@@ -65,16 +65,6 @@ def test_an_exact_split_rejects_a_wrong_share():
     a = split.take(0.5, np.random.default_rng(1))
     b = split.take(1.0, np.random.default_rng(2))
     assert np.array_equal(a + b, [100.0, 3.0]) and 20 < a[0] < 80
-
-
-@pytest.fixture
-def sds_measured(tmp_path, demo_paths, seed_file):
-    data, schema_path = demo_paths
-    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="sds", epsilon=4.0, rows=1234,
-                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
-    plan = pipeline.prepare(config)
-    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
-    return plan, Measurement.load(pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw))
 
 
 def _small_chunks(monkeypatch, rows: int = 300) -> None:
@@ -232,37 +222,10 @@ def test_a_pair_the_sampler_misses_passes_the_gate_in_twenty_chunks(monkeypatch)
     chunk, so the chunks' leftovers add up: 200,000 records in 21 chunks of a sampler that
     draws every column alone left the tied pair c0|c1 at 1.02 times its gate threshold.
     Each chunk now leaves its share of the allowance (``chunk_share``)."""
-    from dpsynth.gate.checks import _marginal_checks
-    from dpsynth.methods import get_method
-    from dpsynth.methods.sds import method as sds_method
-    from dpsynth.privacy.budget import Budget, Ledger
-    from dpsynth.rows.encoding import EncodedTable
-
-    rng = np.random.default_rng(5)
-    n = 200_000
-    schema = schema_from_dict({"name": "pairs", "columns": [
-        {"name": f"c{j}", "type": "categorical", "values": [f"v{v}" for v in range(4)]} for j in range(6)]})
-    codes = rng.integers(0, 4, size=(n, 6))
-    codes[:, 1] = np.where(rng.random(n) < 0.85, codes[:, 0], codes[:, 1])
-    codes[:, 5] = np.where(rng.random(n) < 0.85, codes[:, 4], codes[:, 5])
-
-    def independent(model, rows, params, g):
-        return np.stack([g.choice(model.cards[j], size=rows, p=model.marginal(j) / model.marginal(j).sum())
-                         for j in range(model.p)], axis=1).astype(np.int64)
-
-    monkeypatch.setattr(sds_method, "_sample_complete", independent)
-    _small_chunks(monkeypatch, 10_000)
     from dpsynth.methods.sds import expand
 
+    _small_chunks(monkeypatch, 10_000)
     monkeypatch.setattr(expand, "EXPAND_CHUNKS", 100)  # the chunked path (21 chunks), not the expanded one
-    method = get_method("sds", {})
-    budget = Budget(epsilon=2.0, delta=1e-6)
-    m = method.measure(EncodedTable(schema, codes.astype(np.uint8)), Ledger(budget, method.plan(schema, budget)),
-                       np.random.default_rng(0))
-    sampler = method.sampler(m, schema, None, np.random.default_rng(1))
-    assert len(sampler.sizes) == 21
-    out = sampler.sample(int(m.records.value), np.random.default_rng(2))
-    gate = _marginal_checks(EncodedTable(schema, out.astype(np.uint8)), m, float(m.records.value), {})
-    ratios = {e["marginal"]: e["tvd"] / e["threshold"] for e in gate.errors}
+    _, ratios = tied_pairs_ratios(monkeypatch, chunked.ChunkedSampler, chunks=21)
     assert max(ratios.values()) < 1.0, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
     assert ratios["c0|c1"] < 0.8 and ratios["c4|c5"] < 0.8

@@ -9,27 +9,17 @@ import numpy as np
 import pytest
 
 from dpsynth import pipeline
-from dpsynth.measurement import Measurement
 from dpsynth.methods.sds import chunked, expand
 from dpsynth.methods.sds.refit import table_checks
 from dpsynth.pipeline.synthetic import write_synthetic
 from dpsynth.schema import schema_from_dict
+from tests.sds_cases import sds_measured, tied_pairs_ratios  # noqa: F401 - sds_measured: a fixture
 
 FILES = ("synthetic-codes.parquet", "synthetic.parquet", "synthetic.csv")
 
 
 def _digests(folder) -> dict[str, str]:
     return {f: hashlib.sha256((folder / f).read_bytes()).hexdigest() for f in FILES}
-
-
-@pytest.fixture
-def sds_measured(tmp_path, demo_paths, seed_file):
-    data, schema_path = demo_paths
-    config = pipeline.ReleaseConfig(data=data, schema=schema_path, method="sds", epsilon=4.0, rows=1234,
-                                    out=tmp_path / "out", workspace=tmp_path / "ws", seed_file=seed_file)
-    plan = pipeline.prepare(config)
-    codes = pipeline.encode_stage(data, plan.schema, config.workspace, plan.data_sha256)
-    return plan, Measurement.load(pipeline.measure_stage(plan, codes, pipeline.charge_dataset(plan).draw))
 
 
 def _small_chunks(monkeypatch, rows: int = 100) -> None:
@@ -167,35 +157,9 @@ def test_same_bytes_whatever_chunk_rows_and_runner(sds_measured, tmp_path, monke
 def test_an_expanded_release_of_tied_pairs_passes_the_gate(monkeypatch):
     """200,000 records from a pool of 20,000 (a sampler that draws every column alone, two
     tied pairs): the fitted pool, expanded ten times, passes the gate on every table."""
-    from dpsynth.gate.checks import _marginal_checks
-    from dpsynth.methods import get_method
-    from dpsynth.methods.sds import method as sds_method
-    from dpsynth.privacy.budget import Budget, Ledger
-    from dpsynth.rows.encoding import EncodedTable
-
-    rng = np.random.default_rng(5)
-    n = 200_000
-    schema = schema_from_dict({"name": "pairs", "columns": [
-        {"name": f"c{j}", "type": "categorical", "values": [f"v{v}" for v in range(4)]} for j in range(6)]})
-    codes = rng.integers(0, 4, size=(n, 6))
-    codes[:, 1] = np.where(rng.random(n) < 0.85, codes[:, 0], codes[:, 1])
-    codes[:, 5] = np.where(rng.random(n) < 0.85, codes[:, 4], codes[:, 5])
-
-    def independent(model, rows, params, g):
-        return np.stack([g.choice(model.cards[j], size=rows, p=model.marginal(j) / model.marginal(j).sum())
-                         for j in range(model.p)], axis=1).astype(np.int64)
-
-    monkeypatch.setattr(sds_method, "_sample_complete", independent)
     _small_chunks(monkeypatch, 2_500)
-    method = get_method("sds", {})
-    budget = Budget(epsilon=2.0, delta=1e-6)
-    m = method.measure(EncodedTable(schema, codes.astype(np.uint8)), Ledger(budget, method.plan(schema, budget)),
-                       np.random.default_rng(0))
-    sampler = method.sampler(m, schema, None, np.random.default_rng(1))
-    assert isinstance(sampler, expand.ExpandedSampler) and sampler.pool.shape[0] == 20_000
-    out = sampler.sample(int(m.records.value), np.random.default_rng(2))
-    gate = _marginal_checks(EncodedTable(schema, out.astype(np.uint8)), m, float(m.records.value), {})
-    ratios = {e["marginal"]: e["tvd"] / e["threshold"] for e in gate.errors}
+    sampler, ratios = tied_pairs_ratios(monkeypatch, expand.ExpandedSampler)
+    assert sampler.pool.shape[0] == 20_000
     assert max(ratios.values()) < 1.0, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
     assert ratios["c0|c1"] < 0.8 and ratios["c4|c5"] < 0.8
 
