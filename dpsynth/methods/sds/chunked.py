@@ -19,7 +19,7 @@ import numpy as np
 
 from ...measurement import Measurement, NoisyMarginal
 
-__all__ = ["CHUNK_BYTES", "MIN_CHUNK_BLOCKS", "chunk_bytes_per_row", "chunk_rows_for", "chunk_count", "chunk_sizes", "ExactSplit",
+__all__ = ["CHUNK_BYTES", "MIN_CHUNK_BLOCKS", "chunk_bytes_per_row", "chunk_rows_for", "chunk_count", "chunk_sizes", "ExactSplit", "part_rng", "PartStream",
            "ChunkedSampler", "WholeTableSampler"]
 
 #: Logical block of the synthetic table (must equal dpsynth.pipeline.synthetic.BLOCK_ROWS;
@@ -106,8 +106,46 @@ class WholeTableSampler:
         return out
 
 
+def part_rng(key: list[int], i: int) -> np.random.Generator:
+    """The generator of part ``i`` (a chunk, or a group of copies) of a release keyed ``key``."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(int(i),))))
+
+
+class PartStream:
+    """Hands a release's records out in order from parts drawn one at a time, one held at a
+    time. A subclass has ``rows``, ``sizes`` (records per part), ``_drawn`` (parts drawn so
+    far), ``_buffer`` (what is left of the current part), ``_next_part()`` and ``_empty()``."""
+
+    rows: int
+    sizes: list[int]
+    _drawn: int
+    _buffer: Any
+
+    def _next_part(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _empty(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The next ``n`` records (parts drawn as needed; ``rng`` is ignored: each part has its own)."""
+        parts, need = [], int(n)
+        while need > 0:
+            if self._buffer.shape[0] == 0:
+                if self._drawn >= len(self.sizes):
+                    raise ValueError(f"asked for more than the release's {self.rows} records")
+                self._buffer = self._next_part()
+            got = self._buffer[:need]
+            self._buffer = self._buffer[need:]
+            parts.append(got)
+            need -= got.shape[0]
+        if not parts:
+            return self._empty()
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 @dataclass
-class ChunkedSampler:
+class ChunkedSampler(PartStream):
     """Draws a release of ``rows`` records chunk by chunk (see the module docstring).
 
     ``draw_chunk(n, measurement, one_way, total, rng)`` draws one chunk's ``n`` records
@@ -127,7 +165,7 @@ class ChunkedSampler:
     sizes: list[int] = field(init=False)
     _pairs: list[tuple[NoisyMarginal, ExactSplit]] = field(init=False)
     _ones: dict[int, ExactSplit] = field(init=False)
-    _chunk: int = field(init=False, default=0)
+    _drawn: int = field(init=False, default=0)
     _left: int = field(init=False, default=0)
     _buffer: Any = field(init=False, default=None)
 
@@ -140,7 +178,7 @@ class ChunkedSampler:
 
     def chunk_rng(self, i: int) -> np.random.Generator:
         """Chunk ``i``'s generator."""
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.key, spawn_key=(int(i),))))
+        return part_rng(self.key, i)
 
     def shares(self, i: int, rng: np.random.Generator) -> tuple[Measurement, dict[int, np.ndarray], float]:
         """Chunk ``i``'s share of the 2-way tables (noise and threshold scaled by its share
@@ -156,26 +194,13 @@ class ChunkedSampler:
         meta = {**self.measurement.meta, "chunk_share": s}  # the refit's allowance per chunk (refit.py)
         return dataclasses.replace(self.measurement, measured=pairs, meta=meta), ones, self.total * s
 
-    def _next_chunk(self) -> np.ndarray:
-        i = self._chunk
+    def _next_part(self) -> np.ndarray:
+        i = self._drawn
         rng = self.chunk_rng(i)
         m, ones, total = self.shares(i, rng)
         out = np.asarray(self.draw_chunk(self.sizes[i], m, ones, total, rng))
-        self._chunk += 1
+        self._drawn += 1
         return out
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The next ``n`` records (chunks drawn as needed, one held at a time)."""
-        parts, need = [], int(n)
-        while need > 0:
-            if self._buffer.shape[0] == 0:
-                if self._chunk >= len(self.sizes):
-                    raise ValueError(f"asked for more than the release's {self.rows} records")
-                self._buffer = self._next_chunk()
-            got = self._buffer[:need]
-            self._buffer = self._buffer[need:]
-            parts.append(got)
-            need -= got.shape[0]
-        if not parts:
-            return np.zeros((0, self.columns), dtype=np.int64)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    def _empty(self) -> np.ndarray:
+        return np.zeros((0, self.columns), dtype=np.int64)

@@ -100,7 +100,7 @@ def copies(weights: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarr
 
 
 @dataclass
-class ExpandedSampler:
+class ExpandedSampler(chunked.PartStream):
     """A release of ``rows`` records written as copies of ``pool``'s records (``counts``
     each), handed out in order (see the module docstring). ``sample(n, rng)`` ignores its
     generator: group ``i`` uses ``SeedSequence(key, spawn_key=(i,))``."""
@@ -115,7 +115,7 @@ class ExpandedSampler:
     info: dict[str, Any] = field(default_factory=dict)
     sizes: list[int] = field(init=False)
     _left: np.ndarray = field(init=False)
-    _group: int = field(init=False, default=0)
+    _drawn: int = field(init=False, default=0)
     _buffer: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -125,28 +125,15 @@ class ExpandedSampler:
         self._left = np.asarray(self.counts, dtype=np.int64).copy()
         self._buffer = self.pool[:0]
 
-    def _next_group(self) -> np.ndarray:
-        i = self._group
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.key, spawn_key=(int(i),))))
+    def _next_part(self) -> np.ndarray:
+        i = self._drawn
+        rng = chunked.part_rng(self.key, i)
         groups = len(self.sizes) - i
         take = self._left if groups == 1 else rng.binomial(self._left, 1.0 / groups)
         self._left = self._left - take
-        self._group += 1
+        self._drawn += 1
         out = np.repeat(self.pool, take, axis=0)
         return out[rng.permutation(out.shape[0])]
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The next ``n`` records (groups drawn as needed, one held at a time)."""
-        parts, need = [], int(n)
-        while need > 0:
-            if self._buffer.shape[0] == 0:
-                if self._group >= len(self.sizes):
-                    raise ValueError(f"asked for more than the release's {self.rows} records")
-                self._buffer = self._next_group()
-            got = self._buffer[:need]
-            self._buffer = self._buffer[need:]
-            parts.append(got)
-            need -= got.shape[0]
-        if not parts:
-            return self.pool[:0]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    def _empty(self) -> np.ndarray:
+        return self.pool[:0]
