@@ -54,6 +54,11 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: branch aim-p5, and every other rule reads the counts (compress_bound="counts", added by rule_params);
 #: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
+#: wC (issue 27, branch aim-col): p5 and a candidate merged only when the noise its cells carry in
+#: its column's pair marginals, times C, outweighs the mass it may misplace (compression_maps'
+#: ``cost``, pgm.COMPRESS_COST, the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
+#: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
+#: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
@@ -64,6 +69,16 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"pb{z:g}": {"compress_bound": "posterior", "_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
     **{f"p5s{x:g}": {"compress_bound": "posterior", "compress_share": x} for x in (0.05, 0.1)},
     "pe5": {"compress_bound": "posterior", "_posterior": "empty"},
+    **{f"w{c:g}": {"compress_bound": "posterior", "_cost": c} for c in (0.05, 0.1, 0.15, 0.2)},
+    **{f"f{c:g}": {"compress_bound": "posterior", "_cost": c, "_cost_width": False} for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
+    "r5": {"compress_bound": "posterior", "_runs": "adjacent"},
+    "re5": {"compress_bound": "posterior", "_runs": "adjacent+empty"},
+    "ra5": {"compress_bound": "posterior", "_runs": "adjacent+alone"},
+    **{f"r5g{g}": {"compress_bound": "posterior", "_runs": "adjacent", "_runs_gap": g} for g in (2, 4)},
+    **{f"r5L{m}": {"compress_bound": "posterior", "_runs": "adjacent", "_runs_max": m} for m in (3, 5, 8)},
+    **{f"r5f{c:g}": {"compress_bound": "posterior", "_runs": "adjacent", "_cost": c, "_cost_width": False}
+       for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
+    **{f"rc{c:g}": {"compress_bound": "posterior", "_runs": "cost", "_cost": c} for c in (0.005, 0.01, 0.02, 0.05)},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -213,6 +228,9 @@ def _set_rule(rule: str | None) -> None:
     pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(r.get("_split", 0.0)), r.get("_split_bias")
     pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
     pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
+    pgm.COMPRESS_COST, pgm.COMPRESS_COST_WIDTH = float(r.get("_cost", 0.0)), bool(r.get("_cost_width", True))
+    pgm.COMPRESS_RUNS, pgm.COMPRESS_RUNS_GAP = r.get("_runs", ""), int(r.get("_runs_gap", 1))
+    pgm.COMPRESS_RUNS_MAX = int(r.get("_runs_max", 0))
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:

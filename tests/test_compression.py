@@ -544,3 +544,46 @@ def test_iid_sampling_has_the_multinomial_spread_and_allocation_does_not():
     expected = n * (1 - np.sum(p**2))
     assert max(dev["rounded"]) < p.size  # every cell within one
     assert np.mean(dev["iid"]) > 0.5 * expected  # fails if iid were the rounded allocation
+
+
+# --- runs of neighbouring codes (issue 27 §1/§2, branch aim-col) ------------------------------
+
+
+def test_runs_map_merges_each_run_of_neighbours_into_a_value_of_its_own():
+    from dpsynth.inference.compression import runs_map
+
+    g = runs_map(12, np.array([10, 2, 1, 3, 7, 9]))
+    # kept values 0, 4, 5, 6, 7, 8, 11 first in code order; then the runs {1, 2, 3} and {9, 10}
+    assert g.tolist() == [0, 7, 7, 7, 1, 2, 3, 4, 5, 8, 8, 6]
+    assert runs_map(12, np.array([1, 3, 5])) is None  # no two neighbours: nothing merges
+    assert runs_map(12, np.array([1, 3, 5]), gap=2).tolist() == [0, 9, 1, 9, 2, 9, 3, 4, 5, 6, 7, 8]
+
+
+def test_runs_map_pools_the_lone_values_that_look_empty():
+    from dpsynth.inference.compression import runs_map
+
+    empty = np.zeros(12, dtype=bool)
+    empty[[5, 8, 11]] = True
+    g = runs_map(12, np.array([1, 2, 5, 8, 10]), empty)
+    # the run {1, 2}; 5 and 8 alone and empty: one more value; 10 alone, not empty: kept
+    assert g.tolist() == [0, 8, 8, 1, 2, 9, 3, 4, 9, 5, 6, 7]
+
+
+def test_runs_keep_the_two_tails_of_an_ordered_column_apart():
+    # An ordered column whose small values sit at both ends (adult's youngest and oldest ages):
+    # one merged value would give the young the old's relations; runs merge each tail apart.
+    n, sigma = 48_842, 640.0
+    v = np.arange(85)
+    x = n * (p := np.exp(-0.5 * ((v - 40) / 9) ** 2) + 1e-3) / p.sum()
+    r = np.random.default_rng(3)
+    one_way = {"age": x + r.normal(0, sigma, x.size), "sex": np.array([0.5, 0.5]) * n + r.normal(0, sigma, 2)}
+    kw = dict(value_share=0.05, posterior="group", posterior_margin=5.0)
+    one = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, **kw)["age"]
+    merged = np.flatnonzero(one == one.max())
+    assert merged.min() < 20 and merged.max() > 60  # the default's one value holds both tails
+    runs = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, runs="adjacent", **kw)["age"]
+    for code in np.flatnonzero(np.bincount(runs) > 1):
+        members = np.flatnonzero(runs == code)
+        assert np.all(np.diff(members) == 1)  # each merged value a run of neighbours
+        assert members.max() < 40 or members.min() > 40  # never both sides of the bell
+    assert np.sum(np.bincount(runs) > 1) >= 2 and set(np.flatnonzero(runs >= runs.max() - 1)) <= set(merged)
