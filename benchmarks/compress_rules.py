@@ -9,7 +9,8 @@ Results: one JSON line per run appended to ``benchmarks/results/compress_rules.j
 (``--out`` for another file); ``--report`` prints mean +- standard error per rule; ``--paired A,B`` prints, per cell, rule A
 against rule B on the seeds both ran: each mean, the seed-by-seed difference A - B +- its
 standard error, the CPU s and the load (the table of docs/pgm.md "AIM with and without
-compression, every cell"). docs/pgm.md, "The per-value bound", has the tables and what was chosen.
+compression, every cell"). docs/pgm.md, "The per-value bound", has the tables and what was chosen;
+"A cost per value and runs of neighbours" the session-36 rules and the held-out tables ``HELD``.
 
     python benchmarks/compress_rules.py --data car,nist-tx2019,rare-a --eps 0.1,1 --seeds 0-4
     python benchmarks/compress_rules.py --report
