@@ -22,7 +22,6 @@ from .rational import MAX_SCALE, gaussian_sigma_exact
 
 __all__ = [
     "epsilon_from_rho",
-    "load_solver",
     "rho_from_epsilon",
     "rho_from_pure_epsilon",
     "gaussian_rho",
@@ -78,11 +77,6 @@ def _best_order(rho: float, log_inv_delta: float) -> float:
             break
         u = nxt
     return 1.0 + u
-
-
-def load_solver() -> None:
-    """Kept for callers that prepared the conversion's solver before forking: the solver is
-    now plain Python (:func:`_best_order`), so there is nothing left to import."""
 
 
 def epsilon_from_rho(rho: float, delta: float) -> float:
