@@ -196,3 +196,15 @@ def test_the_new_solver_matches_the_scipy_one_it_replaced_to_rounding():
                 assert now >= was, (rho, delta)
                 worst_eps = max(worst_eps, (now - was) / was if was else now)
     assert worst_rho < 1e-11 and worst_eps < 7e-13, (worst_rho, worst_eps)
+
+
+def test_the_conversion_is_finite_and_within_the_classic_bound_at_extreme_rho_and_delta():
+    """Far outside any release's range (rho 5e-324 .. 1e300, delta 1e-300 .. 1 - 1e-6) the
+    solver still stops with a finite epsilon in [0, classic bound]: where the order overflows a
+    float (subnormal rho) it states the classic bound itself."""
+    for rho in (5e-324, 1e-300, 1e-100, 1e-20, 1e-3, 1.0, 1e3, 1e8, 1e300):
+        for delta in (1e-300, 1e-12, 0.5, 1 - 1e-6):
+            eps = epsilon_from_rho(rho, delta)
+            classic = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+            assert math.isfinite(eps) and 0.0 <= eps <= classic * (1 + 1e-12), (rho, delta, eps, classic)
+    assert epsilon_from_rho(5e-324, 1e-12) > 0.0
