@@ -76,7 +76,6 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
     with _long_lived_imports():
         from ..publish.bundle import MANIFEST
         from ..pipeline import ReleaseConfig
-        from ..privacy.accounting import load_solver
         from ..rows.encoding import load_arrow
 
         settings = {k: v for k, v in vars(args).items() if k in ReleaseConfig.field_names()}
@@ -86,7 +85,6 @@ def _release_command(args: argparse.Namespace, stack: contextlib.ExitStack) -> i
             from ..pipeline.config import check_public
 
             check_public(config)  # a public error is refused now, not after Prefect's start-up
-        load_solver()  # scipy.optimize: the budget's conversion needs it here, GE's scipy.stats in the worker
         load_arrow()  # pandas, pyarrow: the row modules import them where used; here, so the worker shares them
         # Great Expectations' import starts now, in a worker forked from this still
         # single-threaded process (it shares pandas and numpy, imported above), on the
