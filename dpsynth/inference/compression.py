@@ -75,11 +75,9 @@ def compression_maps(
     (:func:`posterior_empty` >= 0.5).
     ``posterior_margin``: the sds of the posterior sum in the group bound (None: ``margin``).
 
-    ``cost`` c > 0 (with ``posterior``; 0: off) weighs each candidate's merge (:func:`merge_worth`):
-    a candidate is merged only if the noise its own cells would carry in the pair marginals of its
-    column, sqrt(2/pi) sigma per cell over the mean size of the other columns (``cost_width``
-    False: over one cell), times c, is at least the mass its merge may misplace, twice its
-    posterior mean. The budget (sigma) and the table's width decide, besides the group bound.
+    ``cost`` c > 0 (with ``posterior``; 0: off): a candidate is merged only if its posterior mean
+    is at most :func:`merge_worth` sds (the noise its cells carry over the other columns' mean
+    size, or one cell with ``cost_width`` False, times c, against twice the mass it may misplace).
 
     ``runs`` (with ``posterior``; empty: one merged value per column): "adjacent" merges the chosen
     values as runs of neighbouring codes, each run of two or more its own merged value, a value
