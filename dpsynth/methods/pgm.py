@@ -133,6 +133,14 @@ COMPRESS_SPLIT_BIAS: float | None = None
 #: ``posterior``: "group", the product's; "both" and "empty" measured, not adopted).
 COMPRESS_POSTERIOR_MARGIN = 5.0
 COMPRESS_POSTERIOR_MODE = "group"
+#: Experiment switches of issue 27 (branch aim-col): compression_maps' ``cost`` (0: off) and
+#: ``cost_width``, and ``runs``, read with the posterior bound; benchmarks/compress_rules.py sets
+#: them per rule.
+COMPRESS_COST = 0.0
+COMPRESS_COST_WIDTH = True
+COMPRESS_RUNS = ""
+COMPRESS_RUNS_GAP = 1
+COMPRESS_RUNS_MAX = 0
 
 
 def _stage_1way(col: str) -> str:
@@ -317,7 +325,11 @@ class PgmMethod(MethodBase):
         read (``compress_bound``; none: aim the posterior, mst the counts); the experiment switches."""
         kw: dict = {"value_share": self._compress_value_share()}
         if (self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")) == "posterior":
-            return {**kw, "posterior": COMPRESS_POSTERIOR_MODE, "posterior_margin": COMPRESS_POSTERIOR_MARGIN}
+            kw.update(posterior=COMPRESS_POSTERIOR_MODE, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
+            if COMPRESS_COST > 0 or COMPRESS_RUNS:  # the session-36 experiment switches, when set
+                kw.update(cost=COMPRESS_COST, cost_width=COMPRESS_COST_WIDTH, runs=COMPRESS_RUNS,
+                          runs_gap=COMPRESS_RUNS_GAP, runs_max=COMPRESS_RUNS_MAX)
+            return kw
         if COMPRESS_SPLIT > 0 and self.params.select == "aim":
             kw.update(split=COMPRESS_SPLIT, split_bias=COMPRESS_SPLIT_BIAS)
         return kw
