@@ -9,7 +9,8 @@ Results: one JSON line per run appended to ``benchmarks/results/compress_rules.j
 (``--out`` for another file); ``--report`` prints mean +- standard error per rule; ``--paired A,B`` prints, per cell, rule A
 against rule B on the seeds both ran: each mean, the seed-by-seed difference A - B +- its
 standard error, the CPU s and the load (the table of docs/pgm.md "AIM with and without
-compression, every cell"). docs/pgm.md, "The per-value bound", has the tables and what was chosen.
+compression, every cell"). docs/pgm.md, "The per-value bound", has the tables and what was chosen;
+"A cost per value and runs of neighbours" the session-36 rules and the held-out tables ``HELD``.
 
     python benchmarks/compress_rules.py --data car,nist-tx2019,rare-a --eps 0.1,1 --seeds 0-4
     python benchmarks/compress_rules.py --report
@@ -54,6 +55,11 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: branch aim-p5, and every other rule reads the counts (compress_bound="counts", added by rule_params);
 #: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
+#: wC (issue 27, branch aim-col): p5 and a candidate merged only when the noise its cells carry in
+#: its column's pair marginals, times C, outweighs the mass it may misplace (compression_maps'
+#: ``cost``, pgm.COMPRESS_COST, the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
+#: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
+#: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
@@ -64,6 +70,16 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"pb{z:g}": {"compress_bound": "posterior", "_posterior": "both", "_posterior_margin": z} for z in (5.0, 8.0)},
     **{f"p5s{x:g}": {"compress_bound": "posterior", "compress_share": x} for x in (0.05, 0.1)},
     "pe5": {"compress_bound": "posterior", "_posterior": "empty"},
+    **{f"w{c:g}": {"compress_bound": "posterior", "_cost": c} for c in (0.05, 0.1, 0.15, 0.2)},
+    **{f"f{c:g}": {"compress_bound": "posterior", "_cost": c, "_cost_width": False} for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
+    "r5": {"compress_bound": "posterior", "_runs": "adjacent"},
+    "re5": {"compress_bound": "posterior", "_runs": "adjacent+empty"},
+    "ra5": {"compress_bound": "posterior", "_runs": "adjacent+alone"},
+    **{f"r5g{g}": {"compress_bound": "posterior", "_runs": "adjacent", "_runs_gap": g} for g in (2, 4)},
+    **{f"r5L{m}": {"compress_bound": "posterior", "_runs": "adjacent", "_runs_max": m} for m in (3, 5, 8)},
+    **{f"r5f{c:g}": {"compress_bound": "posterior", "_runs": "adjacent", "_cost": c, "_cost_width": False}
+       for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
+    **{f"rc{c:g}": {"compress_bound": "posterior", "_runs": "cost", "_cost": c} for c in (0.005, 0.01, 0.02, 0.05)},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -122,11 +138,75 @@ def wide_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     return np.column_stack(cols).astype(np.int64), sizes
 
 
+#: Held-out generated tables of session 36 (issue 27 §1/§2, branch aim-col), fixed BEFORE any rule
+#: of that session was tuned and run once per rule at the end: rows, seed, shape (``HELD_SHAPES``).
+#: Sizes 10k-100k; other seeds than the wide tables and shapes none of the tuning tables has.
+HELD = {"ho-mix": (60_000, 31, "mix"), "ho-tail": (100_000, 32, "tail"), "ho-empty": (10_000, 33, "empty"),
+        "ho-zipf": (25_000, 34, "zipf"), "ho-many": (40_000, 35, "many")}
+#: The columns per held-out shape: ("s", v) small; ("o", v) a bell per class (as the wide tables);
+#: ("t", v) an ordinal column of many real small values (a narrow bell per class over a floor that
+#: gives every value 0.1-0.6% of the rows); ("e", v, live) only ``live`` values ever occur, the
+#: rest are truly empty; ("m", v, empty, small) ``empty`` values truly empty, ``small`` values
+#: holding together 4% of each class's mass (real small values), the rest Dirichlet(1); ("z", v)
+#: a Zipf-like decay over the values in a random order per table.
+HELD_SHAPES: dict[str, list[tuple]] = {
+    "mix": [("m", 60, 20, 25), ("s", 4), ("m", 30, 8, 12), ("o", 70), ("s", 3), ("m", 45, 15, 20), ("s", 8)],
+    "tail": [("t", 90), ("s", 2), ("t", 60), ("s", 6), ("t", 100), ("o", 40), ("s", 4), ("t", 75), ("s", 3),
+             ("t", 50), ("s", 5), ("s", 2)],
+    "empty": [("e", 40, 12), ("s", 3), ("e", 25, 6), ("e", 60, 15), ("s", 5), ("e", 16, 10), ("s", 2)],
+    "zipf": [("z", 80), ("s", 4), ("z", 40), ("m", 50, 10, 25), ("s", 2), ("z", 64), ("s", 7)],
+    "many": [("s", 2), ("t", 85), ("s", 5), ("m", 39, 19, 8), ("s", 3), ("o", 60), ("s", 9), ("e", 30, 12),
+             ("s", 4), ("z", 45), ("s", 2), ("t", 99), ("s", 6), ("k", 50), ("s", 3), ("s", 16)],
+}
+
+
+def _held_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Per latent class, a distribution over a held-out column's values (``HELD_SHAPES``)."""
+    kind, size = spec[0], spec[1]
+    v = np.arange(size)
+    if kind in ("s", "o", "k"):
+        return _wide_probs(kind, size, classes, rng)
+    if kind == "t":
+        mu, sd = rng.uniform(0.2, 0.8, classes) * size, rng.uniform(0.05, 0.12, classes) * size
+        bell = np.exp(-0.5 * ((v[None, :] - mu[:, None]) / sd[:, None]) ** 2)
+        floor = rng.uniform(0.1, 0.6, (classes, size)) / 100.0
+        return floor + bell / bell.sum(axis=1, keepdims=True) * (1.0 - floor.sum(axis=1, keepdims=True)).clip(0.2)
+    if kind == "z":
+        order = rng.permutation(size)
+        p = (1.0 + np.arange(size))[None, :] ** -rng.uniform(1.0, 1.6, classes)[:, None]
+        p = p[:, np.argsort(order)]
+    else:
+        p = np.zeros((classes, size))
+        if kind == "e":
+            live = rng.choice(size, spec[2], replace=False)
+            p[:, live] = rng.dirichlet(np.full(live.size, 1.0), size=classes)
+        else:  # "m": empty, real small and the rest
+            perm = rng.permutation(size)
+            small, rest = perm[spec[2]: spec[2] + spec[3]], perm[spec[2] + spec[3]:]
+            p[:, small] = rng.dirichlet(np.full(small.size, 1.0), size=classes) * 0.04
+            p[:, rest] = rng.dirichlet(np.full(rest.size, 1.0), size=classes) * 0.96
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def held_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
+    """A held-out table of ``n`` rows (``HELD_SHAPES``): 5 latent classes, as :func:`wide_table`."""
+    rng = np.random.default_rng(seed)
+    classes = 5
+    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
+    cols, sizes = [], []
+    for spec in HELD_SHAPES[shape]:
+        probs = _held_probs(spec, classes, rng)
+        u = rng.random(n)
+        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
+        sizes.append(spec[1])
+    return np.column_stack(cols).astype(np.int64), sizes
+
+
 def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     """aim_head_to_head's tables, pgm_vs_mbi's generated rare-bin tables (rare-a/b/c) and the
     generated wide tables (``WIDE``)."""
-    if name in WIDE:
-        codes, sizes = wide_table(*WIDE[name])
+    if name in WIDE or name in HELD:
+        codes, sizes = wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name])
         return [f"w{j}" for j in range(len(sizes))], codes, sizes
     if name.startswith("rare-"):
         from benchmarks.pgm_vs_mbi import load as pvm_load
@@ -149,6 +229,9 @@ def _set_rule(rule: str | None) -> None:
     pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(r.get("_split", 0.0)), r.get("_split_bias")
     pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
     pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
+    pgm.COMPRESS_COST, pgm.COMPRESS_COST_WIDTH = float(r.get("_cost", 0.0)), bool(r.get("_cost_width", True))
+    pgm.COMPRESS_RUNS, pgm.COMPRESS_RUNS_GAP = r.get("_runs", ""), int(r.get("_runs_gap", 1))
+    pgm.COMPRESS_RUNS_MAX = int(r.get("_runs_max", 0))
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:

@@ -110,7 +110,8 @@ def test_verdicts_pair_seeds_and_bound_the_ratios_of_a_peer_that_timed_out() -> 
 def test_our_child_process_runs_the_cell_without_loading_pandas(tmp_path) -> None:
     """The process whose peak RSS the head-to-head compares with the peer's runs ours from the
     codes alone: the harness reads its tables with pandas in the parent only (``load``), and
-    dpsynth's pgm path imports no pandas/pyarrow, so neither is in that process's memory."""
+    dpsynth's pgm path imports no pandas/pyarrow, nor scipy (the budget's conversion is plain
+    Python), so none of them is in that process's memory."""
     import json
     import subprocess
     import sys
@@ -127,7 +128,7 @@ def test_our_child_process_runs_the_cell_without_loading_pandas(tmp_path) -> Non
              delta=h2h.DELTA, rho=Budget(epsilon=1.0, delta=h2h.DELTA).rho)
     probe = ("import runpy, sys; sys.argv = [sys.argv[1], '--child', sys.argv[2], sys.argv[3], sys.argv[4]]\n"
              "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-             "finally:\n    print(sorted({k.split('.')[0] for k in sys.modules} & {'pandas', 'pyarrow'}))\n")
+             "finally:\n    print(sorted({k.split('.')[0] for k in sys.modules} & {'pandas', 'pyarrow', 'scipy'}))\n")
     root = Path(h2h.__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", probe, h2h.__file__, json.dumps(h2h.OURS["pgm-aim2"]), str(src), str(dst)],
                          capture_output=True, text=True, check=True, cwd=root)

@@ -52,3 +52,23 @@ def test_the_wide_tables_hold_wide_columns_of_small_shares_beside_small_ones() -
     for j in wide:  # most of a wide column's values hold 0.3-3% of the rows each (adult's ages)
         share = np.bincount(codes[:, j], minlength=sizes[j]) / len(codes)
         assert np.mean((share >= 0.003) & (share <= 0.03)) > 0.55
+
+
+def test_the_held_out_tables_hold_the_shapes_they_are_named_for() -> None:
+    from benchmarks.compress_rules import HELD, held_table, load_any
+
+    shares = {}
+    for name, (rows, _, _) in HELD.items():
+        names, codes, sizes = load_any(name)
+        assert codes.shape == (rows, len(sizes)) and np.all(codes < np.array(sizes))
+        assert np.array_equal(codes, held_table(*HELD[name])[0])  # the same seed: the same table
+        shares[name] = [np.bincount(codes[:, j], minlength=s) / rows for j, s in enumerate(sizes)]
+    assert 10_000 <= min(r for r, _, _ in HELD.values()) and max(r for r, _, _ in HELD.values()) <= 100_000
+    # ho-empty: truly empty bins, and no real value under 0.3% of the rows
+    empty = shares["ho-empty"]
+    assert sum(np.sum(p == 0) for p in empty) >= 40 and all(np.all((p == 0) | (p >= 0.003)) for p in empty)
+    # ho-mix: a column with both truly empty bins and real values under 0.3% of the rows
+    assert any(np.sum(p == 0) >= 8 and np.sum((p > 0) & (p < 0.003)) >= 10 for p in shares["ho-mix"])
+    # ho-tail: ordinal columns of many real small values, none empty
+    tail = [p for p in shares["ho-tail"] if p.size >= 50]
+    assert len(tail) >= 5 and all(np.all(p > 0) and np.sum(p < 0.01) >= 15 for p in tail)

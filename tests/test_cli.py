@@ -248,7 +248,7 @@ def test_release_imports_pause_the_collector_and_always_restart_it(monkeypatch):
     what the import made; a failing import must not leave the collector off."""
     import gc
 
-    from dpsynth import cli
+    from dpsynth.cli import release as cli
 
     monkeypatch.setattr(cli, "_FROZE", [])
     try:

@@ -544,3 +544,74 @@ def test_iid_sampling_has_the_multinomial_spread_and_allocation_does_not():
     expected = n * (1 - np.sum(p**2))
     assert max(dev["rounded"]) < p.size  # every cell within one
     assert np.mean(dev["iid"]) > 0.5 * expected  # fails if iid were the rounded allocation
+
+
+# --- runs of neighbouring codes (issue 27 §1/§2, branch aim-col) ------------------------------
+
+
+def test_runs_map_merges_each_run_of_neighbours_into_a_value_of_its_own():
+    from dpsynth.inference.compression import runs_map
+
+    g = runs_map(12, np.array([10, 2, 1, 3, 7, 9]))
+    # kept values 0, 4, 5, 6, 7, 8, 11 first in code order; then the runs {1, 2, 3} and {9, 10}
+    assert g.tolist() == [0, 7, 7, 7, 1, 2, 3, 4, 5, 8, 8, 6]
+    assert runs_map(12, np.array([1, 3, 5])) is None  # no two neighbours: nothing merges
+    assert runs_map(12, np.array([1, 3, 5]), gap=2).tolist() == [0, 9, 1, 9, 2, 9, 3, 4, 5, 6, 7, 8]
+
+
+def test_runs_map_pools_the_lone_values_that_look_empty():
+    from dpsynth.inference.compression import runs_map
+
+    empty = np.zeros(12, dtype=bool)
+    empty[[5, 8, 11]] = True
+    g = runs_map(12, np.array([1, 2, 5, 8, 10]), empty)
+    # the run {1, 2}; 5 and 8 alone and empty: one more value; 10 alone, not empty: kept
+    assert g.tolist() == [0, 8, 8, 1, 2, 9, 3, 4, 9, 5, 6, 7]
+
+
+def test_runs_keep_the_two_tails_of_an_ordered_column_apart():
+    # An ordered column whose small values sit at both ends (adult's youngest and oldest ages):
+    # one merged value would give the young the old's relations; runs merge each tail apart.
+    n, sigma = 48_842, 640.0
+    v = np.arange(85)
+    x = n * (p := np.exp(-0.5 * ((v - 40) / 9) ** 2) + 1e-3) / p.sum()
+    r = np.random.default_rng(3)
+    one_way = {"age": x + r.normal(0, sigma, x.size), "sex": np.array([0.5, 0.5]) * n + r.normal(0, sigma, 2)}
+    kw = dict(value_share=0.05, posterior="group", posterior_margin=5.0)
+    one = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, **kw)["age"]
+    merged = np.flatnonzero(one == one.max())
+    assert merged.min() < 20 and merged.max() > 60  # the default's one value holds both tails
+    runs = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, runs="adjacent", **kw)["age"]
+    for code in np.flatnonzero(np.bincount(runs) > 1):
+        members = np.flatnonzero(runs == code)
+        assert np.all(np.diff(members) == 1)  # each merged value a run of neighbours
+        assert members.max() < 40 or members.min() > 40  # never both sides of the bell
+    assert np.sum(np.bincount(runs) > 1) >= 2 and set(np.flatnonzero(runs >= runs.max() - 1)) <= set(merged)
+
+
+def test_merge_worth_is_the_noise_of_a_row_over_the_other_columns_mean_size():
+    from dpsynth.inference.compression import merge_worth
+
+    one_way = {"a": np.zeros(10), "b": np.zeros(20), "c": np.zeros(30)}
+    assert merge_worth(one_way, "a", 1.0) == pytest.approx(np.sqrt(2 / np.pi) * 25 / 2)
+    assert merge_worth(one_way, "c", 0.1) == pytest.approx(0.1 * np.sqrt(2 / np.pi) * 15 / 2)
+    assert merge_worth(one_way, "a", 1.0, width=False) == pytest.approx(np.sqrt(2 / np.pi) / 2)
+
+
+def test_the_cost_keeps_real_small_values_the_group_bound_merges_and_still_merges_empty_bins():
+    # 20 empty bins and 20 values of 2 noise sds each beside large ones: p5 merges both kinds;
+    # with a cost of 0.6 sds per value (f1.5) most values of 2 sds stay, most empty bins merge
+    # (the fitted prior's posterior puts an empty bin near 0.4 sds, a value of 2 sds near 1.6).
+    sigma = 100.0
+    x = np.concatenate([np.zeros(20), np.full(20, 2 * sigma), np.full(20, 40 * sigma)])
+    kept_real, merged_empty, p5_real = [], [], []
+    for s in range(20):
+        y = {"a": x + np.random.default_rng(s).normal(0, sigma, x.size), "b": np.full(2, x.sum() / 2)}
+        kw = dict(value_share=0.05, posterior="group", posterior_margin=5.0)
+        g0 = compression_maps(y, {"a": sigma, "b": sigma}, 3.0, 0.15, **kw)["a"]
+        g1 = compression_maps(y, {"a": sigma, "b": sigma}, 3.0, 0.15, cost=1.5, cost_width=False, **kw).get("a")
+        p5_real.append(np.sum(g0[20:40] == g0.max()))
+        kept_real.append(20 if g1 is None else np.sum(g1[20:40] != g1.max()))
+        merged_empty.append(0 if g1 is None else np.sum(g1[:20] == g1.max()))
+    assert np.mean(p5_real) > 15  # the group bound alone merges most real values of 2 sds
+    assert np.mean(kept_real) > 17 and np.mean(merged_empty) > 10

@@ -72,9 +72,6 @@ def warm_imports() -> None:
     try:
         import dpsynth.pipeline  # noqa: F401
         import dpsynth.publish.bundle  # noqa: F401
-        from dpsynth.privacy.accounting import load_solver
-
-        load_solver()
         from . import release, runner  # noqa: F401 - Prefect and the flow
         try:
             import great_expectations  # noqa: F401 - the gate's worker forks from the child

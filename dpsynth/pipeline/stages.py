@@ -34,7 +34,8 @@ from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
 from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner  # noqa: F401 (re-exported)
-from .config import BudgetSpent, PartlySpent, ReleaseError, ReleasePlan, ValidationFailed
+from .config import PartlySpent, ReleaseError, ReleasePlan
+from .gate_stage import gate_files, gate_scan, scan_synthetic, start_gate_warm_up, synthetic_pairs, validate_stage  # noqa: F401 (re-exported)
 
 __all__ = [
     "COMPLETE",
@@ -249,105 +250,6 @@ def correct_to_measurement(synth: EncodedTable, m: Measurement, rng) -> EncodedT
     result = correct_marginals(wide, targets, rng=rng, method="qp")
     out = np.asarray(result.samples)[:, :codes.shape[1]]
     return EncodedTable(schema=schema, codes=out.astype(synth.codes.dtype))
-
-
-def start_gate_warm_up() -> None:
-    """Starts importing Great Expectations (3-7 s of CPU) while the method works, so the
-    gate rarely waits for it: in a worker process on another core
-    (:mod:`dpsynth.gate.worker`), or in a background thread of this process when no
-    worker can run (``DPSYNTH_GATE_WORKER=off``, or it failed to start).
-
-    Called once the public checks passed (the CLI starts the worker earlier: its output
-    goes nowhere, so a refused request still exits with one clean line).
-    """
-    from ..gate import worker as gate_worker
-
-    if not gate_worker.start():
-        from ..gate.session import warm_up_in_background
-
-        warm_up_in_background()
-
-
-def synthetic_pairs(synthetic_dir: Path) -> list[tuple[Path, Path]]:
-    """The synthetic table of a synthetic folder as (codes, values) Parquet file pairs in
-    row order (the partitions the gate and the report scan). Today one pair; a synthesize
-    stage writing several part files lists them here, pair by pair, in row order."""
-    return [(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet")]
-
-
-def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, chunk_rows: int,
-                   runner: Runner | None = None) -> Any:
-    """One pass over the synthetic folder's table, partition by partition on ``runner``
-    (default: this process): what the gate needs (:class:`dpsynth.gate.scan.Scan`)."""
-    from ..gate.checks import measured_subsets
-    from ..gate.scan import scan_files
-
-    m = Measurement.load(measurement_dir)
-    return scan_files(synthetic_pairs(synthetic_dir), schema, measured_subsets(schema, m), chunk_rows=chunk_rows,
-                      runner=runner)
-
-
-def gate_scan(found: Any, measurement_dir: Path, rows: int | None, thresholds: Mapping[str, float] | None,
-              docs: Path | None, run_name: str) -> dict[str, Any]:
-    """The gate's GE run on a finished scan (:func:`scan_synthetic`); returns its summary."""
-    from ..gate import run_gate_scan
-
-    summary, _ = run_gate_scan(found, Measurement.load(measurement_dir), rows, thresholds, docs=docs,
-                               run_name=run_name)
-    return summary
-
-
-def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows: int | None,
-               thresholds: Mapping[str, float] | None, docs: Path | None, run_name: str, *,
-               chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, Any]:
-    """The gate on a synthetic folder and its measurement folder (what the validate stage
-    sends to the gate worker when rows are read in this process), scanning the synthetic
-    files partition by partition (:func:`scan_synthetic`); returns the gate's summary."""
-    found = scan_synthetic(schema, synthetic_dir, measurement_dir, chunk_rows)
-    return gate_scan(found, measurement_dir, rows, thresholds, docs, run_name)
-
-
-def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
-    """The Great Expectations gate: record validity and accuracy against the DP measurement.
-
-    The result is kept in the private workspace; a failed gate raises and nothing is
-    published. Data Docs are rendered for the bundle only when the config asks for them
-    (``data_docs``) and the gate passes.
-    """
-    from ..gate import worker as gate_worker
-
-    folder = plan.release_dir()
-    docs = folder / "data-docs"
-    if docs.exists():
-        shutil.rmtree(docs)
-    # GE runs in the warm worker when there is one (its GE is imported and its context
-    # made), else here; the same functions either way. Without a Dask address the worker
-    # also reads the rows; with one, the workers of the cluster read them and only the
-    # scan (counts and witness values) reaches the gate.
-    c = plan.config
-    args = (c.rows, dict(c.gate) or None, docs if c.data_docs else None, plan.name)
-    if c.dask_address:
-        with row_runner(c.dask_address) as runner:
-            found = scan_synthetic(plan.schema, synthetic_dir, measurement_dir, c.chunk_rows, runner)
-        summary = gate_worker.call(gate_scan, found, measurement_dir, *args)
-    else:
-        summary = gate_worker.call(gate_files, plan.schema, synthetic_dir, measurement_dir, *args,
-                                   chunk_rows=c.chunk_rows)
-    write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if not summary["success"]:
-        worst = sorted(
-            (e for e in summary["marginal_errors"] if e["tvd"] > e["threshold"]),
-            key=lambda e: e["threshold"] - e["tvd"],
-        )
-        detail = f" (marginals over threshold: {', '.join(e['marginal'] for e in worst[:5])})" if worst else ""
-        raise ValidationFailed(
-            f"validation failed: {', '.join(summary['failed'])}{detail}; nothing was published, "
-            f"{BudgetSpent.NOTE} (details: validation.json in the private workspace's release folder, "
-            f"which {plan.config.workspace / 'names' / (plan.name + '.json')} names). To publish: raise "
-            f"--epsilon, coarsen or drop columns in the schema, try another --method (pgm, marginals), or, "
-            f"having read validation.json, relax a check with --gate KEY=VALUE"
-        )
-    return summary
 
 
 INTERNAL_LABEL = "INTERNAL - NOT FOR PUBLICATION: computed from the raw data, not differentially private"
