@@ -41,12 +41,12 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: viX = the per-value bound X without the group bound. (The recorded file also holds "half": the
 #: group bound and at least half of each column's values kept, run once through a scratch patch.)
 #: c1/c2/c3 (issue 27, branch aim-split): each noisy 1-way count split into y1 = y + a e and
-#: y2 = y - e / a (pgm.COMPRESS_SPLIT = a, set by the "_split" key), candidates on y1, the group
+#: y2 = y - e / a (pgm.COMPRESS_EXPERIMENT's "split" = a, set by the "_split" key), candidates on y1, the group
 #: bound on y2: c1 a = 1 with the per-value bound on y, c2 a = 1 without it, c3 a = 2 as c1,
 #: c4 a = 0.5 as c1 (the candidates' half the more precise one: c3 lost on rare-a at 1);
 #: c1sX: c1 with the group share X (0.15 was set on the selection-biased sums); c5: c1 only in
 #: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
-#: COMPRESS_SPLIT_BIAS, the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
+#: COMPRESS_EXPERIMENT's "split_bias", the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
 #: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 #: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
 #: column's noisy counts (pgm's compress_bound="posterior"; pgm.COMPRESS_POSTERIOR_MODE "group", the
@@ -57,7 +57,7 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 #: wC (issue 27, branch aim-col): p5 and a candidate merged only when the noise its cells carry in
 #: its column's pair marginals, times C, outweighs the mass it may misplace (compression_maps'
-#: ``cost``, pgm.COMPRESS_COST, the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
+#: ``cost``, pgm.COMPRESS_EXPERIMENT's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
 #: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
 #: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
 RULES: dict[str, dict[str, Any]] = {
@@ -221,17 +221,18 @@ def rule_params(rule: str) -> dict[str, Any]:
     return {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
 
 
+#: A rule's "_" keys passed to compression_maps through pgm.COMPRESS_EXPERIMENT.
+_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max")
+
+
 def _set_rule(rule: str | None) -> None:
     """Set pgm's module switches of ``rule`` (None: back to their defaults)."""
     from dpsynth.methods import pgm
 
     r = RULES[rule] if rule else {}
-    pgm.COMPRESS_SPLIT, pgm.COMPRESS_SPLIT_BIAS = float(r.get("_split", 0.0)), r.get("_split_bias")
     pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
     pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
-    pgm.COMPRESS_COST, pgm.COMPRESS_COST_WIDTH = float(r.get("_cost", 0.0)), bool(r.get("_cost_width", True))
-    pgm.COMPRESS_RUNS, pgm.COMPRESS_RUNS_GAP = r.get("_runs", ""), int(r.get("_runs_gap", 1))
-    pgm.COMPRESS_RUNS_MAX = int(r.get("_runs_max", 0))
+    pgm.COMPRESS_EXPERIMENT = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:

@@ -119,28 +119,19 @@ def _fit_record(report: FitReport) -> dict:
             "ratio": round(report.ratio, 6), "met": report.met}
 
 
-#: select=aim: split each noisy 1-way count into two uncorrelated halves for compression, the
-#: candidates read on one and the group bound on the other (compression_maps' ``split``; 0: off,
-#: the default). Variants of issue 27 measured in benchmarks/compress_rules.py (docs/pgm.md); not
-#: a parameter, so releases keep their bytes while it is off.
-COMPRESS_SPLIT = 0.0
-#: With COMPRESS_SPLIT: the selection bias per merged value (in sds) under which a column keeps
-#: the merge read on the counts themselves (compression_maps' ``split_bias``; None: always split).
-COMPRESS_SPLIT_BIAS: float | None = None
 #: compress_bound="posterior" (select=aim's default, issue 27): the sds of the posterior sum the
 #: group bound reads (p5; set on the tuning half, held out in docs/pgm.md, "A bound the selection
 #: cannot bias"). An experiment switch too, as COMPRESS_POSTERIOR_MODE (compression_maps'
 #: ``posterior``: "group", the product's; "both" and "empty" measured, not adopted).
 COMPRESS_POSTERIOR_MARGIN = 5.0
 COMPRESS_POSTERIOR_MODE = "group"
-#: Experiment switches of issue 27 (branch aim-col): compression_maps' ``cost`` (0: off) and
-#: ``cost_width``, and ``runs``, read with the posterior bound; benchmarks/compress_rules.py sets
-#: them per rule.
-COMPRESS_COST = 0.0
-COMPRESS_COST_WIDTH = True
-COMPRESS_RUNS = ""
-COMPRESS_RUNS_GAP = 1
-COMPRESS_RUNS_MAX = 0
+#: compression_maps options that benchmarks/compress_rules.py adds to select=aim's for the rules of
+#: issue 27 it measured and did not adopt (docs/pgm.md): with the counts bound, "split" and
+#: "split_bias" (the count split into two uncorrelated halves); with the posterior bound, "cost",
+#: "cost_width", "runs", "runs_gap" and "runs_max" (a cost per value, runs of neighbours). Not
+#: parameters: empty in the product, so releases keep their bytes.
+COMPRESS_EXPERIMENT: dict = {}
+_WITH_COUNTS = ("split", "split_bias")
 
 
 def _stage_1way(col: str) -> str:
@@ -324,15 +315,11 @@ class PgmMethod(MethodBase):
         """compression_maps' keywords beside the group share: the per-value share and what the bounds
         read (``compress_bound``; none: aim the posterior, mst the counts); the experiment switches."""
         kw: dict = {"value_share": self._compress_value_share()}
+        extra = {k: v for k, v in COMPRESS_EXPERIMENT.items() if self.params.select == "aim"}
         if (self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")) == "posterior":
             kw.update(posterior=COMPRESS_POSTERIOR_MODE, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
-            if COMPRESS_COST > 0 or COMPRESS_RUNS:  # the session-36 experiment switches, when set
-                kw.update(cost=COMPRESS_COST, cost_width=COMPRESS_COST_WIDTH, runs=COMPRESS_RUNS,
-                          runs_gap=COMPRESS_RUNS_GAP, runs_max=COMPRESS_RUNS_MAX)
-            return kw
-        if COMPRESS_SPLIT > 0 and self.params.select == "aim":
-            kw.update(split=COMPRESS_SPLIT, split_bias=COMPRESS_SPLIT_BIAS)
-        return kw
+            return {**kw, **{k: v for k, v in extra.items() if k not in _WITH_COUNTS}}
+        return {**kw, **{k: v for k, v in extra.items() if k in _WITH_COUNTS}}
 
     def _model_domain(self) -> Domain:
         return compressed_domain(self._domain, self._maps)
