@@ -6,11 +6,12 @@ fit (tables off before, refitted, still off after; the weights' effective size, 
 records, the most copies of one record), synthesis CPU seconds (fit, then the copies of
 every record), the gate's worst ratio per k computed exactly from the weighted pool's
 tables (they are the release's), the mean TVD of the 1-, 2- and 3-way marginals against
-the real table, and the peak RSS of the process. Tables: ``scale`` (benchmarks/scale.py's
+the real table (1-way also of the weighted pool before the copies' rounding,
+``tvd1_weights``), and the peak RSS of the process. Tables: ``scale`` (benchmarks/scale.py's
 table; ``--rows`` 1,000,000 per file of its generator, seed 2026 + seed), ``int6`` /
 ``int7`` (benchmarks/sds_matrix.py's 1,000,000 x 20 interaction tables, seeds as the matrix
 draws them). One cell per process; results merge into results/sds_expand.json by
-(table, rows, seed, pool).
+(label, table, rows, seed, pool); ``--label`` names the code measured (cells of the twelfth round have none).
 
     python benchmarks/sds_expand.py --table scale --rows 1000000 --seed 0
     python benchmarks/sds_expand.py --table int6
@@ -76,9 +77,9 @@ def _counts(codes: np.ndarray, cols, cards, weights=None) -> np.ndarray:
     return np.bincount(idx, weights=weights, minlength=int(np.prod(shape))).reshape(shape)
 
 
-def _tvds(real: np.ndarray, pool: np.ndarray, copies: np.ndarray, cards) -> dict:
+def _tvds(real: np.ndarray, pool: np.ndarray, copies: np.ndarray, cards, ks=(1, 2, 3)) -> dict:
     out = {}
-    for k in (1, 2, 3):
+    for k in ks:
         vals = []
         for sub in itertools.combinations(range(len(cards)), k):
             a = _counts(real, sub, cards).ravel().astype(float)
@@ -120,6 +121,7 @@ def cell(kind: str, rows: int, seed: int) -> dict:
             "max_copies": int(c.max()), "fit_cpu_s": round(fit, 1), "copy_cpu_s": round(copy, 1),
             "peak_rss_mb": round(peak / 1024), **_gate(pool, c.astype(float), m, schema),
             **_tvds(np.asfortranarray(real), pool, c.astype(float), schema.cardinalities),
+            "tvd1_weights": _tvds(np.asfortranarray(real), pool, s.weights, schema.cardinalities, ks=(1,))["tvd1"],
             "loadavg": list(os.getloadavg())}
 
 
@@ -128,18 +130,22 @@ def main() -> None:
     ap.add_argument("--table", default="scale", choices=["scale", "int6", "int7"])
     ap.add_argument("--rows", type=int, default=1_000_000, help="scale table only")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--label", default="latent", help="kept beside older cells of the same table (twelfth: before)")
     args = ap.parse_args()
-    res = cell(args.table, args.rows, args.seed)
+    res = {"label": args.label, **cell(args.table, args.rows, args.seed)}
     print(json.dumps(res), flush=True)
     path = RESULTS / "sds_expand.json"
     old = json.loads(path.read_text()).get("cells", []) if path.exists() else []
-    key = (res["table"], res["rows"], res["seed"], res["pool_rows"])
-    cells = [c for c in old if (c["table"], c["rows"], c["seed"], c["pool_rows"]) != key] + [res]
-    print_table(["table", "rows", "seed", "pool", "published", "k1", "k2", "k3", "tvd1", "tvd2", "tvd3", "fit cpu s",
+    def key(c: dict) -> tuple:
+        return c.get("label", "twelfth"), c["table"], c["rows"], c["seed"], c["pool_rows"]
+
+    cells = [c for c in old if key(c) != key(res)] + [res]
+    print_table(["label", "table", "rows", "seed", "pool", "ess latent", "published", "k1", "k2", "k3", "tvd1", "tvd2", "tvd3", "fit cpu s",
                  "ess", "peak MB", "load"],
-                [[c["table"], c["rows"], c["seed"], c["pool_rows"], c.get("published"), c.get("max_ratio_k1"),
-                  c.get("max_ratio_k2"), c.get("max_ratio_k3"), c["tvd1"], c["tvd2"], c["tvd3"], c["fit_cpu_s"],
-                  c["ess"], c["peak_rss_mb"], f"{c['loadavg'][0]:.1f}"] for c in cells])
+                [[c.get("label", "twelfth"), c["table"], c["rows"], c["seed"], c["pool_rows"],
+                  c.get("ess_latent", "-") if c.get("ess_latent", 0) > c.get("ess_sampler", 0) else "-", c.get("published"), c.get("max_ratio_k1"),
+                  c.get("max_ratio_k2"), c.get("max_ratio_k3"), c.get("tvd1"), c.get("tvd2"), c.get("tvd3"), c.get("fit_cpu_s"),
+                  c.get("ess"), c.get("peak_rss_mb"), f"{c['loadavg'][0]:.1f}"] for c in cells])
     write_json("sds_expand", {"epsilon": 1.0, "cells": cells})
 
 

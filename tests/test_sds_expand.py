@@ -204,3 +204,24 @@ def test_a_pool_the_fit_cannot_weight_is_kept_as_drawn_and_reported_off(sds_meas
     assert np.array_equal(weights, np.ones(500))
     counts = expand.copies(weights, rows, np.random.default_rng(0))
     assert counts.sum() == rows and set(np.unique(counts)) <= {rows // 500, rows // 500 + 1}
+
+
+def test_a_rejected_latent_pool_changes_no_byte(sds_measured, monkeypatch):
+    """The latent-class step (latent.py) draws from a generator of its own: where its pool is
+    rejected, the release's pool and copies are those of a sampler without the step."""
+    from dpsynth.methods.sds import method as sds_method
+
+    plan, m = sds_measured
+    _small_chunks(monkeypatch)
+    real = sds_method.latent_pool
+
+    def rejected(pool, checks, ones, cards, rng):
+        _, info = real(pool, checks, ones, cards, rng)  # fitted and drawn, then not chosen
+        return pool, {**info, "ess_latent": 0}
+
+    monkeypatch.setattr(sds_method, "latent_pool", rejected)
+    a = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
+    assert a.info["ess_sampler"] > 0 and a.info["ess_latent"] == 0
+    monkeypatch.setattr(sds_method, "latent_pool", lambda pool, *args: (pool, {}))
+    b = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
+    assert np.array_equal(a.pool, b.pool) and np.array_equal(a.counts, b.counts)

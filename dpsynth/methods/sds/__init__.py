@@ -4,7 +4,8 @@ The Synthetic Data Showcase approach (shared/papers/sds-dp-marginals.txt) with p
 0.0.8's parameters. Modules: ``params`` (parameters), ``budget`` (budget split and plan),
 ``aggregation`` (DP k-tuple counts), ``strict`` and ``complete`` (the two samplers),
 ``chunked`` (the release drawn in row chunks, bounded memory), ``expand`` (above 8 chunks'
-worth, one fitted pool written as copies), ``guard`` (the refusal before
+worth, one fitted pool written as copies), ``latent`` (that pool drawn from a latent-class
+mixture where it fits the pairs with flatter weights), ``guard`` (the refusal before
 the budget is spent), ``method`` (the registered ``SdsMethod``). What it measures and costs: docs/sds.md.
 """
 

@@ -1,8 +1,9 @@
 """``sds``'s large releases: one bounded pool fitted to the whole tables, then expanded.
 
 Above :func:`expands`' switch a release of ``rows`` records is not drawn chunk by chunk:
-a pool of ``m = pool_rows_for(columns)`` records is drawn once from the sampler's model,
-reweighted against the whole measurement scaled by ``m / rows`` (every measured k-way
+a pool of ``m = pool_rows_for(columns)`` records is drawn once from the sampler's model
+(or from a latent-class mixture fitted to it, where that fits the measured pairs with flatter
+weights: latent.py), reweighted against the whole measurement scaled by ``m / rows`` (every measured k-way
 table, the sampling allowance of a ``rows``-record release: :func:`scaled_measurement`),
 and each pool record is then written about ``weight x rows / m`` times (:func:`copies`, a
 systematic rounding: floor or ceiling of its share, summing exactly to ``rows``). The
@@ -26,7 +27,7 @@ from ...schema import Schema
 from . import chunked
 from .refit import fit_weights, misfit_tables, table_checks
 
-__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool",
+__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "expands", "pool_rows_for", "scaled_measurement", "fit_pool",
            "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
@@ -34,6 +35,9 @@ __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "expands", "pool_rows_for", "scaled_m
 EXPAND_CHUNKS = 8
 #: The pool, in chunks' worth of records.
 POOL_CHUNKS = 8
+#: The part number of the generator of the latent-class pool (latent.py), distinct from every
+#: group of copies' (0 .. chunk_count - 1).
+LATENT_PART = (1 << 32) - 1
 
 
 def pool_rows_for(columns: int) -> int:

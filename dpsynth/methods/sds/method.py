@@ -18,12 +18,13 @@ from ...schema import Schema
 from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacyStatement, params_to_dict
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
-from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for
-from .expand import ExpandedSampler, copies, expands, fit_pool, pool_rows_for, scaled_measurement
+from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for, part_rng
+from .expand import LATENT_PART, ExpandedSampler, copies, expands, fit_pool, pool_rows_for, scaled_measurement
+from .latent import latent_pool
 from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
 from .params import SdsParams
-from .refit import honour_tables
+from .refit import honour_tables, table_checks
 from .strict import _sample_strict
 from .update import update_tables
 
@@ -205,17 +206,24 @@ class SdsMethod(MethodBase):
     def _expanded(self, model: _Model, n: int, m: Measurement, schema: Schema, targets: dict[int, np.ndarray],
                   total: float, key: list[int], rng: np.random.Generator) -> ExpandedSampler:
         """A pool of :func:`~dpsynth.methods.sds.expand.pool_rows_for` records drawn from
-        the model, reweighted to the whole measurement scaled to its size, each record then
-        written about weight x ``n`` / pool times (:mod:`.expand`)."""
+        the model (or from a latent-class mixture fitted to it where that fits the measured
+        pairs with flatter weights, :mod:`.latent`), reweighted to the whole measurement
+        scaled to its size, each record then written about weight x ``n`` / pool times
+        (:mod:`.expand`)."""
         size = pool_rows_for(len(schema.columns))
         share = size / max(float(total), 1.0)
         pool = _sample_complete(model, size, self.params, rng)
         ones = {j: np.asarray(t, dtype=np.float64) * share for j, t in targets.items()} if self.params.rake_one_way else {}
-        weights, tables = fit_pool(pool, scaled_measurement(m, share, n), schema, ones, total * share,
-                                   fit_tables=self.params.fit_pairs)
+        scaled = scaled_measurement(m, share, n)
+        chosen: dict = {}
+        if self.params.fit_pairs:  # a latent-class pool where it fits the pairs with flatter weights (latent.py)
+            pool, chosen = latent_pool(pool, table_checks(scaled, schema, lengths=(2,)), ones, schema.cardinalities,
+                                       part_rng(key, LATENT_PART))
+        weights, tables = fit_pool(pool, scaled, schema, ones, total * share, fit_tables=self.params.fit_pairs)
         counts = copies(weights, n, rng)
+        info = {"pool_rows": size, **chosen, **{f"tables_{k}": v for k, v in tables.items()}}
         return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
-                               weights=weights, info={"pool_rows": size, **{f"tables_{k}": v for k, v in tables.items()}})
+                               weights=weights, info=info)
 
     @property
     def chunks_synthesis(self) -> bool:
