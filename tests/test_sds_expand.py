@@ -278,7 +278,30 @@ def test_fit_pool_runs_the_last_pass_on_the_tables_its_fit_left(monkeypatch):
     monkeypatch.setattr(expand, "table_checks", lambda m, s: checks)
     monkeypatch.setattr(expand, "fit_weights", lambda pool, checks, *a, **k: (np.ones(pool.shape[0]), len(checks)))
     _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
-    assert tables == {"off": 1, "refitted": 4, "left": 0}
+    assert tables == {"off": 1, "refitted": 3, "left": 0}
     monkeypatch.setattr(expand, "OFF_ROUNDS", 0)
     _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
     assert tables["left"] == 1
+
+
+def test_fit_pool_fits_the_pairs_alone_before_the_last_pass(monkeypatch):
+    """The pool's fit is to the 2-way tables alone (the fit to every table, which the 10M scale
+    table then threw away, took most of its CPU); every table only where that fit fails."""
+    pool, checks, ones, _ = _parity_case()
+    schema = schema_from_dict({"name": "bits", "columns": [
+        {"name": f"b{j}", "type": "categorical", "values": ["0", "1"]} for j in range(3)]})
+    calls = []
+
+    def fit(pool, checks, *a, **k):
+        calls.append(sorted({len(c.cols) for c in checks}))
+        return (np.full(pool.shape[0], np.nan) if len(calls) == 1 and fail else np.ones(pool.shape[0])), len(checks)
+
+    monkeypatch.setattr(expand, "table_checks", lambda m, s: checks)
+    monkeypatch.setattr(expand, "fit_weights", fit)
+    fail = False
+    expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert calls == [[2]]
+    calls.clear()
+    fail = True  # the pairs' weights not finite: every table
+    expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert calls == [[2], [2, 3]]

@@ -28,7 +28,7 @@ from ...schema import Schema
 from . import chunked
 from .refit import DISCREPANCY_Z, consistent_targets, effective_size, fit_weights, misfit_tables, table_checks
 
-__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS", "expands", "pool_rows_for", "scaled_measurement",
+__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS", "PAIRS_FIRST", "expands", "pool_rows_for", "scaled_measurement",
            "fit_pool", "fit_off_tables", "misfit_ratios", "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
@@ -46,6 +46,9 @@ LATENT_PART = (1 << 32) - 1
 OFF_ROUNDS = 5
 OFF_RATIO = 3.0
 HOLD_ROUNDS = 3
+#: Whether the pool is fitted to the 2-way tables alone before the last pass (the fit to every
+#: table, kept where it left fewer tables off, cost 100-260 CPU s and lost on int6 and int7).
+PAIRS_FIRST = True
 
 
 def pool_rows_for(columns: int) -> int:
@@ -87,10 +90,16 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=t) for j, t in margins.items() if j in one_way]
         weights = proportional_fit(np.ones(pool.shape[0]), ones, rounds=20) if ones else np.ones(pool.shape[0])
         return weights, {"off": 0, "refitted": 0, "left": 0}
-    weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
-    off = misfit_tables(checks, weights, total, pool=pool)
     pairs = [c for c in checks if len(c.cols) == 2]
-    if off and pairs and len(pairs) < len(checks):
+    weights = np.full(pool.shape[0], np.nan)
+    if PAIRS_FIRST and pairs and len(pairs) < len(checks):  # the pairs alone, then the last pass
+        weights, refitted = fit_weights(pool, pairs, margins, total, compact=True)
+    if np.isfinite(weights).all() and weights.sum() > 0:
+        off = misfit_tables(checks, weights, total, pool=pool)
+    else:
+        weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
+        off = misfit_tables(checks, weights, total, pool=pool)
+    if not PAIRS_FIRST and off and pairs and len(pairs) < len(checks):
         # as refit._best_fit: the 2-way fit alone may leave fewer tables off
         w2, r2 = fit_weights(pool, pairs, margins, total, compact=True)
         off2 = misfit_tables(checks, w2, total, pool=pool) if np.isfinite(w2).all() and w2.sum() > 0 else off
