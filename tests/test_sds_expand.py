@@ -225,3 +225,83 @@ def test_a_rejected_latent_pool_changes_no_byte(sds_measured, monkeypatch):
     monkeypatch.setattr(sds_method, "latent_pool", lambda pool, *args: (pool, {}))
     b = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
     assert np.array_equal(a.pool, b.pool) and np.array_equal(a.counts, b.counts)
+
+
+def _parity_case():
+    """A pool holding each of the 8 codes of three binary columns 500 times (every pair and
+    column exactly as measured), a measured triple that puts 4/5 of the records on the cells
+    of even parity (pairs uniform), and the checks: three pairs, then the triple."""
+    from dpsynth.methods.sds.refit import TableCheck
+
+    pool = np.asfortranarray(np.repeat(np.array(list(np.ndindex(2, 2, 2))), 500, axis=0))
+    even = (np.array(list(np.ndindex(2, 2, 2))).sum(axis=1) % 2 == 0)
+    triple = np.where(even, 800.0, 200.0)
+
+    def check(cols, noisy):
+        return TableCheck(cols=cols, shape=(2,) * len(cols), cells=np.zeros(0, dtype=np.int64), noisy=noisy,
+                          suppressed=np.zeros(noisy.size, dtype=bool), threshold=0.0, stddev=5.0, sample_rows=40_000.0)
+
+    checks = [check(c, np.full(4, 1000.0)) for c in ((0, 1), (0, 2), (1, 2))] + [check((0, 1, 2), triple)]
+    return pool, checks, {j: np.array([2000.0, 2000.0]) for j in range(3)}, triple
+
+
+def test_the_last_pass_fits_a_triple_left_off_and_keeps_the_pairs():
+    """A triple the fit left off (the pairs are met) is fitted by the last pass, the pairs stay
+    within their noise; with no rounds the weights come back unchanged (docs: thirteenth round,
+    second part). Only tables more than ``ratio`` times off are targeted."""
+    from dpsynth.methods.sds.refit import misfit_tables
+
+    pool, checks, ones, triple = _parity_case()
+    w = np.ones(pool.shape[0])
+    off = misfit_tables(checks, w, 4000.0, pool=pool)
+    assert off == [3]
+    fitted, left = expand.fit_off_tables(pool, checks, w, ones, 4000.0, rounds=5)
+    assert left == [] and fitted is not w
+    got = np.bincount(checks[3].on(pool).cells, weights=fitted, minlength=8)
+    assert np.abs(got - triple).max() < 30.0  # was 300 off in every cell
+    for c in checks[:3]:
+        assert np.abs(np.bincount(c.on(pool).cells, weights=fitted, minlength=4) - 1000.0).max() < 1.0
+    same, still = expand.fit_off_tables(pool, checks, w, ones, 4000.0, rounds=0)
+    assert same is w and still == off
+    ratios = expand.misfit_ratios(pool, checks, w, 4000.0)
+    assert max(ratios[:3]) <= 1.0 < ratios[3]
+    same, still = expand.fit_off_tables(pool, checks, w, ones, 4000.0, rounds=5, ratio=ratios[3])  # none above
+    assert same is w and still == off
+
+
+def test_fit_pool_runs_the_last_pass_on_the_tables_its_fit_left(monkeypatch):
+    """fit_pool hands the tables its fit left off to the last pass (here a fit that returns
+    the pool as drawn stands for one that spent its passes on the pairs)."""
+    pool, checks, ones, _ = _parity_case()
+    schema = schema_from_dict({"name": "bits", "columns": [
+        {"name": f"b{j}", "type": "categorical", "values": ["0", "1"]} for j in range(3)]})
+    monkeypatch.setattr(expand, "table_checks", lambda m, s: checks)
+    monkeypatch.setattr(expand, "fit_weights", lambda pool, checks, *a, **k: (np.ones(pool.shape[0]), len(checks)))
+    _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert tables == {"off": 1, "refitted": 3, "left": 0}
+    monkeypatch.setattr(expand, "OFF_ROUNDS", 0)
+    _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert tables["left"] == 1
+
+
+def test_fit_pool_fits_the_pairs_alone_before_the_last_pass(monkeypatch):
+    """The pool's fit is to the 2-way tables alone (the fit to every table, which the 10M scale
+    table then threw away, took most of its CPU); every table only where that fit fails."""
+    pool, checks, ones, _ = _parity_case()
+    schema = schema_from_dict({"name": "bits", "columns": [
+        {"name": f"b{j}", "type": "categorical", "values": ["0", "1"]} for j in range(3)]})
+    calls = []
+
+    def fit(pool, checks, *a, **k):
+        calls.append(sorted({len(c.cols) for c in checks}))
+        return (np.full(pool.shape[0], np.nan) if len(calls) == 1 and fail else np.ones(pool.shape[0])), len(checks)
+
+    monkeypatch.setattr(expand, "table_checks", lambda m, s: checks)
+    monkeypatch.setattr(expand, "fit_weights", fit)
+    fail = False
+    expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert calls == [[2]]
+    calls.clear()
+    fail = True  # the pairs' weights not finite: every table
+    expand.fit_pool(pool, None, schema, ones, 4000.0)
+    assert calls == [[2], [2, 3]]
