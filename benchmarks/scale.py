@@ -18,7 +18,8 @@ every 0.1 s and reports each one's peak and the peak of their sum.
     python benchmarks/scale.py --rows 1000000,10000000
     python benchmarks/scale.py --rows 100000000 --modes serial    # one locked run each
 
-Whole releases (``--modes release-pgm,release-sds``, issue 25): the CLI's ``dpsynth release
+Whole releases (``--modes release-pgm,release-sds``, issue 25; ``release-sds+noguard``: sds's
+pre-spend guard off, to measure what it refuses): the CLI's ``dpsynth release
 --engine local`` from the raw Parquet folder through encode, measure, synthesize (streamed
 to Parquet and CSV), validate (the gate worker, a child process), publish and report, at
 epsilon 1 with a fixed seed, in a fresh process under ``nice``. Wall time, the manifest's
@@ -287,7 +288,14 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
            "--name", "scale", *(["--internal-report"] if extra == "internal" else [])]
     if base.endswith("-dask"):  # release-<method>-dask: encode, measure and synthesize on a LocalCluster
         cmd += ["--dask-address", "local:2"]
+    if extra == "noguard":  # release-sds+noguard: sds's pre-spend guard off (a measurement, never the product)
+        cmd[2:4] = ["-c", _NO_GUARD]
     return cmd, scratch
+
+
+#: The CLI with sds's expanded-release floor at 0: what the guard would let through if it did not refuse.
+_NO_GUARD = ("import sys; import dpsynth.methods.sds.guard as g; g.MIN_PAIR_THRESHOLD_EXPANDED = 0.0; "
+             "from dpsynth.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _release_result(res: dict, scratch: Path, stdout: str, stderr: str) -> None:
