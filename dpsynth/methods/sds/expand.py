@@ -17,7 +17,6 @@ times each): docs/scale.md, "sds above the switch".
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -26,7 +25,7 @@ import numpy as np
 from ...measurement import Measurement
 from ...schema import Schema
 from . import chunked
-from .refit import DISCREPANCY_Z, consistent_targets, effective_size, fit_weights, misfit_tables, table_checks
+from .refit import consistent_targets, effective_size, fit_weights, misfit_tables, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS", "PAIRS_FIRST", "expands", "pool_rows_for", "scaled_measurement",
            "fit_pool", "fit_off_tables", "misfit_ratios", "copies", "ExpandedSampler"]
@@ -166,8 +165,7 @@ def misfit_ratios(pool: np.ndarray, checks: list, weights: np.ndarray, total: fl
     out = []
     for c in checks:
         c = c.on(pool)
-        d = c.noisy.size
-        out.append(c.misfit(*c.estimate(weights, total, ess)) / (d + DISCREPANCY_Z * math.sqrt(2.0 * d) * c.share))
+        out.append(c.misfit(*c.estimate(weights, total, ess)) / c.allowance())
     return out
 
 

@@ -94,8 +94,13 @@ class TableCheck:
         For a chunk (``share`` s < 1) the excess allowed is s times a whole table's: a bias
         of the sampler recurs in every chunk, so the chunks' excesses add up (about 1 / s
         of them) where their sampling errors do not."""
+        return self.misfit(estimate, variance) > self.allowance(z)
+
+    def allowance(self, z: float = DISCREPANCY_Z) -> float:
+        """The misfit noise explains (:meth:`is_off`'s bound): d cells plus ``z`` sds of a
+        chi-square on d, times ``share``."""
         d = self.noisy.size
-        return self.misfit(estimate, variance) > d + z * math.sqrt(2.0 * d) * self.share
+        return d + z * math.sqrt(2.0 * d) * self.share
 
     def target(self, estimate: np.ndarray, one_way: Mapping[int, np.ndarray],
                variance: np.ndarray | float = 0.0) -> np.ndarray:
