@@ -139,7 +139,7 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
             continue
         c = c.on(pool)
         est, var = c.estimate(weights, total, ess)
-        cells = c.cells.astype(np.uint16) if c.noisy.size <= 1 << 16 else c.cells
+        cells = c.compact_cells()
         if i not in target:
             held.append(CodeMargin(codes=cells, target=est))
             continue

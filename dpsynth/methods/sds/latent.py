@@ -61,11 +61,10 @@ def pair_weights(pool: np.ndarray, checks: Sequence[TableCheck], one_way: Mappin
     for c in checks:
         if len(c.cols) != 2:
             continue
-        cells = c.on(pool).cells
-        held = np.bincount(cells, minlength=c.noisy.size).astype(np.float64)  # the tables are at the pool's scale
+        c = c.on(pool)
+        held = np.bincount(c.cells, minlength=c.noisy.size).astype(np.float64)  # the tables are at the pool's scale
         target = np.where(c.suppressed, np.minimum(held, c.threshold), np.clip(c.noisy, 0.0, None))
-        margins.append(CodeMargin(codes=cells.astype(np.uint16) if c.noisy.size <= 1 << 16 else cells,
-                                  target=target))
+        margins.append(CodeMargin(codes=c.compact_cells(), target=target))
     ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=np.asarray(t, dtype=np.float64))
             for j, t in one_way.items()]
     if not margins:
