@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import RESULTS  # noqa: E402
 from benchmarks.aim_head_to_head import DELTA, default_workload, load, workload_error  # noqa: E402
+from benchmarks.compress_experiments import Experiment  # noqa: E402
 
 NONE = 1e12  # a share no group or value reaches: that bound off
 #: group = the rule before branch aim-compress (the group bound 0.15 alone); nc = no compression;
@@ -41,23 +42,23 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: viX = the per-value bound X without the group bound. (The recorded file also holds "half": the
 #: group bound and at least half of each column's values kept, run once through a scratch patch.)
 #: c1/c2/c3 (issue 27, branch aim-split): each noisy 1-way count split into y1 = y + a e and
-#: y2 = y - e / a (pgm.COMPRESS_EXPERIMENT's "split" = a, set by the "_split" key), candidates on y1, the group
+#: y2 = y - e / a (compress_experiments.Experiment's "split" = a, set by the "_split" key), candidates on y1, the group
 #: bound on y2: c1 a = 1 with the per-value bound on y, c2 a = 1 without it, c3 a = 2 as c1,
 #: c4 a = 0.5 as c1 (the candidates' half the more precise one: c3 lost on rare-a at 1);
 #: c1sX: c1 with the group share X (0.15 was set on the selection-biased sums); c5: c1 only in
-#: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
-#: COMPRESS_EXPERIMENT's "split_bias", the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
+#: columns whose merge read on y fails the group bound with 0.8 sd per member added (
+#: compress_experiments.Experiment's "split_bias", the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
 #: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 #: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
-#: column's noisy counts (pgm's compress_bound="posterior"; pgm.COMPRESS_POSTERIOR_MODE "group", the
+#: column's noisy counts (pgm's compress_bound="posterior"; Experiment's posterior "group", the
 #: "_posterior" key), Z posterior sds of the sum (pgm.COMPRESS_POSTERIOR_MARGIN, the "_posterior_margin"
 #: key); pbZ: also the per-value bound on the posterior ("both"); p5 is select=aim's default since
 #: branch aim-p5, and every other rule reads the counts (compress_bound="counts", added by rule_params);
 #: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 #: wC (issue 27, branch aim-col): p5 and a candidate merged only when the noise its cells carry in
-#: its column's pair marginals, times C, outweighs the mass it may misplace (compression_maps'
-#: ``cost``, pgm.COMPRESS_EXPERIMENT's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
+#: its column's pair marginals, times C, outweighs the mass it may misplace (the
+#: ``cost``, compress_experiments.Experiment's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
 #: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
 #: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
 RULES: dict[str, dict[str, Any]] = {
@@ -221,18 +222,27 @@ def rule_params(rule: str) -> dict[str, Any]:
     return {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
 
 
-#: A rule's "_" keys passed to compression_maps through pgm.COMPRESS_EXPERIMENT.
-_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max")
+#: A rule's "_" keys, the fields of its :class:`compress_experiments.Experiment` (pgm.COMPRESS_RULE).
+_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds")
 
 
-def _set_rule(rule: str | None) -> None:
-    """Set pgm's module switches of ``rule`` (None: back to their defaults)."""
+def experiment(rule: str, sizes: dict[str, int]) -> Experiment | None:
+    """The experimental rule of ``rule`` for a table of columns ``sizes`` (None: the product's reading)."""
+    r = RULES[rule]
+    fields = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
+    if not fields and "_posterior" not in r:
+        return None
+    posterior = r.get("_posterior", "group") if rule_params(rule)["compress_bound"] == "posterior" else ""
+    return Experiment(posterior=posterior, sizes=tuple(sizes.items()), **fields)
+
+
+def _set_rule(rule: str | None, sizes: dict[str, int] | None = None) -> None:
+    """Set pgm's module switches of ``rule`` for a table of columns ``sizes`` (None: back to their defaults)."""
     from dpsynth.methods import pgm
 
     r = RULES[rule] if rule else {}
-    pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
     pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
-    pgm.COMPRESS_EXPERIMENT = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
+    pgm.COMPRESS_RULE = experiment(rule, sizes or {}) if rule else None
 
 
 def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
@@ -250,7 +260,7 @@ def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
     method = get_method("pgm", {"select": "aim", "degree": 2, **rule_params(rule)})
     ledger = Ledger(budget, method.plan(schema, budget))
     c0 = time.process_time()
-    _set_rule(rule)
+    _set_rule(rule, {str(n): int(k) for n, k in zip(names, sizes)})
     try:
         m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
     finally:
@@ -275,7 +285,7 @@ def run_auto_adult(eps: float, seed: int, rule: str) -> dict[str, Any]:
     index = [c[0] for c in ac.HALVES[half]].index("adult")
     schema, codes = ac.load_table("adult", index + (0 if half == "tuning" else 100))
     params = {"select": "aim", "degree": 2, **rule_params(rule)}
-    _set_rule(rule)
+    _set_rule(rule, {c.name: c.cardinality for c in schema.columns})
     try:
         synth, _, status, _, cpu = ac.run_config("pgm", params, schema, codes, eps, ac.DELTA, seed, 3600)
     finally:

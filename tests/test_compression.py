@@ -20,7 +20,8 @@ from dpsynth.inference import Domain, Observation, estimate
 from dpsynth.inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
 from dpsynth.inference.measurement import merge_observations
 from dpsynth.measurement import Measurement, NoisyMarginal, fold_table
-from dpsynth.inference.compression import posterior_counts, posterior_empty, records_estimate, split_counts
+from dpsynth.inference.compression import posterior_counts, posterior_empty, records_estimate
+from benchmarks.compress_experiments import Experiment, merge_worth, runs_map, split_counts
 from dpsynth.methods import pgm as pgm_module
 from dpsynth.methods.base import ParamError, parse_params
 from dpsynth.methods.pgm import COMPRESS_SHARE as PGM_SHARE, COMPRESS_VALUE_SHARE, PgmMethod, PgmParams
@@ -178,7 +179,7 @@ def _true_merged_shares(split: float, seeds: int = 200) -> np.ndarray:
         r = np.random.default_rng(s)
         one_way = {"a": x + r.normal(0, 100.0, x.size), "b": other + r.normal(0, 100.0, other.size)}
         g = compression_maps(one_way, {"a": 100.0, "b": 100.0}, 3.0, 0.15,
-                             **({"split": split} if split else {})).get("a")
+                             **({"rule": Experiment(posterior="", split=split)} if split else {})).get("a")
         shares.append(0.0 if g is None else x[g == g.max()].sum() / x.sum())
     return np.array(shares)
 
@@ -214,13 +215,14 @@ def test_split_bias_keeps_the_merge_read_on_the_counts_where_the_bias_cannot_pas
     x = np.array([20_000.0, 9_000.0, 5_000.0] + [0.0] * 12 + [55.0] * 10)  # sd 20: bias 0.8 sd x 22 << 0.15 n
     one_way = {"a": x + rng.normal(0, 20.0, x.size)}
     plain = compression_maps(one_way, {"a": 20.0}, 3.0, 0.15, value_share=0.05)
-    kept = compression_maps(one_way, {"a": 20.0}, 3.0, 0.15, value_share=0.05, split=1.0, split_bias=0.8)
+    kept = compression_maps(one_way, {"a": 20.0}, 3.0, 0.15, value_share=0.05,
+                            rule=Experiment(posterior="", split=1.0, split_bias=0.8))
     assert kept["a"].tolist() == plain["a"].tolist() and np.sum(plain["a"] == plain["a"].max()) >= 12
     # without split_bias the split reads the candidates on a noisier half: a different merge
-    split = compression_maps(one_way, {"a": 20.0}, 3.0, 0.15, value_share=0.05, split=1.0)
+    split = compression_maps(one_way, {"a": 20.0}, 3.0, 0.15, value_share=0.05, rule=Experiment(posterior="", split=1.0))
     assert split["a"].tolist() != plain["a"].tolist()
 
-def _adult_like_merges(posterior: str, margin: float | None, seeds: int = 200) -> np.ndarray:
+def _adult_like_merges(posterior: bool, margin: float | None, seeds: int = 200) -> np.ndarray:
     """Per noise seed, the true share of the records merged in an adult-like column: 85 values in
     a bell (as adult's single-year ages), 0.04 to 1.9 noise sds each, at the noise of AIM's 1-way
     counts on adult at epsilon 0.1 (0.05 n = 3.8 sds), the default bounds (0.15 and 0.05)."""
@@ -246,9 +248,9 @@ def test_the_posterior_group_bound_holds_on_the_true_mass_of_an_adult_like_colum
     # Read on each value's posterior given the column (the selection conditioned on), 5 posterior
     # sds above, it holds: if its true failure rate were 1%, more than 12 failures in 200 draws
     # would have probability 1.6e-7; the counts' reading fails in most draws (rejected).
-    plain = _adult_like_merges("", None)
+    plain = _adult_like_merges(False, None)
     assert np.sum(plain > 0.15) > 150
-    post = _adult_like_merges("group", 5.0)
+    post = _adult_like_merges(True, 5.0)
     assert np.sum(post > 0.15) <= 12
     assert np.mean(post > 0.02) > 0.5  # it still merges: the ages of a tiny share
 
@@ -260,14 +262,14 @@ def test_the_posterior_keeps_merging_empty_bins():
     x = np.zeros(50)
     live = rng.choice(50, 20, replace=False)
     x[live] = 50_000 * rng.dirichlet(np.full(20, 0.5))
-    merged: dict[str, list] = {"": [], "group": []}
+    merged: dict[bool, list] = {False: [], True: []}
     for s in range(50):
         y = {"a": x + np.random.default_rng(s).normal(0, 651.0, 50)}
         for k, v in merged.items():
             g = compression_maps(y, {"a": 651.0}, 3.0, 0.15, value_share=0.05, posterior=k,
                                  posterior_margin=5.0)["a"]
             v.append(np.sum(x[g == g.max()] == 0))
-    assert np.mean(merged["group"]) >= 0.9 * np.mean(merged[""]) and np.mean(merged[""]) > 20
+    assert np.mean(merged[True]) >= 0.9 * np.mean(merged[False]) and np.mean(merged[False]) > 20
 
 
 def test_posterior_means_take_out_most_of_the_bias_of_selecting_the_smallest_counts():
@@ -301,8 +303,8 @@ def test_posterior_empty_tells_empty_bins_from_real_small_values_where_the_noise
         q = posterior_empty(y, sigma)
         assert np.all((q >= 0) & (q <= 1)) and np.all(q[60:] == 0)
         looks += q >= 0.5
-        g = compression_maps({"a": y}, {"a": sigma}, 3.0, 0.15, value_share=0.05, posterior="empty",
-                             posterior_margin=5.0)["a"]
+        g = compression_maps({"a": y}, {"a": sigma}, 3.0, 0.15, value_share=0.05, posterior=True,
+                             posterior_margin=5.0, rule=Experiment(posterior="empty"))["a"]
         empty.append(np.sum(x[g == g.max()] == 0))
         real.append(np.sum(x[g == g.max()] > 0))
     assert looks[:30].mean() / 40 > 0.8 and looks[30:60].mean() / 40 < 0.1
@@ -357,7 +359,7 @@ def test_compress_bound_defaults_to_the_posterior_for_aim_and_the_counts_for_mst
     for params in ({"select": "aim", "degree": 2}, {"select": "mst"}, {"select": "mst", "compress_bound": "posterior"},
                    {"select": "aim", "degree": 2, "compress_bound": "counts"}):
         _measure(table, **params)
-    assert [kw.get("posterior", "") for kw in seen] == ["group", "", "group", ""]
+    assert [kw.get("posterior", False) for kw in seen] == [True, False, True, False]
     assert seen[0]["posterior_margin"] == pgm_module.COMPRESS_POSTERIOR_MARGIN == 5.0
     assert PgmParams().compress_bound is None
 
@@ -393,7 +395,7 @@ def test_aim_at_a_small_budget_merges_only_values_of_a_small_share(monkeypatch):
     for a, g in meas.meta["compression"].items():
         g = np.asarray(g)
         assert np.all(one_way[a][g == g.max()] + 3 * sigmas[a] <= 0.05 * n)
-    assert kw == {"value_share": COMPRESS_VALUE_SHARE, "posterior": "group", "posterior_margin": 5.0}
+    assert kw == {"value_share": COMPRESS_VALUE_SHARE, "posterior": True, "posterior_margin": 5.0, "ordered": {}}
     assert COMPRESS_VALUE_SHARE == 0.05
     assert meas.params["compress_value_share"] is None
     assert PgmMethod(PgmParams(select="mst"))._compress_value_share() == float("inf")  # MST keeps MST's rule
@@ -550,8 +552,6 @@ def test_iid_sampling_has_the_multinomial_spread_and_allocation_does_not():
 
 
 def test_runs_map_merges_each_run_of_neighbours_into_a_value_of_its_own():
-    from dpsynth.inference.compression import runs_map
-
     g = runs_map(12, np.array([10, 2, 1, 3, 7, 9]))
     # kept values 0, 4, 5, 6, 7, 8, 11 first in code order; then the runs {1, 2, 3} and {9, 10}
     assert g.tolist() == [0, 7, 7, 7, 1, 2, 3, 4, 5, 8, 8, 6]
@@ -560,8 +560,6 @@ def test_runs_map_merges_each_run_of_neighbours_into_a_value_of_its_own():
 
 
 def test_runs_map_pools_the_lone_values_that_look_empty():
-    from dpsynth.inference.compression import runs_map
-
     empty = np.zeros(12, dtype=bool)
     empty[[5, 8, 11]] = True
     g = runs_map(12, np.array([1, 2, 5, 8, 10]), empty)
@@ -577,11 +575,11 @@ def test_runs_keep_the_two_tails_of_an_ordered_column_apart():
     x = n * (p := np.exp(-0.5 * ((v - 40) / 9) ** 2) + 1e-3) / p.sum()
     r = np.random.default_rng(3)
     one_way = {"age": x + r.normal(0, sigma, x.size), "sex": np.array([0.5, 0.5]) * n + r.normal(0, sigma, 2)}
-    kw = dict(value_share=0.05, posterior="group", posterior_margin=5.0)
+    kw = dict(value_share=0.05, posterior=True, posterior_margin=5.0)
     one = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, **kw)["age"]
     merged = np.flatnonzero(one == one.max())
     assert merged.min() < 20 and merged.max() > 60  # the default's one value holds both tails
-    runs = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, runs="adjacent", **kw)["age"]
+    runs = compression_maps(one_way, {"age": sigma, "sex": sigma}, 3.0, 0.15, rule=Experiment(runs="adjacent"), **kw)["age"]
     for code in np.flatnonzero(np.bincount(runs) > 1):
         members = np.flatnonzero(runs == code)
         assert np.all(np.diff(members) == 1)  # each merged value a run of neighbours
@@ -590,9 +588,7 @@ def test_runs_keep_the_two_tails_of_an_ordered_column_apart():
 
 
 def test_merge_worth_is_the_noise_of_a_row_over_the_other_columns_mean_size():
-    from dpsynth.inference.compression import merge_worth
-
-    one_way = {"a": np.zeros(10), "b": np.zeros(20), "c": np.zeros(30)}
+    one_way = {"a": 10, "b": 20, "c": 30}
     assert merge_worth(one_way, "a", 1.0) == pytest.approx(np.sqrt(2 / np.pi) * 25 / 2)
     assert merge_worth(one_way, "c", 0.1) == pytest.approx(0.1 * np.sqrt(2 / np.pi) * 15 / 2)
     assert merge_worth(one_way, "a", 1.0, width=False) == pytest.approx(np.sqrt(2 / np.pi) / 2)
@@ -607,9 +603,10 @@ def test_the_cost_keeps_real_small_values_the_group_bound_merges_and_still_merge
     kept_real, merged_empty, p5_real = [], [], []
     for s in range(20):
         y = {"a": x + np.random.default_rng(s).normal(0, sigma, x.size), "b": np.full(2, x.sum() / 2)}
-        kw = dict(value_share=0.05, posterior="group", posterior_margin=5.0)
+        kw = dict(value_share=0.05, posterior=True, posterior_margin=5.0)
         g0 = compression_maps(y, {"a": sigma, "b": sigma}, 3.0, 0.15, **kw)["a"]
-        g1 = compression_maps(y, {"a": sigma, "b": sigma}, 3.0, 0.15, cost=1.5, cost_width=False, **kw).get("a")
+        g1 = compression_maps(y, {"a": sigma, "b": sigma}, 3.0, 0.15, rule=Experiment(cost=1.5, cost_width=False),
+                              **kw).get("a")
         p5_real.append(np.sum(g0[20:40] == g0.max()))
         kept_real.append(20 if g1 is None else np.sum(g1[20:40] != g1.max()))
         merged_empty.append(0 if g1 is None else np.sum(g1[:20] == g1.max()))

@@ -57,7 +57,7 @@ from ..rows.encoding import EncodedTable, code_dtype
 from ..evaluation.predicted import allowed_tvds
 from ..inference import EstimatorOptions, FitReport, FitTarget, GraphicalModel, Observation, estimate, fit_to_target
 from ..inference.junction_tree import UnionFind, interaction_graph, triangulate
-from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
+from ..inference.compression import ColumnRule, compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
 from ..inference.measurement import domain_of, merge_observations, observations_of
 from ..privacy.accounting import gaussian_sigma
@@ -121,17 +121,12 @@ def _fit_record(report: FitReport) -> dict:
 
 #: compress_bound="posterior" (select=aim's default, issue 27): the sds of the posterior sum the
 #: group bound reads (p5; set on the tuning half, held out in docs/pgm.md, "A bound the selection
-#: cannot bias"). An experiment switch too, as COMPRESS_POSTERIOR_MODE (compression_maps'
-#: ``posterior``: "group", the product's; "both" and "empty" measured, not adopted).
+#: cannot bias").
 COMPRESS_POSTERIOR_MARGIN = 5.0
-COMPRESS_POSTERIOR_MODE = "group"
-#: compression_maps options that benchmarks/compress_rules.py adds to select=aim's for the rules of
-#: issue 27 it measured and did not adopt (docs/pgm.md): with the counts bound, "split" and
-#: "split_bias" (the count split into two uncorrelated halves); with the posterior bound, "cost",
-#: "cost_width", "runs", "runs_gap" and "runs_max" (a cost per value, runs of neighbours). Not
-#: parameters: empty in the product, so releases keep their bytes.
-COMPRESS_EXPERIMENT: dict = {}
-_WITH_COUNTS = ("split", "split_bias")
+#: An experimental merge rule (compression_maps' ``rule``) that benchmarks/compress_rules.py sets
+#: for select=aim from benchmarks/compress_experiments.py, the rules of issue 27 measured and not
+#: adopted (docs/pgm.md). Not a parameter: None in the product, so releases keep their bytes.
+COMPRESS_RULE: ColumnRule | None = None
 
 
 def _stage_1way(col: str) -> str:
@@ -274,7 +269,7 @@ class PgmMethod(MethodBase):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
-                                 self.params.compress_threshold, self._compress_share(), **self._compress_options())
+                                 self.params.compress_threshold, self._compress_share(), **self._compress_options(schema))
                 if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
@@ -311,15 +306,17 @@ class PgmMethod(MethodBase):
             return float(self.params.compress_value_share)
         return COMPRESS_VALUE_SHARE if self.params.select == "aim" else math.inf
 
-    def _compress_options(self) -> dict:
-        """compression_maps' keywords beside the group share: the per-value share and what the bounds
-        read (``compress_bound``; none: aim the posterior, mst the counts); the experiment switches."""
-        kw: dict = {"value_share": self._compress_value_share()}
-        extra = {k: v for k, v in COMPRESS_EXPERIMENT.items() if self.params.select == "aim"}
+    def _compress_options(self, schema: Schema) -> dict:
+        """compression_maps' keywords beside the group share: the per-value share, what the bounds
+        read (``compress_bound``; none: aim the posterior, mst the counts), the columns' ordered
+        codes (numeric and datetime bins) and, for aim, the experimental rule (None in the product)."""
+        kw: dict = {"value_share": self._compress_value_share(),
+                    "ordered": {c.name: c.n_regular for c in schema.columns if c.type != "categorical"}}
         if (self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")) == "posterior":
-            kw.update(posterior=COMPRESS_POSTERIOR_MODE, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
-            return {**kw, **{k: v for k, v in extra.items() if k not in _WITH_COUNTS}}
-        return {**kw, **{k: v for k, v in extra.items() if k in _WITH_COUNTS}}
+            kw.update(posterior=True, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
+        if self.params.select == "aim" and COMPRESS_RULE is not None:
+            kw["rule"] = COMPRESS_RULE
+        return kw
 
     def _model_domain(self) -> Domain:
         return compressed_domain(self._domain, self._maps)
