@@ -203,11 +203,90 @@ def held_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     return np.column_stack(cols).astype(np.int64), sizes
 
 
+#: Held-out generated tables of session 37 (issue 27 §1/§2, branch aim-empty), fixed and committed
+#: BEFORE any rule of that session was tuned, run once per final rule: rows, seed, shape
+#: (``HELD2_SHAPES``). Seeds 41-44, which no other table uses.
+HELD2 = {"hn-zipf": (30_000, 41, "zipf"), "hn-bells": (50_000, 42, "bells"), "hn-mix": (40_000, 43, "mix"),
+         "hn-wide": (30_000, 44, "wide")}
+#: The columns per shape, beside ``HELD_SHAPES``' kinds: ("zr", v) a Zipf-like decay (exponent
+#: 0.8-1.4 per class) over the values in a random order per column; ("b", v) a bell per class cut
+#: at 2.5 sds, so values beyond every class's cut are truly empty (the edges); ("g", v) a
+#: geometric decay from code 0 (rate 0.03-0.1 per class); ("mx", v, empty, small): ``empty``
+#: values truly empty, ``small`` values holding 2-6% of each class's mass together, the rest
+#: Dirichlet(0.7), all at random codes. Ordered (declared numeric): "b", "g" (and "o", "t", "k").
+HELD2_SHAPES: dict[str, list[tuple]] = {
+    "zipf": [("zr", 60), ("s", 3), ("zr", 90), ("s", 5), ("zr", 35), ("g", 50), ("s", 2), ("zr", 70)],
+    "bells": [("b", 80), ("s", 4), ("b", 60), ("s", 3), ("b", 100), ("s", 6), ("b", 45), ("s", 2)],
+    "mix": [("mx", 70, 25, 30), ("s", 4), ("mx", 40, 10, 20), ("s", 3), ("mx", 90, 40, 30), ("s", 5), ("b", 50),
+            ("s", 2)],
+    "wide": [("s", 2), ("b", 70), ("zr", 50), ("s", 5), ("mx", 60, 20, 25), ("g", 40), ("s", 3), ("b", 55), ("s", 7),
+             ("zr", 80), ("s", 4), ("mx", 45, 15, 20), ("s", 2), ("g", 65), ("b", 90), ("s", 6), ("zr", 40), ("s", 3),
+             ("mx", 30, 8, 12), ("s", 9), ("b", 40), ("s", 2), ("zr", 55), ("s", 4)],
+}
+#: The kinds of column whose codes are in order (declared numeric in the benchmark's schema).
+ORDERED_KINDS = ("o", "k", "z", "t", "b", "g")
+
+
+def _held2_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Per latent class, a distribution over a session-37 held-out column's values (``HELD2_SHAPES``)."""
+    kind, size = spec[0], spec[1]
+    v = np.arange(size)
+    if kind == "s":
+        return _wide_probs(kind, size, classes, rng)
+    if kind == "zr":
+        p = (1.0 + np.arange(size))[None, :] ** -rng.uniform(0.8, 1.4, classes)[:, None]
+        p = p[:, np.argsort(rng.permutation(size))]
+    elif kind == "b":
+        mu, sd = rng.uniform(0.3, 0.7, classes) * size, rng.uniform(0.05, 0.1, classes) * size
+        u = (v[None, :] - mu[:, None]) / sd[:, None]
+        p = np.where(np.abs(u) <= 2.5, np.exp(-0.5 * u**2), 0.0)
+    elif kind == "g":
+        p = np.exp(-rng.uniform(0.03, 0.1, classes)[:, None] * v[None, :])
+    else:  # "mx": empty, real small and the rest, at random codes
+        perm = rng.permutation(size)
+        small, rest = perm[spec[2]: spec[2] + spec[3]], perm[spec[2] + spec[3]:]
+        p = np.zeros((classes, size))
+        p[:, small] = rng.dirichlet(np.full(small.size, 1.0), size=classes) * rng.uniform(0.02, 0.06, (classes, 1))
+        p[:, rest] = rng.dirichlet(np.full(rest.size, 0.7), size=classes) * (1.0 - p[:, small].sum(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def held2_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
+    """A session-37 held-out table of ``n`` rows (``HELD2_SHAPES``): 5 latent classes, as :func:`wide_table`."""
+    rng = np.random.default_rng(seed)
+    classes = 5
+    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
+    cols, sizes = [], []
+    for spec in HELD2_SHAPES[shape]:
+        probs = _held2_probs(spec, classes, rng)
+        u = rng.random(n)
+        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
+        sizes.append(spec[1])
+    return np.column_stack(cols).astype(np.int64), sizes
+
+
+def ordered_of(name: str) -> dict[str, int]:
+    """Per column of table ``name`` whose codes are in order, its number of codes (declared numeric
+    by :func:`run`): the generated tables' ordered kinds (``ORDERED_KINDS``), the NIST schema's
+    numeric columns; none for the rare-bin and UCI tables (their values are categories)."""
+    shapes = {**{k: WIDE_SHAPES[v[2]] for k, v in WIDE.items()}, **{k: HELD_SHAPES[v[2]] for k, v in HELD.items()},
+              **{k: HELD2_SHAPES[v[2]] for k, v in HELD2.items()}}
+    if name in shapes:
+        return {f"w{j}": spec[1] for j, spec in enumerate(shapes[name]) if spec[0] in ORDERED_KINDS}
+    if name.startswith("nist-"):
+        from benchmarks.pgm_vs_mbi import load as pvm_load
+
+        schema = pvm_load(f"nist-demo-{name.split('-', 1)[1]}")["schema"]
+        return {c.name: c.n_regular for c in schema.columns if c.type != "categorical" and c.n_regular == c.cardinality}
+    return {}
+
+
 def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     """aim_head_to_head's tables, pgm_vs_mbi's generated rare-bin tables (rare-a/b/c) and the
-    generated wide tables (``WIDE``)."""
-    if name in WIDE or name in HELD:
-        codes, sizes = wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name])
+    generated tables (``WIDE``, ``HELD``, ``HELD2``)."""
+    if name in WIDE or name in HELD or name in HELD2:
+        codes, sizes = (wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name]) if name in HELD
+                        else held2_table(*HELD2[name]))
         return [f"w{j}" for j in range(len(sizes))], codes, sizes
     if name.startswith("rare-"):
         from benchmarks.pgm_vs_mbi import load as pvm_load
@@ -245,15 +324,19 @@ def _set_rule(rule: str | None, sizes: dict[str, int] | None = None) -> None:
     pgm.COMPRESS_RULE = experiment(rule, sizes or {}) if rule else None
 
 
-def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
-    """One release of ``pgm select=aim degree=2`` under ``rule``, scored against the real codes."""
+def run(data: tuple, eps: float, seed: int, rule: str, ordered: dict[str, int] | None = None) -> dict[str, Any]:
+    """One release of ``pgm select=aim degree=2`` under ``rule``, scored against the real codes; the
+    columns in ``ordered`` (:func:`ordered_of`) declared numeric (integer bins of width 1), the rest
+    categorical."""
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
     from dpsynth.rows.encoding import EncodedTable
     from dpsynth.schema import schema_from_dict
 
     names, codes, sizes = data
-    cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]} for n, s in zip(names, sizes)]
+    cols = [{"name": str(n), "type": "numeric", "bounds": [0, int(s)], "bins": int(s), "integer": True}
+            if (ordered or {}).get(str(n)) == int(s) else
+            {"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]} for n, s in zip(names, sizes)]
     schema = schema_from_dict({"name": "compress-rules", "columns": cols})
     budget = Budget(epsilon=eps, delta=DELTA)
     rng = np.random.default_rng(seed)
@@ -385,10 +468,11 @@ def main() -> None:
     seeds = list(range(int(a), int(b) + 1)) if b else [int(s) for s in args.seeds.split(",")]
     for t in args.data.split(","):
         data = load_any(t) if t != AUTO_ADULT else None
+        ordered = ordered_of(t) if t != AUTO_ADULT else None
         for e in (float(x) for x in args.eps.split(",")):
             for s in seeds:
                 for k in args.rules.split(","):
-                    one = run_auto_adult(e, s, k) if t == AUTO_ADULT else run(data, e, s, k)
+                    one = run_auto_adult(e, s, k) if t == AUTO_ADULT else run(data, e, s, k, ordered)
                     r = {"table": t, "eps": e, "seed": s, "kind": k, **one}
                     with out.open("a") as fh:
                         fh.write(json.dumps(r) + "\n")
