@@ -81,21 +81,33 @@ def groups_map(size: int, groups: list[np.ndarray]) -> np.ndarray | None:
     return g
 
 
-def ordered_map(size: int, chosen: np.ndarray, empty: np.ndarray, ordered: int, real_runs: bool = True) -> np.ndarray | None:
-    """Session 37's rule on p5's ``chosen`` codes: those that look ``empty`` (a mask over the codes)
-    pool into one value wherever they sit; the others merge as runs of neighbouring codes only
-    among the column's first ``ordered`` codes (those its schema declares in order), and only
-    with ``real_runs``; every other chosen value is kept. None when nothing merges."""
+def ordered_map(size: int, chosen: np.ndarray, empty: np.ndarray, ordered: int, mode: str = "ordered") -> np.ndarray | None:
+    """Session 37's rules on p5's ``chosen`` codes. Outside the column's first ``ordered`` codes
+    (those its schema declares in order) the chosen values that look ``empty`` (a mask over the
+    codes) pool into one value and the others are kept. Inside them, ``mode`` "ordered": the
+    empty-looking ones join that pool and the others merge as runs of neighbouring codes;
+    "ordered-runs": every chosen value merges as runs of neighbours and those left alone that look
+    empty join the pool; "ordered-pool": only the empty-looking ones pool, no runs;
+    "ordered-eruns": only the empty-looking ones merge, as runs of neighbours (no pool), the lone
+    ones kept. None when nothing merges."""
     chosen = np.sort(np.asarray(chosen, dtype=np.int64))
-    pool = chosen[empty[chosen]]
-    rest = chosen[~empty[chosen]]
-    groups: list[np.ndarray] = []
-    if real_runs:
-        inside = rest[rest < ordered]
-        runs = np.split(inside, np.flatnonzero(np.diff(inside) > 1) + 1) if inside.size else []
-        groups = [r for r in runs if r.size >= 2]
-    if pool.size >= 2:
-        groups.append(pool)
+    inside, outside = chosen[chosen < ordered], chosen[chosen >= ordered]
+    pool = [outside[empty[outside]]]
+    if mode == "ordered-runs":
+        run_codes = inside
+    elif mode == "ordered-eruns":
+        run_codes = inside[empty[inside]]
+    else:
+        pool.append(inside[empty[inside]])
+        run_codes = inside[~empty[inside]] if mode == "ordered" else np.zeros(0, np.int64)
+    runs = np.split(run_codes, np.flatnonzero(np.diff(run_codes) > 1) + 1) if run_codes.size else []
+    groups = [r for r in runs if r.size >= 2]
+    if mode == "ordered-runs":
+        lone = np.setdiff1d(inside, np.concatenate(groups) if groups else np.zeros(0, np.int64))
+        pool.append(lone[empty[lone]])
+    pooled = np.sort(np.concatenate(pool))
+    if pooled.size >= 2:
+        groups.append(pooled)
     return groups_map(size, groups)
 
 
@@ -107,10 +119,11 @@ class Experiment:
     ``cost`` (``cost_width``, ``sizes``: per column its codes): only values whose posterior mean
     is at most :func:`merge_worth` sds. ``runs``: "adjacent" (:func:`runs_map`, ``runs_gap``,
     ``runs_max``), "adjacent+empty", "adjacent+alone", "cost" (one value or runs by the cost);
-    "ordered" (:func:`ordered_map`: values that look empty pooled, the rest as runs only in
-    ordered codes), "ordered-pool" (the same without the runs). With "ordered*", a value looks
-    empty when its posterior mean is at most ``empty_sds`` sds, or, ``empty_sds`` 0, when its
-    posterior probability of looking empty (:func:`posterior_empty`) is at least 0.5."""
+    "ordered", "ordered-runs", "ordered-pool" (:func:`ordered_map`: values that look empty pooled,
+    real ones as runs only in the codes the schema orders). With "ordered*", a value looks empty
+    when its posterior mean is at most ``empty_sds`` sds, or, ``empty_sds`` 0, when its posterior
+    probability of looking empty (:func:`posterior_empty`) is at least 0.5; ``cat_all``: outside
+    the ordered codes every chosen value pools (as p5)."""
 
     posterior: str = "group"
     split: float = 0.0
@@ -121,6 +134,7 @@ class Experiment:
     runs_gap: int = 1
     runs_max: int = 0
     empty_sds: float = 0.0
+    cat_all: bool = False
     sizes: tuple[tuple[str, int], ...] = ()
 
     def __call__(self, col: ColumnCounts, b: MergeBounds) -> np.ndarray | None:
@@ -153,7 +167,9 @@ class Experiment:
             empty = posterior_counts(col.y, col.sigma)[0] <= self.empty_sds * col.sigma
         else:
             empty = posterior_empty(col.y, col.sigma) >= 0.5
-        return ordered_map(col.y.size, chosen, empty, col.ordered, self.runs == "ordered")
+        if self.cat_all:  # outside the ordered codes every chosen value pools (p5's group)
+            empty = empty | (np.arange(col.y.size) >= col.ordered)
+        return ordered_map(col.y.size, chosen, empty, col.ordered, self.runs)
 
     def _posterior(self, col: ColumnCounts, b: MergeBounds) -> np.ndarray | None:
         """The posterior readings of sessions 35-36 (modes, a cost per value, runs)."""

@@ -61,6 +61,13 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: ``cost``, compress_experiments.Experiment's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
 #: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
 #: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
+#: Session 37 (branch aim-empty; compress_experiments.ordered_map over p5's chosen values): o, or,
+#: op = runs "ordered" (values that look empty pooled anywhere, the rest as runs of neighbours in
+#: the codes the schema orders, kept elsewhere), "ordered-runs" (in ordered codes every chosen
+#: value as runs, the lone empty-looking ones pooled), "ordered-pool" (only the empty-looking
+#: ones pooled), oe "ordered-eruns" (in ordered codes only the empty-looking ones, as runs; the
+#: lone ones kept); "looks empty": posterior_empty >= 0.5 (the column's fitted prior), or, with the
+#: suffix fX, posterior mean <= X sds; suffix a: outside ordered codes every chosen value pools.
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
@@ -81,6 +88,10 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"r5f{c:g}": {"compress_bound": "posterior", "_runs": "adjacent", "_cost": c, "_cost_width": False}
        for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
     **{f"rc{c:g}": {"compress_bound": "posterior", "_runs": "cost", "_cost": c} for c in (0.005, 0.01, 0.02, 0.05)},
+    **{f"o{m}{e}": {"compress_bound": "posterior", "_runs": f"ordered{mode}", **({"_empty_sds": float(e[1:])} if e else {})}
+       for m, mode in (("", ""), ("r", "-runs"), ("p", "-pool"), ("e", "-eruns")) for e in ("", "f0.5", "f0.6", "f0.8", "f1")},
+    **{f"o{m}a": {"compress_bound": "posterior", "_runs": f"ordered{mode}", "_cat_all": True}
+       for m, mode in (("", ""), ("r", "-runs"), ("e", "-eruns"))},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -223,8 +234,10 @@ HELD2_SHAPES: dict[str, list[tuple]] = {
              ("zr", 80), ("s", 4), ("mx", 45, 15, 20), ("s", 2), ("g", 65), ("b", 90), ("s", 6), ("zr", 40), ("s", 3),
              ("mx", 30, 8, 12), ("s", 9), ("b", 40), ("s", 2), ("zr", 55), ("s", 4)],
 }
-#: The kinds of column whose codes are in order (declared numeric in the benchmark's schema).
-ORDERED_KINDS = ("o", "k", "z", "t", "b", "g")
+#: Per family of generated tables, the kinds of column whose codes are in order (declared numeric
+#: in the benchmark's schema): the wide tables' "z" is a decay from code 0, the session-36
+#: tables' "z" a Zipf decay at random codes (not ordered).
+ORDERED_KINDS = {"wide": ("o", "k", "z"), "held": ("o", "t", "k"), "held2": ("b", "g")}
 
 
 def _held2_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -267,12 +280,12 @@ def held2_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
 
 def ordered_of(name: str) -> dict[str, int]:
     """Per column of table ``name`` whose codes are in order, its number of codes (declared numeric
-    by :func:`run`): the generated tables' ordered kinds (``ORDERED_KINDS``), the NIST schema's
+    by :func:`run`): the generated tables' ordered kinds (``ORDERED_KINDS`` of their family), the NIST schema's
     numeric columns; none for the rare-bin and UCI tables (their values are categories)."""
-    shapes = {**{k: WIDE_SHAPES[v[2]] for k, v in WIDE.items()}, **{k: HELD_SHAPES[v[2]] for k, v in HELD.items()},
-              **{k: HELD2_SHAPES[v[2]] for k, v in HELD2.items()}}
-    if name in shapes:
-        return {f"w{j}": spec[1] for j, spec in enumerate(shapes[name]) if spec[0] in ORDERED_KINDS}
+    for family, tables, shapes in (("wide", WIDE, WIDE_SHAPES), ("held", HELD, HELD_SHAPES), ("held2", HELD2, HELD2_SHAPES)):
+        if name in tables:
+            kinds = ORDERED_KINDS[family]
+            return {f"w{j}": spec[1] for j, spec in enumerate(shapes[tables[name][2]]) if spec[0] in kinds}
     if name.startswith("nist-"):
         from benchmarks.pgm_vs_mbi import load as pvm_load
 
@@ -302,7 +315,7 @@ def rule_params(rule: str) -> dict[str, Any]:
 
 
 #: A rule's "_" keys, the fields of its :class:`compress_experiments.Experiment` (pgm.COMPRESS_RULE).
-_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds")
+_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds", "cat_all")
 
 
 def experiment(rule: str, sizes: dict[str, int]) -> Experiment | None:

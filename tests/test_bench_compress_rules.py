@@ -94,3 +94,7 @@ def test_the_session_37_held_out_tables_hold_their_shapes_and_declare_their_orde
                 assert nz.size == sizes[j] and not np.all(np.diff(share[j]) <= 0)
     assert len(load_any("hn-wide")[2]) >= 20
     assert ordered_of("rare-b") == {} and ordered_of("wide-a") == {"w1": 85, "w3": 60, "w5": 99, "w7": 42}
+    # the wide tables' "z" is a decay from code 0 (ordered); the session-36 tables' "z" is a Zipf
+    # decay at random codes (not ordered): ho-zipf has no ordered column, wide-c's w3 is one
+    assert ordered_of("ho-zipf") == {} and ordered_of("wide-c")["w3"] == 100
+    assert ordered_of("ho-tail") == {f"w{j}": s for j, s in ((0, 90), (2, 60), (4, 100), (5, 40), (7, 75), (9, 50))}
