@@ -122,7 +122,7 @@ class Experiment:
     "ordered", "ordered-runs", "ordered-pool" (:func:`ordered_map`: values that look empty pooled,
     real ones as runs only in the codes the schema orders). With "ordered*", a value looks empty
     when its posterior mean is at most ``empty_sds`` sds, or, ``empty_sds`` 0, when its posterior
-    probability of looking empty (:func:`posterior_empty`) is at least 0.5; ``cat_all``: outside
+    probability of looking empty (:func:`posterior_empty`) is at least ``empty_p``; ``cat_all``: outside
     the ordered codes every chosen value pools (as p5)."""
 
     posterior: str = "group"
@@ -134,6 +134,7 @@ class Experiment:
     runs_gap: int = 1
     runs_max: int = 0
     empty_sds: float = 0.0
+    empty_p: float = 0.5
     cat_all: bool = False
     sizes: tuple[tuple[str, int], ...] = ()
 
@@ -166,7 +167,7 @@ class Experiment:
         if self.empty_sds > 0:
             empty = posterior_counts(col.y, col.sigma)[0] <= self.empty_sds * col.sigma
         else:
-            empty = posterior_empty(col.y, col.sigma) >= 0.5
+            empty = posterior_empty(col.y, col.sigma) >= self.empty_p
         if self.cat_all:  # outside the ordered codes every chosen value pools (p5's group)
             empty = empty | (np.arange(col.y.size) >= col.ordered)
         return ordered_map(col.y.size, chosen, empty, col.ordered, self.runs)

@@ -67,7 +67,8 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: value as runs, the lone empty-looking ones pooled), "ordered-pool" (only the empty-looking
 #: ones pooled), oe "ordered-eruns" (in ordered codes only the empty-looking ones, as runs; the
 #: lone ones kept); "looks empty": posterior_empty >= 0.5 (the column's fitted prior), or, with the
-#: suffix fX, posterior mean <= X sds; suffix a: outside ordered codes every chosen value pools.
+#: suffix fX, posterior mean <= X sds; suffix a: outside ordered codes every chosen value pools;
+#: oeqP: oe with "looks empty" at posterior_empty >= P; oesX: oe with the group share X.
 RULES: dict[str, dict[str, Any]] = {
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
@@ -92,6 +93,10 @@ RULES: dict[str, dict[str, Any]] = {
        for m, mode in (("", ""), ("r", "-runs"), ("p", "-pool"), ("e", "-eruns")) for e in ("", "f0.5", "f0.6", "f0.8", "f1")},
     **{f"o{m}a": {"compress_bound": "posterior", "_runs": f"ordered{mode}", "_cat_all": True}
        for m, mode in (("", ""), ("r", "-runs"), ("e", "-eruns"))},
+    **{f"oeq{q:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "_empty_p": q} for q in (0.7, 0.9)},
+    **{f"oes{x:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "compress_share": x} for x in (0.05, 0.1)},
+    **{f"oef{f:g}s{x:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "_empty_sds": f, "compress_share": x}
+       for f in (0.6,) for x in (0.05,)},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -315,7 +320,7 @@ def rule_params(rule: str) -> dict[str, Any]:
 
 
 #: A rule's "_" keys, the fields of its :class:`compress_experiments.Experiment` (pgm.COMPRESS_RULE).
-_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds", "cat_all")
+_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds", "empty_p", "cat_all")
 
 
 def experiment(rule: str, sizes: dict[str, int]) -> Experiment | None:

@@ -612,3 +612,49 @@ def test_the_cost_keeps_real_small_values_the_group_bound_merges_and_still_merge
         merged_empty.append(0 if g1 is None else np.sum(g1[:20] == g1.max()))
     assert np.mean(p5_real) > 15  # the group bound alone merges most real values of 2 sds
     assert np.mean(kept_real) > 17 and np.mean(merged_empty) > 10
+
+
+# --- session 37: values that look empty pooled, runs only in ordered codes (branch aim-empty) ---
+
+
+def test_ordered_map_pools_empty_looking_values_anywhere_and_runs_only_in_ordered_codes():
+    from benchmarks.compress_experiments import ordered_map
+
+    empty = np.zeros(12, dtype=bool)
+    empty[[1, 2, 5, 9, 10]] = True
+    chosen = np.array([11, 1, 2, 3, 5, 7, 9, 10])  # codes 0-7 ordered, 8-11 categories
+    # ordered: the empty-looking 1, 2, 5, 9, 10 pool; of the others only ordered neighbours run (none: 3, 7 alone)
+    assert ordered_map(12, chosen, empty, 8, "ordered").tolist() == [0, 7, 7, 1, 2, 7, 3, 4, 5, 7, 7, 6]
+    # ordered-runs: every chosen ordered code as runs ({1, 2, 3}); the lone empty 5 joins 9, 10's pool
+    assert ordered_map(12, chosen, empty, 8, "ordered-runs").tolist() == [0, 6, 6, 6, 1, 7, 2, 3, 4, 7, 7, 5]
+    # ordered-eruns: in ordered codes only the empty-looking ones, as runs ({1, 2}; 5 alone: kept); 9, 10 pool
+    assert ordered_map(12, chosen, empty, 8, "ordered-eruns").tolist() == [0, 8, 8, 1, 2, 3, 4, 5, 6, 9, 9, 7]
+    # no code ordered: only the empty-looking values merge, into one value, wherever they sit
+    g = ordered_map(12, chosen, empty, 0, "ordered-eruns")
+    assert np.flatnonzero(g == g.max()).tolist() == [1, 2, 5, 9, 10] and np.sum(np.bincount(g) > 1) == 1
+    assert ordered_map(12, np.array([3, 7]), empty, 8, "ordered-eruns") is None  # nothing looks empty
+
+
+def test_the_ordered_rule_keeps_the_tails_of_a_bell_apart_and_real_values_at_random_codes_unmerged():
+    # An ordered bell whose edges are truly empty beside a Zipf column at random codes (0.5-2 sds
+    # per value, real): oe merges the empty edges as one run per edge and leaves the Zipf values,
+    # where p5 pools both edges together and most of the Zipf tail.
+    sigma = 50.0
+    v = np.arange(60)
+    bell = np.where(np.abs(v - 30) <= 18, 40_000 * np.exp(-0.5 * ((v - 30) / 8) ** 2), 0.0)
+    zipf = (1.0 + np.arange(50)) ** -1.0
+    zipf = np.random.default_rng(1).permutation(20_000 * zipf / zipf.sum() + 40.0)  # every value real, >= 0.8 sd
+    rule = Experiment(runs="ordered-eruns")
+    for s in range(5):
+        r = np.random.default_rng(s)
+        y = {"b": bell + r.normal(0, sigma, 60), "z": zipf + r.normal(0, sigma, 50)}
+        kw = dict(value_share=0.05, posterior=True, posterior_margin=5.0, ordered={"b": 60})
+        p5 = compression_maps(y, {"b": sigma, "z": sigma}, 3.0, 0.15, **kw)
+        oe = compression_maps(y, {"b": sigma, "z": sigma}, 3.0, 0.15, rule=rule, **kw)
+        members = np.flatnonzero(p5["b"] == p5["b"].max())
+        assert members.min() < 12 and members.max() > 48  # p5: one value holds both edges
+        for code in np.flatnonzero(np.bincount(oe["b"]) > 1):
+            m = np.flatnonzero(oe["b"] == code)
+            assert np.all(np.diff(m) == 1) and (m.max() < 12 or m.min() > 48)  # one edge, a run
+            assert np.all(bell[m] == 0)  # only truly empty values
+        assert np.sum(p5["z"] == p5["z"].max()) >= 5 and "z" not in oe
