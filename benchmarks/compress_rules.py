@@ -69,7 +69,10 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: lone ones kept); "looks empty": posterior_empty >= 0.5 (the column's fitted prior), or, with the
 #: suffix fX, posterior mean <= X sds; suffix a: outside ordered codes every chosen value pools;
 #: oeqP: oe with "looks empty" at posterior_empty >= P; oesX: oe with the group share X.
+#: e5: select=aim's default since session 37 (compression_maps' ``empty_only``, the group share
+#: 0.05; the same releases as oes0.05), run as the product runs it (``PRODUCT``).
 RULES: dict[str, dict[str, Any]] = {
+    "e5": {"compress_bound": "posterior"},
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
     **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
@@ -314,9 +317,19 @@ def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     return load(name)
 
 
+#: The rules that run select=aim's product reading as it is now (no experimental rule): e5, the
+#: default since session 37 (the same releases as oes0.05). Every other posterior rule runs
+#: through an Experiment (p5's reading, the default before, with the group share 0.15 unless set).
+PRODUCT = ("e5",)
+
+
 def rule_params(rule: str) -> dict[str, Any]:
-    """pgm's parameters of ``rule``: its own, the bounds read on the counts unless it says otherwise."""
-    return {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    """pgm's parameters of ``rule``: its own, the bounds read on the counts unless it says otherwise
+    (a posterior rule other than the product's: the group share 0.15 unless it sets one)."""
+    params = {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    if params["compress_bound"] == "posterior" and rule not in PRODUCT:
+        params.setdefault("compress_share", 0.15)
+    return params
 
 
 #: A rule's "_" keys, the fields of its :class:`compress_experiments.Experiment` (pgm.COMPRESS_RULE).
@@ -327,9 +340,10 @@ def experiment(rule: str, sizes: dict[str, int]) -> Experiment | None:
     """The experimental rule of ``rule`` for a table of columns ``sizes`` (None: the product's reading)."""
     r = RULES[rule]
     fields = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
-    if not fields and "_posterior" not in r:
+    bound = rule_params(rule)["compress_bound"]
+    if rule in PRODUCT or (not fields and bound != "posterior"):
         return None
-    posterior = r.get("_posterior", "group") if rule_params(rule)["compress_bound"] == "posterior" else ""
+    posterior = r.get("_posterior", "group") if bound == "posterior" else ""
     return Experiment(posterior=posterior, sizes=tuple(sizes.items()), **fields)
 
 

@@ -27,8 +27,8 @@ from .junction_tree import Domain
 from .model import allocate
 
 __all__ = [
-    "ColumnCounts", "ColumnRule", "MergeBounds", "compression_maps", "merge_map", "posterior_chosen", "posterior_counts",
-    "posterior_empty", "rare_run", "records_estimate", "compressed_domain", "fold_observation", "expand_codes",
+    "ColumnCounts", "ColumnRule", "MergeBounds", "compression_maps", "empty_map", "groups_map", "merge_map",
+    "posterior_chosen", "posterior_counts", "posterior_empty", "rare_run", "records_estimate", "compressed_domain", "fold_observation", "expand_codes",
 ]
 
 
@@ -72,7 +72,8 @@ ColumnRule = Callable[[ColumnCounts, MergeBounds], "np.ndarray | None"]
 def compression_maps(
     one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
     margin: float | None = None, value_share: float = math.inf, posterior: bool = False,
-    posterior_margin: float | None = None, ordered: Mapping[str, int] | None = None, rule: ColumnRule | None = None,
+    posterior_margin: float | None = None, empty_only: bool = False, ordered: Mapping[str, int] | None = None,
+    rule: ColumnRule | None = None,
 ) -> dict[str, np.ndarray]:
     """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
 
@@ -90,6 +91,10 @@ def compression_maps(
     (:func:`posterior_counts`, a prior on [0, inf) fitted to the column), which conditions on the
     very counts that selected the candidates, so the selection does not bias it: the sum of the
     merged values' posterior means + ``posterior_margin`` (None: ``margin``) sds of that sum.
+    ``empty_only`` (with ``posterior``; select=aim's default): of those values only the ones that
+    look empty more likely than not (:func:`posterior_empty` >= 0.5) merge, by :func:`empty_map`:
+    as runs of neighbouring codes among the codes the schema orders (``ordered``: per column, its
+    ordered leading codes), pooled into one value elsewhere; every other value is kept.
 
     ``rule`` (None: the reading above): an experimental rule that makes each column's map from
     its :class:`ColumnCounts` (``ordered``: per column, its ordered leading codes) and the bounds
@@ -108,7 +113,10 @@ def compression_maps(
         else:
             chosen = posterior_chosen(col, bounds) if posterior else rare_run(
                 col.y, col.y, col.y <= bounds.value_cap - z * col.sigma, col.sigma, threshold, z, bounds.cap)
-            g = None if chosen is None else merge_map(col.y.size, chosen)
+            if chosen is not None and posterior and empty_only:
+                g = empty_map(col.y.size, chosen, posterior_empty(col.y, col.sigma) >= 0.5, col.ordered)
+            else:
+                g = None if chosen is None else merge_map(col.y.size, chosen)
         if g is not None:
             maps[name] = g
     return maps
@@ -121,6 +129,38 @@ def merge_map(size: int, rare: np.ndarray) -> np.ndarray:
     mask[rare] = True
     g[~mask] = np.arange(size - rare.size)
     g[mask] = size - rare.size
+    return g
+
+
+def empty_map(size: int, chosen: np.ndarray, empty: np.ndarray, ordered: int) -> np.ndarray | None:
+    """The map of the ``chosen`` codes that look ``empty`` (a mask over the codes): among the first
+    ``ordered`` codes (those the schema declares in order) each run of two or more neighbours
+    merges into a value of its own, and the others that look empty pool into one more value (when
+    two or more); every other code is kept. None when nothing merges. A truly empty value has no
+    relation to misplace; a run of neighbours of an ordered column relates alike to the others,
+    where one value of both tails of a bell would give each tail the other's relations."""
+    chosen = np.sort(np.asarray(chosen, dtype=np.int64))
+    look = chosen[empty[chosen]]
+    inside, outside = look[look < ordered], look[look >= ordered]
+    runs = np.split(inside, np.flatnonzero(np.diff(inside) > 1) + 1) if inside.size else []
+    groups = [r for r in runs if r.size >= 2]
+    if outside.size >= 2:
+        groups.append(outside)
+    return groups_map(size, groups)
+
+
+def groups_map(size: int, groups: list[np.ndarray]) -> np.ndarray | None:
+    """The map of disjoint ``groups`` of codes (each of two or more) into values of their own,
+    after the kept values in code order; None when there is no group."""
+    if not groups:
+        return None
+    g = np.empty(size, dtype=np.int64)
+    merged = np.zeros(size, dtype=bool)
+    for r in groups:
+        merged[r] = True
+    g[~merged] = np.arange(size - int(merged.sum()))
+    for i, r in enumerate(groups):
+        g[r] = size - int(merged.sum()) + i
     return g
 
 

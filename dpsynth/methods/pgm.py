@@ -30,7 +30,8 @@ whose noisy count is below ``compress_threshold`` noise sds are merged into one 
 (with ``select=aim``, only the smallest of them whose merged mass is at most
 ``compress_share`` of the records, so a noisy budget never merges a column whole, and
 each of which holds at most ``compress_value_share`` of them on its own; the group bound read
-on the values' posteriors given the counts, ``compress_bound``);
+on the values' posteriors given the counts, ``compress_bound``; of those, only the values that
+look empty merge: as runs of neighbours in the codes the schema orders, one value elsewhere);
 every later marginal is selected, measured and fitted on the merged values (a partition
 of values: sensitivity 1 still), and published with its map (``NoisyMarginal.groups``).
 
@@ -68,7 +69,7 @@ from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal, fold_table
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
-from .pgm_params import COMPRESS_SHARE, COMPRESS_VALUE_SHARE, PgmParams
+from .pgm_params import COMPRESS_EMPTY_SHARE, COMPRESS_SHARE, COMPRESS_VALUE_SHARE, PgmParams
 
 __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 
@@ -298,7 +299,13 @@ class PgmMethod(MethodBase):
         """The bound on a merged group's share of the records (``compress_share``; its default per select)."""
         if self.params.compress_share is not None:
             return float(self.params.compress_share)
-        return COMPRESS_SHARE if self.params.select == "aim" else math.inf
+        if self.params.select != "aim":
+            return math.inf
+        return COMPRESS_EMPTY_SHARE if self._compress_bound() == "posterior" else COMPRESS_SHARE
+
+    def _compress_bound(self) -> str:
+        """What the group bound reads (``compress_bound``; none: aim the posterior, mst the counts)."""
+        return self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")
 
     def _compress_value_share(self) -> float:
         """The bound on one merged value's share of the records (``compress_value_share``; its default per select)."""
@@ -308,12 +315,13 @@ class PgmMethod(MethodBase):
 
     def _compress_options(self, schema: Schema) -> dict:
         """compression_maps' keywords beside the group share: the per-value share, what the bounds
-        read (``compress_bound``; none: aim the posterior, mst the counts), the columns' ordered
-        codes (numeric and datetime bins) and, for aim, the experimental rule (None in the product)."""
+        read (``compress_bound``; aim's posterior reading merges only values that look empty), the
+        columns' ordered codes (numeric and datetime bins) and, for aim, the experimental rule (None
+        in the product)."""
         kw: dict = {"value_share": self._compress_value_share(),
                     "ordered": {c.name: c.n_regular for c in schema.columns if c.type != "categorical"}}
-        if (self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")) == "posterior":
-            kw.update(posterior=True, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
+        if self._compress_bound() == "posterior":
+            kw.update(posterior=True, posterior_margin=COMPRESS_POSTERIOR_MARGIN, empty_only=self.params.select == "aim")
         if self.params.select == "aim" and COMPRESS_RULE is not None:
             kw["rule"] = COMPRESS_RULE
         return kw
