@@ -9,8 +9,11 @@ merged values are spread back over their members by the members' noisy 1-way cou
 (clipped at 0; uniformly when those are all 0), with the same randomised rounding as the
 sampler, so each member gets its expected share of the rows within one.
 
+select=aim reads the bounds on each value's posterior and merges only the values that look
+empty: as runs of neighbours where the schema orders the codes, one value elsewhere.
+
 A map is an int array over a column's codes: code -> merged code, the kept values first
-in code order, the merged value last. Everything here reads only public (DP) values.
+in code order, the merged values last. Everything here reads only public (DP) values.
 """
 
 from __future__ import annotations
