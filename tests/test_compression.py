@@ -712,3 +712,33 @@ def test_default_aim_merges_only_values_that_look_empty_as_runs_in_an_ordered_co
     # the prior fitted to the column's counts sometimes puts no mass within sigma / 4 of 0 (seed 1
     # here): then nothing looks empty and nothing merges, as without compression
     assert merging >= 4
+
+
+def test_a_release_with_several_merged_values_in_a_column_passes_the_gate_and_verifies(tmp_path):
+    # select=aim's default map can hold several merged values in one column (a run at each empty
+    # edge of an ordered column): the gate, the report's files and verify must read every one.
+    import yaml
+    from dpsynth import pipeline
+    from dpsynth.publish.verify import verify_release
+
+    rng = np.random.default_rng(7)
+    n = 30_000
+    v = np.arange(60)
+    p = np.where(np.abs(v - 30) <= 18, np.exp(-0.5 * ((v - 30) / 6) ** 2), 0.0)
+    age = rng.choice(60, n, p=p / p.sum())
+    s = np.where(rng.random(n) < 0.5 + 0.3 * (age > 30), "a", "b")
+    data = tmp_path / "t.csv"
+    data.write_text("age,s\n" + "".join(f"{a},{b}\n" for a, b in zip(age, s)))
+    schema = tmp_path / "t.yaml"
+    schema.write_text(yaml.safe_dump({"name": "t", "columns": [
+        {"name": "age", "type": "numeric", "bounds": [0, 60], "bins": 60, "integer": True},
+        {"name": "s", "type": "categorical", "values": ["a", "b"]}]}))
+    folder = pipeline.run_release(pipeline.ReleaseConfig(
+        data=data, schema=schema, method="pgm", params={"select": "aim", "degree": "2"}, epsilon=1.0,
+        out=tmp_path / "out", workspace=tmp_path / "ws"))
+    meta = json.loads((folder / "measurement.json").read_text())
+    g = np.asarray(meta["meta"]["compression"]["age"])
+    merged = [np.flatnonzero(g == c) for c in np.flatnonzero(np.bincount(g) > 1)]
+    assert len(merged) >= 2 and any(m.max() < 30 for m in merged) and any(m.min() > 30 for m in merged)
+    assert all(np.all(np.diff(m) == 1) for m in merged)  # runs of neighbours, one per edge
+    assert verify_release(folder) == []
