@@ -1841,3 +1841,27 @@ def test_old_workspace_is_tightened_once_on_first_use(tmp_path, umask_022, monke
     os.chmod(ws, 0o755)
     assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
     assert walks == [1, 1] and _loose_modes(ws) == []
+
+
+# =====================================================================================
+# Section default-sweep: files a careless or ordinary user brings to `schema infer` and
+# `release` with no flags (benchmarks/default_sweep.py, docs/default-sweep.md).
+# =====================================================================================
+
+
+def _draws_of(ws, dataset) -> int:
+    return len(state(ws, dataset).releases) if (ws / "registry.sqlite").exists() else 0
+
+
+@pytest.mark.parametrize("dp", [False, True])
+def test_a_header_that_repeats_a_name_is_refused_by_the_draft_before_any_charge(tmp_path, capsys, dp):
+    """Default sweep: a CSV whose header repeats a column name made `schema infer` fail with
+    Arrow's KeyError (exit 1), and the DP draft only after charging its epsilon."""
+    data = tmp_path / "dup.csv"
+    data.write_text("id,amount,status,amount\n" + "".join(f"u{i % 3},{i},ok,{i % 9}\n" for i in range(60)))
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "dup", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "amount" in line and "more than once" in line
+    assert _draws_of(ws, "dup") == 0 and not (tmp_path / "s.yaml").exists()

@@ -195,3 +195,50 @@ def test_draft_file_ends_with_exactly_one_newline(tmp_path, demo_paths):
     df = pd.DataFrame({"rownames": range(100), "g": ["a", "b"] * 50})  # ends with a left-out comment
     text = draft_from_dataframe(df, "t").to_yaml()
     assert text.endswith("\n") and not text.endswith("\n\n") and text.rstrip().splitlines()[-1].startswith("  # column")
+
+
+@pytest.mark.parametrize("as_text", [True, False])
+def test_a_timestamp_column_distinct_per_row_is_drafted_as_datetime_not_left_out(as_text):
+    """Default sweep: times to the second differ on nearly every row, and the draft took such a
+    column (text in a CSV, a timestamp in Parquet) for an identifier and left it out, so the
+    release then refused the file. A column every value of which is a time is a datetime."""
+    n = 500
+    times = pd.Timestamp("2019-01-01") + pd.to_timedelta(np.arange(n) * 7919 + 13, unit="s")
+    df = pd.DataFrame({"last_seen": times.astype(str) if as_text else times, "g": ["a", "b"] * (n // 2)})
+    d = draft_from_dataframe(df, "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert "last_seen" not in d.left_out
+    assert cols["last_seen"]["type"] == "datetime" and cols["last_seen"]["unit"] == "second"
+    ids = draft_from_dataframe(pd.DataFrame({"uid": [f"u{i:05d}" for i in range(n)], "g": df.g}), "t")
+    assert "uid" in ids.left_out  # text identifiers are still left out
+
+
+def test_blank_cells_are_missing_in_the_draft_as_in_the_encoder():
+    """Default sweep: cells of spaces only ('  ', as spreadsheets export empty cells) were taken
+    for values, so a numeric column became a list of categories, a date column two categories
+    of spaces, and a real-valued one an 'identifier' left out. The encoder reads them as
+    missing (it strips cells); the draft must read them the same way."""
+    rng = np.random.default_rng(5)
+    n = 400
+    blank = rng.random(n) < 0.1
+    df = pd.DataFrame({
+        "age": np.where(blank, "   ", rng.integers(16, 95, n).astype(str)),
+        "income": np.where(blank, " ", np.round(rng.lognormal(10, 1, n), 2).astype(str)),
+        "day": np.where(blank, "  ", (np.datetime64("2020-01-01") + rng.integers(0, 900, n)).astype(str)),
+        "city": np.where(blank, " ", rng.choice([" Lyon", "Paris "], n)),
+    })
+    d = draft_from_dataframe(df, "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert not d.left_out
+    assert cols["age"]["type"] == "numeric" and cols["age"].get("integer")
+    assert cols["income"]["type"] == "numeric"
+    assert cols["day"]["type"] == "datetime"
+    assert cols["city"]["values"] == ["Lyon", "Paris"]
+    for c in cols.values():
+        assert c["missing"] == [""]
+    schema = schema_from_dict({k: v for k, v in d.schema.items() if k != "draft"})
+    import pyarrow as pa
+    from dpsynth.rows.encoding import encode
+    codes = encode(pa.Table.from_pandas(df, preserve_index=False), schema).codes
+    for j, col in enumerate(schema.columns):  # the blanks encode to the missing code, nothing else does
+        assert np.array_equal(codes[:, j] == col.missing_code, blank)

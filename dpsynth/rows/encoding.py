@@ -189,6 +189,8 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
         raise DataError(f"input {p}: has no rows")
     if schema is not None:
         check_columns(table.column_names, schema, str(p))
+    else:
+        _check_unique(table.column_names, str(p))
     return table
 
 
@@ -224,11 +226,16 @@ def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
                         "the file looks cut (an interrupted copy or download?); copy it again")
 
 
-def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
-    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
+def _check_unique(found: Sequence[str], source: str) -> None:
+    """Refuses a header that repeats a column name (a name is public; no value is read)."""
     dupes = sorted({c for c in found if list(found).count(c) > 1})
     if dupes:
         raise DataError(f"input {source}: columns {dupes} appear more than once; rename or drop the copies")
+
+
+def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
+    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
+    _check_unique(found, source)
     missing = [c for c in schema.names if c not in found]
     if missing:
         raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing "

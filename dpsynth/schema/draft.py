@@ -131,18 +131,23 @@ def draft_from_table(
     columns, notes, left_out = [], {}, {}
     for col_name in table.column_names:
         arr = table.column(col_name)
-        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
+        # stripped as the encoder strips a cell: a cell of spaces only is missing, as an empty one
+        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object).str.strip()
         null = text.isna() | text.isin(_MISSING_TOKENS)
         values = text[~null]
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
         numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
-        if _identifier_like(values, nums if numeric else None):
+        is_number = len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values)
+        times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]
+        is_time = times is not None and not np.isnan(times).any()
+        # times to the second differ on nearly every row: a datetime, not an identifier
+        if not is_time and _identifier_like(values, nums if numeric else None):
             left_out[col_name] = _LEFT_OUT
             continue
-        if len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values):
+        if is_number:
             col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
-        elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
+        elif is_time:
             col, note = _datetime_column(col_name, times)
         else:
             col, note = _categorical_column(col_name, values, max_categories, min_count)
