@@ -1865,3 +1865,37 @@ def test_a_header_that_repeats_a_name_is_refused_by_the_draft_before_any_charge(
     line = _error_lines(capsys.readouterr().err)[-1]
     assert "amount" in line and "more than once" in line
     assert _draws_of(ws, "dup") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+@pytest.mark.parametrize("dp", [False, True])
+def test_nested_parquet_columns_are_refused_by_the_draft_naming_them_before_any_charge(tmp_path, capsys, dp):
+    """Default sweep: a Parquet list or struct column made `schema infer` fail with Arrow's cast
+    error (exit 1, no column named), and the DP draft only after charging its epsilon."""
+    n = 60
+    data = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"kind": ["a", "b"] * (n // 2), "tags": [["x"], []] * (n // 2),
+                             "addr": [{"zip": "75001"}] * n}), data)
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "nested", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "'tags'" in line and "'addr'" in line and "75001" not in line
+    assert _draws_of(ws, "nested") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_csv_with_another_separator_or_encoding_is_refused_saying_why(tmp_path, capsys):
+    """Default sweep: a ';'-separated export was read as one column named 'region;n' (or
+    refused as 'cannot be read as csv'), and a Latin-1 file as 'cannot be read'; the line
+    now says what to change, quoting no cell."""
+    semi = tmp_path / "semi.csv"
+    semi.write_text("region;n\n" + "".join(f"Nord-{i % 3};{i}\n" for i in range(40)))
+    assert main(["schema", "infer", str(semi)]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "';'" in line and "comma" in line and "Nord" not in line
+    lat = tmp_path / "lat.csv"
+    lat.write_bytes(("ville,n\n" + "".join(f"Orléans,{i}\n" for i in range(40))).encode("latin-1"))
+    assert main(["schema", "infer", str(lat)]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "UTF-8" in line and "Orl" not in line
+    assert main(["release", "--data", str(lat), "--schema", str(DEMO_SCHEMA), "--epsilon", "1",
+                 "--engine", "local", "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2

@@ -180,8 +180,12 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
             raise DataError(f"input {p}: unsupported file type {suffix!r} (use .csv or .parquet)")
     except DataError:
         raise
-    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise DataError(f"input {p}: {_NOT_UTF8}") from None
+    except (pa.ArrowInvalid, OSError) as exc:
         # Arrow's messages can quote a row: report only the kind of failure.
+        if "UTF8" in str(exc):
+            raise DataError(f"input {p}: {_NOT_UTF8}") from None
         raise DataError(f"input {p}: cannot be read as {suffix.lstrip('.')} ({type(exc).__name__})") from None
     if table.num_columns == 0:
         raise DataError(f"input {p}: has no columns")
@@ -189,17 +193,50 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
         raise DataError(f"input {p}: has no rows")
     if schema is not None:
         check_columns(table.column_names, schema, str(p))
-    else:
+    else:  # a draft reads every column: refuse what no schema column can hold, naming it
         _check_unique(table.column_names, str(p))
+        nested = [f.name for f in table.schema if _nested(f.type)]
+        if nested:
+            raise DataError(f"input {p}: columns {nested} hold lists, records, maps or bytes, which no schema "
+                            "column can hold; flatten them into plain columns or drop them")
     return table
+
+
+def _nested(typ: pa.DataType) -> bool:
+    import pyarrow as pa
+    t = pa.types
+    if t.is_dictionary(typ):
+        typ = typ.value_type
+    return bool(t.is_nested(typ) or t.is_binary(typ) or t.is_large_binary(typ) or t.is_fixed_size_binary(typ))
+
+
+_NOT_UTF8 = ("is not UTF-8 text (saved as Latin-1 or Windows-1252?); save it as UTF-8 "
+             "(in a spreadsheet: 'CSV UTF-8') or as Parquet")
+_SEPARATORS = (";", "\t", "|")
+
+
+def _check_separator(p: Path, names: list[str]) -> None:
+    """Refuses a file whose one-name header splits on another separator (a ';' export)."""
+    if len(names) != 1:
+        return
+    for sep in _SEPARATORS:
+        if len([part for part in names[0].split(sep) if part.strip()]) >= 2:
+            shown = "tab" if sep == "\t" else repr(sep)
+            raise DataError(f"input {p}: its header reads as one column holding {shown} between names: "
+                            f"dpsynth reads comma-separated CSV; save it with a comma as separator "
+                            "(or as Parquet)")
 
 
 def _csv_header(p: Path) -> list[str]:
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
-            return next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            names = next(csv.reader(f), [])
+    except UnicodeDecodeError:
+        raise DataError(f"input {p}: {_NOT_UTF8}") from None
+    except (OSError, csv.Error) as exc:
         raise DataError(f"input {p}: cannot be read as csv ({type(exc).__name__})") from None
+    _check_separator(p, names)
+    return names
 
 
 def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
