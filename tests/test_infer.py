@@ -67,10 +67,13 @@ def test_draft_keeps_integers_numeric_and_rounds_bounds():
     assert s.draft and s.column("age").integer and s.column("age").edges[0] == 10.0
 
 
-def test_infinite_values_do_not_make_a_numeric_column_nor_an_error_quoting_them():
+def test_infinite_values_take_no_part_in_the_bounds_nor_in_an_error():
     df = pd.DataFrame({"x": ["1.5", "inf", "2.5"] * 10})
     col = draft_from_dataframe(df, "t").schema["columns"][0]
-    assert col["type"] == "categorical" and "inf" not in col["values"]  # seen 10 times < 20: folded
+    # numeric from the finite values (was: a list of categories, 'inf' folded into other)
+    assert col["type"] == "numeric" and col["bounds"] == [1.5, 2.5]
+    only_inf = draft_from_dataframe(pd.DataFrame({"x": ["inf", "-inf"] * 15}), "t").schema["columns"][0]
+    assert only_inf["type"] == "categorical"  # no finite value: no bounds to take
     with pytest.raises(ValueError) as info:
         nice_bounds(-7.25, float("inf"), 10)
     assert "7.25" not in str(info.value)
@@ -242,3 +245,26 @@ def test_blank_cells_are_missing_in_the_draft_as_in_the_encoder():
     codes = encode(pa.Table.from_pandas(df, preserve_index=False), schema).codes
     for j, col in enumerate(schema.columns):  # the blanks encode to the missing code, nothing else does
         assert np.array_equal(codes[:, j] == col.missing_code, blank)
+
+
+def test_numbers_written_for_people_are_named_as_such_and_infinities_keep_a_column_numeric():
+    """Default sweep: '1,234', '$12.50' and '12%' columns were left out as 'an identifier or a
+    row number?', and a real-valued column holding a few 'inf' was left out the same way (its
+    distinct values read as text). The first now says what to change; the second is drafted
+    numeric from its finite values (a release clamps an infinity to the bounds)."""
+    rng = np.random.default_rng(3)
+    n = 300
+    amounts = rng.integers(1000, 5_000_000, n)
+    x = rng.normal(0, 1, n).round(6).astype(str)
+    x[:4] = ["inf", "-inf", "inf", "inf"]
+    df = pd.DataFrame({"amount": [f"{v:,}" for v in amounts], "price": [f"${v / 100:,.2f}" for v in amounts],
+                       "rate": [f"{v:.3f}%" for v in rng.uniform(0, 100, n)], "x": x,
+                       "row": np.arange(n), "g": ["a", "b"] * (n // 2)})
+    d = draft_from_dataframe(df, "t")
+    for name in ("amount", "price", "rate"):
+        assert "thousands separator" in d.left_out[name]
+    assert "thousands separator" not in d.left_out["row"] and "identifier" in d.left_out["row"]
+    col = {c["name"]: c for c in d.schema["columns"]}["x"]
+    assert col["type"] == "numeric" and all(np.isfinite(col["bounds"]))
+    text = d.to_yaml()
+    assert "clamps them" in text and f"{amounts[0]:,}" not in text

@@ -58,6 +58,11 @@ _ID_MIN_ROWS = 20
 _LEFT_OUT = ("nearly every row holds a different value (an identifier or a row number?): left out of the "
              "draft. Drop it from the input (a release refuses a column the schema does not declare), or "
              "declare it with public categories or bounds if it carries information")
+_FORMATTED_OUT = ("its values are numbers written with a thousands separator, a currency sign or '%' "
+                  "(1,234 / $12.50 / 12%), which a release does not read as numbers (every cell would be "
+                  "missing): left out of the draft. Write them as plain numbers (1234.5) and draft again, "
+                  "or drop the column")
+_FORMATTED = re.compile(r"[-+]?[$€£¥]?\s?[-+]?(?:\d{1,3}(?:[, \u00a0']\d{3})+|\d+)(?:\.\d+)?\s?%?")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -137,16 +142,20 @@ def draft_from_table(
         values = text[~null]
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
-        numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
+        x = nums.to_numpy(dtype=np.float64)
+        numeric = bool(nums.notna().all()) and _finite_span(x)
         is_number = len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values)
         times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]
         is_time = times is not None and not np.isnan(times).any()
         # times to the second differ on nearly every row: a datetime, not an identifier
         if not is_time and _identifier_like(values, nums if numeric else None):
-            left_out[col_name] = _LEFT_OUT
+            left_out[col_name] = _FORMATTED_OUT if _formatted_numbers(values) else _LEFT_OUT
             continue
         if is_number:
-            col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
+            col, note = _numeric_column(col_name, x[np.isfinite(x)], bins, max_categories)
+            if not np.isfinite(x).all():
+                note.append(f"{col_name}: infinite values ('inf', '-inf') are not in the bounds: a release "
+                            "clamps them to the nearest bound, as any value outside them.")
         elif is_time:
             col, note = _datetime_column(col_name, times)
         else:
@@ -158,6 +167,27 @@ def draft_from_table(
     if not columns:
         raise ValueError("every column looks like an identifier (nearly one value per row): nothing to draft")
     return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes, left_out=left_out)
+
+
+def _finite_span(x: np.ndarray) -> bool:
+    """Numbers with some finite values whose range is a finite float (infinities aside: a
+    release clamps them to the bounds, as any value outside them)."""
+    finite = x[np.isfinite(x)]
+    if finite.size == 0:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(finite.max() - finite.min()))
+
+
+def _formatted_numbers(values: pd.Series) -> bool:
+    """Numbers written for people (``1,234``, ``$12.50``, ``12%``): a release reads plain numbers
+    only, so such a column would encode as missing everywhere."""
+    distinct = pd.Series(values.unique(), dtype=object).astype(str)
+    if distinct.empty:
+        return False
+    plain = pd.to_numeric(distinct, errors="coerce").notna()
+    readable = distinct.str.fullmatch(_FORMATTED) | plain
+    return bool(readable.all() and not plain.all())
 
 
 def _identifier_like(values: pd.Series, nums: pd.Series | None) -> bool:
