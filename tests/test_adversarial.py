@@ -1899,3 +1899,18 @@ def test_a_csv_with_another_separator_or_encoding_is_refused_saying_why(tmp_path
     assert "UTF-8" in line and "Orl" not in line
     assert main(["release", "--data", str(lat), "--schema", str(DEMO_SCHEMA), "--epsilon", "1",
                  "--engine", "local", "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_row_index_written_with_the_table_is_named_for_what_it_is(tmp_path, capsys):
+    """Default sweep: pandas' to_csv without index=False writes a first column with an empty
+    name; the draft leaves it out and the release refused "columns ['']", which says nothing.
+    The line now says what such a column usually is, before anything is measured."""
+    data = tmp_path / "idx.csv"
+    pd.DataFrame({"region": ["east", "west"] * 30}).to_csv(data)
+    schema = tmp_path / "s.yaml"
+    schema.write_text("name: idx\ncolumns:\n  - {name: region, type: categorical, values: [east, west]}\n")
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "row index" in line and "nothing was measured" in line
+    assert _draws_of(tmp_path / "ws", "idx") == 0

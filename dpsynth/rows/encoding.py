@@ -279,9 +279,11 @@ def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
                         "(add them to the input, or remove them from the schema)")
     extra = [c for c in found if c not in schema.names]
     if extra:
+        unnamed = "; a column with no name is often a row index written with the table (pandas' to_csv " \
+                  "without index=False): drop it" if any(not str(c).strip() for c in extra) else ""
         raise DataError(
             f"input {source}: columns {extra} are not in schema {schema.name!r} "
-            "(add them to the schema or drop them from the input)"
+            f"(add them to the schema or drop them from the input{unnamed})"
         )
 
 
