@@ -1914,3 +1914,23 @@ def test_a_row_index_written_with_the_table_is_named_for_what_it_is(tmp_path, ca
     line = _error_lines(capsys.readouterr().err)[-1]
     assert "row index" in line and "nothing was measured" in line
     assert _draws_of(tmp_path / "ws", "idx") == 0
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_a_draft_placeholder_left_in_the_categories_is_refused_before_any_charge(tmp_path, capsys, accept):
+    """Default sweep: on a table with no frequent value the draft writes the placeholder
+    LIST-THE-PUBLIC-CATEGORIES; a user who deleted the markers without reading released a
+    column whose only category was the placeholder (published, every real value 'other')."""
+    from dpsynth.schema.draft import PLACEHOLDER
+
+    data = tmp_path / "one.csv"
+    data.write_text("name,age\nx1,41\nx2,40\n")
+    schema = tmp_path / "s.yaml"
+    schema.write_text(f"name: one\ncolumns:\n  - {{name: name, type: categorical, values: [{PLACEHOLDER}], "
+                      "other: true}\n  - {name: age, type: numeric, bounds: [40, 42], bins: 2, integer: true}\n")
+    extra = ["--accept-data-derived-schema"] if accept else []
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "'name'" in line and PLACEHOLDER in line and "x1" not in line
+    assert _draws_of(tmp_path / "ws", "one") == 0 and not list((tmp_path / "o").glob("*"))

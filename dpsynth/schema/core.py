@@ -62,6 +62,8 @@ _MAX_BINS = 100_000
 _MAX_CATEGORIES = 1_000_000
 # What a drafted column may say it derived from the rows.
 DRAFTED_FROM_DATA = ("bounds", "values", "other")
+#: What a draft writes for the categories when no value is frequent enough to list.
+PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
 
 
 class SchemaError(ValueError):
@@ -273,6 +275,10 @@ class Schema:
         private rows, so a release on it is not DP), naming the columns. With
         ``accept_data_derived`` both pass: the release is then labelled NOT differentially
         private in every file (:mod:`dpsynth.pipeline`)."""
+        held = [c.name for c in self.columns if c.type == "categorical" and PLACEHOLDER in c.values]
+        if held:  # never a category, whatever the schema's source
+            raise SchemaError(f"schema {self.name!r}: columns {held} still list the draft's placeholder "
+                              f"{PLACEHOLDER}: write their public categories in its place, or drop the columns")
         derived = self.data_derived_columns
         if accept_data_derived or not (self.draft or derived):
             return

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from .core import PLACEHOLDER
 from .timecols import format_seconds, seconds_of, to_seconds
 
 __all__ = ["Draft", "draft_from_table", "draft_from_dataframe", "natural_key", "nice_bounds", "WARNING"]
@@ -49,8 +50,6 @@ WARNING = (
     "before any release."
 )
 _MISSING_TOKENS = ("", "NA", "N/A", "N", "NaN", "nan", "null", "NULL", "?", "None")
-# Stands in for the categories when every observed value is rare (none can be listed).
-PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
 # A text or integer column with at least this share of distinct values (over at least
 # _ID_MIN_ROWS rows) is taken for an identifier or a row number and left out.
 _ID_SHARE = 0.9
