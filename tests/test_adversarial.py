@@ -1934,3 +1934,21 @@ def test_a_draft_placeholder_left_in_the_categories_is_refused_before_any_charge
     line = _error_lines(capsys.readouterr().err)[-1]
     assert "'name'" in line and PLACEHOLDER in line and "x1" not in line
     assert _draws_of(tmp_path / "ws", "one") == 0 and not list((tmp_path / "o").glob("*"))
+
+
+@pytest.mark.parametrize("labels, stored", [(["false", "true"], "csv"), (["False", "True"], "parquet"),
+                                            (["FALSE", "TRUE"], "csv")])
+def test_a_yes_no_column_keeps_its_values_across_a_csv_and_a_parquet_spelling(tmp_path, labels, stored):
+    """Default sweep: a schema drafted from Parquet lists a flag as 'false'/'true' (how a bool
+    reads as text) and pandas writes it to CSV as 'False'/'True'. Released on the CSV, every
+    True fell to the fill code: the release said 0.1% True for a 30% column, with no error.
+    Drafted from the CSV and released on Parquet, the bool column was refused."""
+    rng = np.random.default_rng(4)
+    flag = rng.random(300) < 0.3
+    df = pd.DataFrame({"flag": flag})
+    data = tmp_path / f"t.{stored}"
+    df.to_csv(data, index=False) if stored == "csv" else df.to_parquet(data, index=False)
+    schema = schema_from_dict({"name": "t", "columns": [{"name": "flag", "type": "categorical", "values": labels}]})
+    codes = encode(read_table(data, schema), schema).codes[:, 0]
+    true_code = [v.casefold() for v in labels].index("true")
+    assert np.array_equal(codes == true_code, flag)

@@ -312,7 +312,7 @@ def _label_kinds(col: Column) -> set[str]:
     """Which stored types a categorical column's labels can come from (besides text)."""
     kinds = set()
     for v in col.values:
-        if v in ("true", "false"):
+        if v.casefold() in _BOOL_WORDS:
             kinds.add("bool")
         try:
             x = float(v)
@@ -378,6 +378,20 @@ def _nfc(text: str) -> str:
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
+_BOOL_WORDS = ("true", "false")
+
+
+def _bool_labels(values: Sequence[str]) -> dict[str, int]:
+    """Codes of the labels 'true' and 'false' by their case-folded spelling, so that 'True'
+    (pandas' CSV), 'true' (a bool read as text) and 'TRUE' (a spreadsheet) are one value;
+    a word the schema spells twice (e.g. 'True' and 'true') keeps exact matching only."""
+    folded: dict[str, list[int]] = {}
+    for i, v in enumerate(values):
+        if v.strip().casefold() in _BOOL_WORDS:
+            folded.setdefault(v.strip().casefold(), []).append(i)
+    return {word: codes[0] for word, codes in folded.items() if len(codes) == 1}
+
+
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -386,6 +400,7 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     uniques = dic.dictionary.to_pylist()
     # Labels and values compare in Unicode NFC: a decomposed "é" is the schema's composed one.
     lookup = {_nfc(v): i for i, v in enumerate(col.values)}
+    yes_no = _bool_labels(col.values)
     missing = {_nfc(v) for v in col.missing}
     null_code = col.missing_code if col.nullable else col.fill_code
     unknown_code = (
@@ -400,6 +415,8 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
             s = v.strip()
             if s in lookup:
                 lut[i] = lookup[s]
+            elif s.casefold() in yes_no and s not in missing:
+                lut[i] = yes_no[s.casefold()]
             elif s == "" or v in missing or s in missing:
                 lut[i] = null_code
             else:
