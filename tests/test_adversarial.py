@@ -1952,3 +1952,18 @@ def test_a_yes_no_column_keeps_its_values_across_a_csv_and_a_parquet_spelling(tm
     codes = encode(read_table(data, schema), schema).codes[:, 0]
     true_code = [v.casefold() for v in labels].index("true")
     assert np.array_equal(codes == true_code, flag)
+
+
+@pytest.mark.parametrize("dp", [False, True])
+@pytest.mark.parametrize("bad", ["a|b", ""])
+def test_a_column_name_no_schema_can_hold_is_refused_by_the_draft_before_any_charge(tmp_path, capsys, dp, bad):
+    """Default sweep: `schema infer` wrote a draft naming a column 'a|b' or '' (which `schema
+    check` and the release then refuse), and the DP draft charged its epsilon for it first."""
+    data = tmp_path / "t.csv"
+    pd.DataFrame({bad: ["x", "y"] * 30, "n": list(range(60))}).to_csv(data, index=False)
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "t", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert ("'a|b'" in line) if bad else ("column #1" in line and "row index" in line)
+    assert _draws_of(ws, "t") == 0 and not (tmp_path / "s.yaml").exists()

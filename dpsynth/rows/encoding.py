@@ -25,6 +25,7 @@ from typing import Sequence, TYPE_CHECKING
 import numpy as np
 
 from ..schema import Column, Schema
+from ..schema.core import check_column_name
 from ..schema.timecols import draw_times, seconds_of
 from .csv_out import csv_header, csv_text, write_csv
 
@@ -195,6 +196,8 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
         check_columns(table.column_names, schema, str(p))
     else:  # a draft reads every column: refuse what no schema column can hold, naming it
         _check_unique(table.column_names, str(p))
+        for i, name in enumerate(table.column_names):
+            check_column_name(name, i)
         nested = [f.name for f in table.schema if _nested(f.type)]
         if nested:
             raise DataError(f"input {p}: columns {nested} hold lists, records, maps or bytes, which no schema "
