@@ -268,3 +268,14 @@ def test_numbers_written_for_people_are_named_as_such_and_infinities_keep_a_colu
     assert col["type"] == "numeric" and all(np.isfinite(col["bounds"]))
     text = d.to_yaml()
     assert "clamps them" in text and f"{amounts[0]:,}" not in text
+
+
+def test_dates_written_day_month_year_are_named_as_such():
+    """Default sweep: dates written 03/04/2021 (not ISO 8601) were drafted as a list of
+    categories (none frequent enough: the placeholder), and the release then refused the
+    placeholder without saying the column held dates. The draft now says what to change."""
+    rng = np.random.default_rng(6)
+    days = pd.to_datetime(np.datetime64("2018-01-01") + rng.integers(0, 1500, 600).astype("timedelta64[D]"))
+    d = draft_from_dataframe(pd.DataFrame({"visit": days.strftime("%d/%m/%Y"), "g": ["a", "b"] * 300}), "t")
+    assert "ISO 8601" in d.left_out["visit"]
+    assert days.strftime("%d/%m/%Y")[0] not in d.to_yaml()

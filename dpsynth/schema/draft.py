@@ -62,6 +62,10 @@ _FORMATTED_OUT = ("its values are numbers written with a thousands separator, a 
                   "missing): left out of the draft. Write them as plain numbers (1234.5) and draft again, "
                   "or drop the column")
 _FORMATTED = re.compile(r"[-+]?[$€£¥]?\s?[-+]?(?:\d{1,3}(?:[, \u00a0']\d{3})+|\d+)(?:\.\d+)?\s?%?")
+_DATES_OUT = ("its values are dates written day/month/year or month/day/year, which a release does not "
+              "read as dates: left out of the draft. Write them as ISO 8601 (2021-04-03) and draft again")
+_LOCAL_DATE = re.compile(r"(?:\d{1,2}/\d{1,2}/(?:\d{2}|\d{4})|\d{1,2}([.-])\d{1,2}\1\d{4})"
+                         r"(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -146,6 +150,9 @@ def draft_from_table(
         is_number = len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values)
         times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]
         is_time = times is not None and not np.isnan(times).any()
+        if not (is_number or is_time) and _local_dates(values):
+            left_out[col_name] = _DATES_OUT
+            continue
         # times to the second differ on nearly every row: a datetime, not an identifier
         if not is_time and _identifier_like(values, nums if numeric else None):
             left_out[col_name] = _FORMATTED_OUT if _formatted_numbers(values) else _LEFT_OUT
@@ -176,6 +183,12 @@ def _finite_span(x: np.ndarray) -> bool:
         return False
     with np.errstate(over="ignore"):
         return bool(np.isfinite(finite.max() - finite.min()))
+
+
+def _local_dates(values: pd.Series) -> bool:
+    """Dates written for people (``03/04/2021``, ``3.4.21``): a release reads ISO 8601 only."""
+    distinct = pd.Series(values.unique(), dtype=object).astype(str)
+    return bool(not distinct.empty and distinct.str.fullmatch(_LOCAL_DATE).all())
 
 
 def _formatted_numbers(values: pd.Series) -> bool:
