@@ -12,7 +12,7 @@ local engine and a fresh private workspace:
 It records exit codes, wall and CPU seconds, peak RSS of each release, whether it published,
 the error line, the noise draws the workspace's registry holds afterwards (a refused release
 must hold none), the gate's worst TVD/threshold ratio per k, and whether any error or warning
-line quotes a planted raw value. Prints a table and writes benchmarks/results/default_sweep.json.
+line printed quotes a planted raw value. Prints a table and writes benchmarks/results/default_sweep.json.
 
     python benchmarks/default_sweep.py [--only mixed,wide] [--paths reviewed,dp]
 """
@@ -88,8 +88,8 @@ def _gate(ws: Path) -> dict:
 
 
 def _leaks(case: Case, *texts: str) -> list[str]:
-    """Planted raw values quoted by any error or warning line."""
-    lines = [ln for t in texts for ln in t.splitlines() if "error" in ln.lower() or "warning" in ln.lower()]
+    """Planted raw values quoted by any line a command printed (progress, warnings, errors)."""
+    lines = [ln for t in texts for ln in t.splitlines()]
     return sorted({c for c in case.canaries for ln in lines if c in ln})
 
 
@@ -120,7 +120,7 @@ def run_reviewed(case: Case, work: Path) -> dict:
                raw_release_draws=_draws(ws, case.name, d))
     _strip_markers(draft, d / "reviewed.yaml")
     rel = _release(case, d / "reviewed.yaml", ws, d / "out", None, d, d / "release")
-    leaks += _leaks(case, chk["stderr"], raw["stderr"], rel["stderr"])
+    leaks += _leaks(case, chk["stderr"], raw["stderr"], rel["stderr"], rel["stdout"])
     row.update(release_rc=rel["rc"], wall_s=rel["wall_s"], cpu_s=rel["cpu_s"], peak_mb=rel["peak_mb"],
                published=rel["published"], error=rel["error"], draws=_draws(ws, case.name, d),
                gate=rel["gate"], leaks=sorted(set(leaks)))
@@ -141,7 +141,7 @@ def run_dp(case: Case, work: Path) -> dict:
                 "draws": _draws(ws, case.name, d), "leaks": leaks}
     draws_before = _draws(ws, case.name, d)
     rel = _release(case, draft, ws, d / "out", case.name, d, d / "release")
-    leaks += _leaks(case, rel["stderr"])
+    leaks += _leaks(case, rel["stderr"], rel["stdout"])
     row.update(release_rc=rel["rc"], wall_s=rel["wall_s"], cpu_s=rel["cpu_s"], peak_mb=rel["peak_mb"],
                published=rel["published"], error=rel["error"],
                draws=_draws(ws, case.name, d) - draws_before, gate=rel["gate"], leaks=sorted(set(leaks)))
@@ -153,7 +153,8 @@ def _cell(row: dict) -> list:
     worst = "/".join(f"{gate[k]:.2f}" for k in sorted(gate) if gate[k] is not None) or "-"
     err = (row.get("error") or row.get("draft_error") or "").replace("dpsynth: error: ", "")
     return [row["table"], row["rows"], row["cols"], row["path"], row["draft_rc"], row.get("raw_release_rc", "-"),
-            row.get("release_rc"), row.get("wall_s", "-"), "yes" if row.get("published") else "no",
+            row.get("release_rc"), row.get("wall_s", "-"), row.get("cpu_s", "-"), row.get("peak_mb", "-"),
+            "yes" if row.get("published") else "no",
             row.get("draws", "-"), worst, "LEAK" if row.get("leaks") else "", err[:70], row["load"]]
 
 
@@ -176,7 +177,7 @@ def main() -> None:
             rows.append({"table": case.name, "rows": case.rows, "cols": case.columns, "note": case.note,
                          "load": load, **row})
             print(" | ".join(str(v) for v in _cell(rows[-1])), flush=True)
-    heads = ["table", "rows", "cols", "path", "draft rc", "raw rc", "release rc", "wall s", "published",
+    heads = ["table", "rows", "cols", "path", "draft rc", "raw rc", "release rc", "wall s", "cpu s", "peak MB", "published",
              "draws", "worst k1/k2", "leak", "error", "load"]
     print_table(heads, [_cell(r) for r in rows])
     if not a.no_json:

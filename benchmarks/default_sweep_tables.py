@@ -337,6 +337,28 @@ def drift_order(root: Path) -> Case:
     return _drift_pair(root, "drift_order", lambda b: b[list(reversed(b.columns))], "release file: columns reordered")
 
 
+def drift_format(root: Path) -> Case:
+    """Schema drafted from a Parquet file, release run on the CSV pandas wrote of the same rows."""
+    rng, can = _rng("fmt"), _canaries(2, "fmt")
+    df = _mixed_frame(8_000, rng, can)
+    pa_, pb = root / "drift_format_draft.parquet", root / "drift_format_release.csv"
+    df.to_parquet(pa_, index=False)
+    df.to_csv(pb, index=False)
+    return Case("drift_format", pa_, pb, len(df), df.shape[1], "drafted on Parquet, released on its CSV", tuple(can))
+
+
+def dates_eu(root: Path) -> Case:
+    """6k rows whose dates are written day/month/year, as a European spreadsheet shows them."""
+    rng, can = _rng("eu"), _canaries(2, "eu")
+    n = 6_000
+    days = np.datetime64("2018-01-01") + rng.integers(0, 1500, n).astype("timedelta64[D]")
+    df = pd.DataFrame({"visit": pd.to_datetime(days).strftime("%d/%m/%Y"),
+                       "ward": _plant(rng.choice(["A", "B", "C"], n), can, rng), "stay": rng.integers(1, 20, n)})
+    p = root / "dates_eu.csv"
+    df.to_csv(p, index=False)
+    return Case("dates_eu", p, p, n, 3, "dates as dd/mm/yyyy", tuple(can))
+
+
 def big(root: Path) -> Case:
     """200k rows of the mixed table with 5 more columns."""
     rng, can = _rng("big"), _canaries(3, "big")
@@ -352,7 +374,7 @@ def big(root: Path) -> Case:
 BUILDERS: tuple[Callable[[Path], Case], ...] = (
     mixed, missing, constant, ids_text, unicode_names, dup_columns, odd_numbers, one_row, two_cols,
     wide, bom_quoted, semicolon, tsv, latin1, pandas_index, parquet_typed, parquet_nested, drift_values, drift_extra,
-    drift_missing, drift_order, big,
+    drift_missing, drift_order, drift_format, dates_eu, big,
 )
 
 
