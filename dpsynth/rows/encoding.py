@@ -197,7 +197,10 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
     else:  # a draft reads every column: refuse what no schema column can hold, naming it
         _check_unique(table.column_names, str(p))
         for i, name in enumerate(table.column_names):
-            check_column_name(name, i)
+            try:
+                check_column_name(name, i)
+            except ValueError as exc:
+                raise DataError(f"input {p}: {exc}") from None
         nested = [f.name for f in table.schema if _nested(f.type)]
         if nested:
             raise DataError(f"input {p}: columns {nested} hold lists, records, maps or bytes, which no schema "
