@@ -1967,3 +1967,21 @@ def test_a_column_name_no_schema_can_hold_is_refused_by_the_draft_before_any_cha
     line = _error_lines(capsys.readouterr().err)[-1]
     assert ("'a|b'" in line) if bad else ("column #1" in line and "row index" in line)
     assert _draws_of(ws, "t") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_column_name_spelled_in_another_unicode_form_is_named_as_such(tmp_path, capsys):
+    """Default sweep: a schema drafted from a file whose header is in NFD (as macOS may save
+    'Prénom') and a release on the same table saved in NFC was refused as "columns ['Prénom']
+    are missing", two names that print the same. The line now says what differs."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "Prénom")
+    schema = tmp_path / "s.yaml"
+    schema.write_text(yaml.safe_dump({"name": "t", "columns": [{"name": nfd, "type": "categorical",
+                                                                  "values": ["a", "b"]}]}, allow_unicode=True))
+    data = tmp_path / "t.csv"
+    data.write_text("Prénom\n" + "a\nb\n" * 20)
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "Unicode" in line and "nothing was measured" in line

@@ -280,6 +280,11 @@ def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
     """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
     _check_unique(found, source)
     missing = [c for c in schema.names if c not in found]
+    forms = sorted({_nfc(c) for c in missing} & {_nfc(c) for c in found if c not in schema.names})
+    if forms:
+        raise DataError(f"input {source}: columns {forms} are written in another Unicode form in the input than "
+                        "in the schema (composed or decomposed accents, e.g. a file saved on macOS): write the "
+                        "names the same way in both")
     if missing:
         raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing "
                         "(add them to the input, or remove them from the schema)")
