@@ -142,13 +142,15 @@ def draft_from_table(
         # stripped as the encoder strips a cell: a cell of spaces only is missing, as an empty one
         text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object).str.strip()
         null = text.isna() | text.isin(_MISSING_TOKENS)
-        values = text[~null]
+        coded = _word_codes(text, null) if not pa.types.is_temporal(arr.type) else null & False
+        values = text[~(null | coded)]
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
         x = nums.to_numpy(dtype=np.float64)
         numeric = bool(nums.notna().all()) and _finite_span(x)
         is_number = len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values)
-        times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]
+        present = ~(null | coded).to_numpy()
+        times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[present]
         is_time = times is not None and not np.isnan(times).any()
         if not (is_number or is_time) and _local_dates(values):
             left_out[col_name] = _DATES_OUT
@@ -166,13 +168,29 @@ def draft_from_table(
             col, note = _datetime_column(col_name, times)
         else:
             col, note = _categorical_column(col_name, values, max_categories, min_count)
-        if null.any():
+        if coded.any():
+            note.append(f"{col_name}: a few distinct words stand among the numbers (codes for no answer?): a "
+                        "release reads every cell that is not a number as missing. Check that this is meant.")
+        if null.any() or coded.any():
             col["missing"] = sorted(set(text[null].dropna().tolist())) or [""]
         columns.append(col)
         notes[col_name] = note
     if not columns:
         raise ValueError("every column looks like an identifier (nearly one value per row): nothing to draft")
     return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes, left_out=left_out)
+
+
+def _word_codes(text: pd.Series, null: pd.Series) -> pd.Series:
+    """Cells of a column of numbers that hold one of a few words without a digit ('unknown',
+    'refused', '-'): at most 5 distinct, in at most a fifth of the cells. A label with a digit
+    ('3+', '<1') keeps the column a list of categories."""
+    present = text[~null]
+    words = present[pd.to_numeric(present, errors="coerce").isna()]
+    distinct = words.unique()
+    if words.empty or len(words) > 0.2 * len(present) or len(distinct) > 5 or any(
+            any(ch.isdigit() for ch in str(w)) for w in distinct):
+        return null & False
+    return text.isin(set(distinct)) & ~null
 
 
 def _finite_span(x: np.ndarray) -> bool:
