@@ -359,6 +359,21 @@ def dates_eu(root: Path) -> Case:
     return Case("dates_eu", p, p, n, 3, "dates as dd/mm/yyyy", tuple(can))
 
 
+def coded_missing(root: Path) -> Case:
+    """5k survey rows whose numbers hold word codes: 'unknown', 'refused', '-'."""
+    rng, can = _rng("coded"), _canaries(2, "coded")
+    n = 5_000
+    age = rng.integers(18, 90, n).astype(str).astype(object)
+    age[rng.random(n) < 0.05] = "unknown"
+    age[rng.random(n) < 0.03] = "refused"
+    inc = np.round(rng.lognormal(10, 1, n), 2).astype(str).astype(object)
+    inc[rng.random(n) < 0.05] = "-"
+    df = pd.DataFrame({"age": age, "income": inc, "region": _plant(rng.choice(["N", "S", "E", "W"], n), can, rng)})
+    p = root / "coded_missing.csv"
+    df.to_csv(p, index=False)
+    return Case("coded_missing", p, p, n, 3, "numbers with word codes (unknown/refused/-)", tuple(can))
+
+
 def big(root: Path) -> Case:
     """200k rows of the mixed table with 5 more columns."""
     rng, can = _rng("big"), _canaries(3, "big")
@@ -374,7 +389,7 @@ def big(root: Path) -> Case:
 BUILDERS: tuple[Callable[[Path], Case], ...] = (
     mixed, missing, constant, ids_text, unicode_names, dup_columns, odd_numbers, one_row, two_cols,
     wide, bom_quoted, semicolon, tsv, latin1, pandas_index, parquet_typed, parquet_nested, drift_values, drift_extra,
-    drift_missing, drift_order, drift_format, dates_eu, big,
+    drift_missing, drift_order, drift_format, dates_eu, coded_missing, big,
 )
 
 
