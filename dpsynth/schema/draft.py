@@ -204,7 +204,7 @@ def _finite_span(x: np.ndarray) -> bool:
 
 
 def _local_dates(values: pd.Series) -> bool:
-    """Dates written for people (``03/04/2021``, ``3.4.21``): a release reads ISO 8601 only."""
+    """Dates written for people (``03/04/2021``, ``3.4.2021``): a release reads ISO 8601 only."""
     distinct = pd.Series(values.unique(), dtype=object).astype(str)
     return bool(not distinct.empty and distinct.str.fullmatch(_LOCAL_DATE).all())
 
