@@ -305,3 +305,18 @@ def test_numbers_with_a_few_word_codes_are_drafted_numeric_reading_the_words_as_
     from dpsynth.rows.encoding import encode
     codes = encode(pa.Table.from_pandas(pd.DataFrame({"age": age, "income": inc, "kids": kids})), schema).codes
     assert np.array_equal(codes[:, 0] == schema.columns[0].missing_code, np.isin(age, ["unknown", "refused"]))
+
+
+def test_the_letter_n_is_a_value_of_a_text_column_and_missing_in_a_numeric_one():
+    """Default sweep: 'N' (No, North) was a missing token in every column, so a Y/N flag was
+    drafted as values [Y] with missing ['', 'N'], and its N and its blank cells became one
+    code: the release could not tell them apart. As in the DP draft, 'N' alone is missing
+    only in a numeric or date column (as in the NIST files)."""
+    rng = np.random.default_rng(9)
+    n = 400
+    flag = rng.choice(["Y", "N", ""], n, p=[0.5, 0.4, 0.1])
+    num = np.where(rng.random(n) < 0.1, "N", rng.integers(0, 50, n).astype(str))
+    d = draft_from_dataframe(pd.DataFrame({"flag": flag, "num": num}), "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert cols["flag"]["values"] == ["N", "Y"] and cols["flag"]["missing"] == [""]
+    assert cols["num"]["type"] == "numeric" and cols["num"]["missing"] == ["N"]

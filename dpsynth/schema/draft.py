@@ -152,6 +152,9 @@ def draft_from_table(
         present = ~(null | coded).to_numpy()
         times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[present]
         is_time = times is not None and not np.isnan(times).any()
+        if not (is_number or is_time):  # 'N' alone is missing in a number or date column, a value here
+            null = null & (text != "N")
+            values = text[~(null | coded)]
         if not (is_number or is_time) and _local_dates(values):
             left_out[col_name] = _DATES_OUT
             continue
