@@ -50,6 +50,14 @@ def _plant(col: list[str] | np.ndarray, canaries: list[str], rng: np.random.Gene
     return out
 
 
+def _csv_case(root: Path, name: str, df: pd.DataFrame, note: str, canaries: list[str], **to_csv) -> Case:
+    """Writes ``df`` to ``root/name.csv`` (no index unless asked) and returns its case."""
+    p = root / f"{name}.csv"
+    index = to_csv.pop("index", False)
+    df.to_csv(p, index=index, **to_csv)
+    return Case(name, p, p, len(df), df.shape[1] + int(index), note, tuple(canaries))
+
+
 def _mixed_frame(n: int, rng: np.random.Generator, canaries: list[str]) -> pd.DataFrame:
     """int, float, string, bool, date and datetime columns, written as a CSV writes them."""
     cities = np.array(["Lyon", "Paris", "Nantes", "Lille", "Brest", "Nice", "Metz", "Pau"])
@@ -71,9 +79,7 @@ def mixed(root: Path) -> Case:
     """20k rows of int/float/string/bool/date/datetime, as pandas writes them."""
     rng, can = _rng("mixed"), _canaries(3, "mixed")
     df = _mixed_frame(20_000, rng, can)
-    p = root / "mixed.csv"
-    df.to_csv(p, index=False)
-    return Case("mixed", p, p, len(df), df.shape[1], "int/float/str/bool/date/datetime", tuple(can))
+    return _csv_case(root, "mixed", df, "int/float/str/bool/date/datetime", can)
 
 
 def missing(root: Path) -> Case:
@@ -84,9 +90,7 @@ def missing(root: Path) -> Case:
     for c in df.columns:
         hit = rng.random(len(df)) < 0.08
         df.loc[hit, c] = rng.choice(tokens, hit.sum())
-    p = root / "missing.csv"
-    df.to_csv(p, index=False)
-    return Case("missing", p, p, len(df), df.shape[1], "missing tokens in every type", tuple(can))
+    return _csv_case(root, "missing", df, "missing tokens in every type", can)
 
 
 def constant(root: Path) -> Case:
@@ -98,9 +102,7 @@ def constant(root: Path) -> Case:
         "grp": _plant(rng.choice(["a", "b", "c"], n), can, rng),
         "value": rng.integers(0, 100, n), "flag": rng.choice(["Y", "N"], n),
     })
-    p = root / "constant.csv"
-    df.to_csv(p, index=False)
-    return Case("constant", p, p, n, df.shape[1], "constant text/number, all-missing column", tuple(can))
+    return _csv_case(root, "constant", df, "constant text/number, all-missing column", can)
 
 
 def ids_text(root: Path) -> Case:
@@ -116,9 +118,7 @@ def ids_text(root: Path) -> Case:
         "segment": rng.choice(["retail", "pro", "gov"], n, p=[0.7, 0.25, 0.05]),
         "spend": rng.gamma(2, 50, n).round(2),
     })
-    p = root / "ids_text.csv"
-    df.to_csv(p, index=False)
-    return Case("ids_text", p, p, n, df.shape[1], "ID-like, email, free text", tuple(can))
+    return _csv_case(root, "ids_text", df, "ID-like, email, free text", can)
 
 
 def unicode_names(root: Path) -> Case:
@@ -135,9 +135,7 @@ def unicode_names(root: Path) -> Case:
         "None": rng.choice(["yes", "no"], n), "index": np.arange(n) % 7,
         "a.b": rng.random(n).round(3), "1st col": rng.choice(["p", "q"], n),
     })
-    p = root / "unicode_names.csv"
-    df.to_csv(p, index=False)
-    return Case("unicode_names", p, p, n, df.shape[1], "unicode/spaces/reserved-word names", tuple(can))
+    return _csv_case(root, "unicode_names", df, "unicode/spaces/reserved-word names", can)
 
 
 def dup_columns(root: Path) -> Case:
@@ -169,9 +167,7 @@ def odd_numbers(root: Path) -> Case:
         "delta": rng.normal(-500, 300, n).round(1),
         "label": _plant(rng.choice(["lo", "hi"], n), can, rng),
     })
-    p = root / "odd_numbers.csv"
-    df.to_csv(p, index=False)
-    return Case("odd_numbers", p, p, n, df.shape[1], "1,234 / $ / % / inf / 1e300 / negatives", tuple(can))
+    return _csv_case(root, "odd_numbers", df, "1,234 / $ / % / inf / 1e300 / negatives", can)
 
 
 def one_row(root: Path) -> Case:
@@ -187,9 +183,7 @@ def two_cols(root: Path) -> Case:
     n = 50_000
     df = pd.DataFrame({"kind": _plant(rng.choice(["a", "b", "c", "d"], n), can, rng),
                        "count": rng.poisson(3, n)})
-    p = root / "two_cols.csv"
-    df.to_csv(p, index=False)
-    return Case("two_cols", p, p, n, 2, "two columns", tuple(can))
+    return _csv_case(root, "two_cols", df, "two columns", can)
 
 
 def wide(root: Path) -> Case:
@@ -206,9 +200,7 @@ def wide(root: Path) -> Case:
             cols[f"f{j:02d}"] = rng.choice(["Y", "N"], n)
     cols["c01"] = _plant(cols["c01"], can, rng)
     df = pd.DataFrame(cols)
-    p = root / "wide64.csv"
-    df.to_csv(p, index=False)
-    return Case("wide64", p, p, n, 64, "64 columns", tuple(can))
+    return _csv_case(root, "wide64", df, "64 columns", can)
 
 
 def bom_quoted(root: Path) -> Case:
@@ -218,9 +210,8 @@ def bom_quoted(root: Path) -> Case:
     notes = _plant(rng.choice(["fine", "call back,\nlater", 'said "no"', "ok, done"], n), can, rng)
     df = pd.DataFrame({"ref": rng.choice(["R1", "R2", "R3"], n), "note": notes,
                        "amount": rng.integers(0, 1000, n)})
-    p = root / "bom_quoted.csv"
-    df.to_csv(p, index=False, encoding="utf-8-sig", lineterminator="\r\n")
-    return Case("bom_quoted", p, p, n, 3, "BOM, CRLF, quoted commas/newlines", tuple(can))
+    return _csv_case(root, "bom_quoted", df, "BOM, CRLF, quoted commas/newlines", can, encoding="utf-8-sig",
+                     lineterminator="\r\n")
 
 
 def semicolon(root: Path) -> Case:
@@ -230,9 +221,7 @@ def semicolon(root: Path) -> Case:
     df = pd.DataFrame({"region": _plant(rng.choice(["Nord", "Sud"], n), can, rng),
                        "taux": [f"{v:.2f}".replace(".", ",") for v in rng.uniform(0, 10, n)],
                        "nb": rng.integers(0, 50, n)})
-    p = root / "semicolon.csv"
-    df.to_csv(p, index=False, sep=";")
-    return Case("semicolon", p, p, n, 3, "';' separator, decimal comma", tuple(can))
+    return _csv_case(root, "semicolon", df, "';' separator, decimal comma", can, sep=";")
 
 
 def latin1(root: Path) -> Case:
@@ -241,9 +230,7 @@ def latin1(root: Path) -> Case:
     n = 4_000
     df = pd.DataFrame({"ville": _plant(rng.choice(["Orléans", "Besançon", "Nîmes"], n), can, rng),
                        "n": rng.integers(0, 9, n)})
-    p = root / "latin1.csv"
-    df.to_csv(p, index=False, encoding="latin-1")
-    return Case("latin1", p, p, n, 2, "Latin-1 encoded", tuple(can))
+    return _csv_case(root, "latin1", df, "Latin-1 encoded", can, encoding="latin-1")
 
 
 def parquet_typed(root: Path) -> Case:
@@ -284,9 +271,7 @@ def pandas_index(root: Path) -> Case:
     rng, can = _rng("pidx"), _canaries(2, "pidx")
     n = 4_000
     df = pd.DataFrame({"grade": _plant(rng.choice(["A", "B", "C"], n), can, rng), "n": rng.integers(0, 30, n)})
-    p = root / "pandas_index.csv"
-    df.to_csv(p)
-    return Case("pandas_index", p, p, n, 3, "pandas index written: a column named ''", tuple(can))
+    return _csv_case(root, "pandas_index", df, "pandas index written: a column named ''", can, index=True)
 
 
 def tsv(root: Path) -> Case:
@@ -294,9 +279,7 @@ def tsv(root: Path) -> Case:
     rng, can = _rng("tsv"), _canaries(2, "tsv")
     n = 3_000
     df = pd.DataFrame({"kind": _plant(rng.choice(["p", "q"], n), can, rng), "n": rng.integers(0, 30, n)})
-    p = root / "tsv.csv"
-    df.to_csv(p, sep="\t", index=False)
-    return Case("tsv", p, p, n, 2, "tab-separated with a .csv name", tuple(can))
+    return _csv_case(root, "tsv", df, "tab-separated with a .csv name", can, sep="\t")
 
 
 def _drift_pair(root: Path, tag: str, change: Callable[[pd.DataFrame], pd.DataFrame], note: str) -> Case:
@@ -354,9 +337,7 @@ def dates_eu(root: Path) -> Case:
     days = np.datetime64("2018-01-01") + rng.integers(0, 1500, n).astype("timedelta64[D]")
     df = pd.DataFrame({"visit": pd.to_datetime(days).strftime("%d/%m/%Y"),
                        "ward": _plant(rng.choice(["A", "B", "C"], n), can, rng), "stay": rng.integers(1, 20, n)})
-    p = root / "dates_eu.csv"
-    df.to_csv(p, index=False)
-    return Case("dates_eu", p, p, n, 3, "dates as dd/mm/yyyy", tuple(can))
+    return _csv_case(root, "dates_eu", df, "dates as dd/mm/yyyy", can)
 
 
 def coded_missing(root: Path) -> Case:
@@ -369,9 +350,7 @@ def coded_missing(root: Path) -> Case:
     inc = np.round(rng.lognormal(10, 1, n), 2).astype(str).astype(object)
     inc[rng.random(n) < 0.05] = "-"
     df = pd.DataFrame({"age": age, "income": inc, "region": _plant(rng.choice(["N", "S", "E", "W"], n), can, rng)})
-    p = root / "coded_missing.csv"
-    df.to_csv(p, index=False)
-    return Case("coded_missing", p, p, n, 3, "numbers with word codes (unknown/refused/-)", tuple(can))
+    return _csv_case(root, "coded_missing", df, "numbers with word codes (unknown/refused/-)", can)
 
 
 def big(root: Path) -> Case:
@@ -381,9 +360,7 @@ def big(root: Path) -> Case:
     df = _mixed_frame(n, rng, can)
     for j in range(5):
         df[f"k{j}"] = rng.integers(0, 3 + 2 * j, n)
-    p = root / "big200k.csv"
-    df.to_csv(p, index=False)
-    return Case("big200k", p, p, n, df.shape[1], "200k rows x 12", tuple(can))
+    return _csv_case(root, "big200k", df, "200k rows x 12", can)
 
 
 BUILDERS: tuple[Callable[[Path], Case], ...] = (
