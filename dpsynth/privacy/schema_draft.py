@@ -154,14 +154,15 @@ def _strong(noisy: np.ndarray, sigma: float) -> np.ndarray:
     return noisy >= math.sqrt(2 * math.log(len(noisy) / _REFUSE_ALPHA)) * sigma
 
 
-def _check_some_values(noisy: np.ndarray, sigma: float) -> None:
-    """Refuses a grid histogram none of whose cells is :func:`_strong` (an all-empty column, a
-    one-row table: bounds from such a histogram would be noise)."""
-    z = math.sqrt(2 * math.log(len(noisy) / _REFUSE_ALPHA))
-    if not _strong(noisy, sigma).any():
-        raise _Refused(f"too few values to draft bounds privately (no cell of its DP histogram clears {z:.1f} "
-                       f"times the noise, sd {sigma:.3g}): left out. Declare public bounds, or drop it from the "
-                       "input")
+def _check_some_values(noisy: np.ndarray, sigma: float, present: _Present) -> None:
+    """Refuses a column that neither its kind count (``_REFUSE_Z`` sds) nor a :func:`_strong` grid
+    cell shows to hold values (an all-empty column, a one-row table: bounds would be noise).
+    Either alone would refuse real columns: a small table at a small epsilon (the kind count's
+    noise is the larger), or values spread over many grid cells."""
+    if present.count < _REFUSE_Z * present.sd and not _strong(noisy, sigma).any():
+        raise _Refused(f"too few values to draft bounds privately (a DP count of about {max(present.count, 0):.0f},"
+                       f" noise sd {present.sd:.0f}, and no cell of its DP histogram clears the noise): left out. "
+                       "Declare public bounds, or drop it from the input")
 
 
 @dataclass(frozen=True)
@@ -271,38 +272,46 @@ def _categories(text: pd.Series, b: _Budget, rng: np.random.Generator,
 
 
 def _occupied(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator,
-              present: _Present) -> tuple[int, int, list[str]]:
+              present: _Present) -> tuple[int, int, np.ndarray]:
     """DP support on ``grid``: the first and one past the last cell of a noisy histogram whose
     noisy count exceeds 4 sigma, less an outer one apart from the rest that is not
-    :func:`_strong`. Refuses (post-processing) a column with too few values
-    (:func:`_check_some_values`) and support that holds clearly less
-    than ``1 - _MAX_CLAMPED`` of the values by the noisy counts; a note when they hold less
-    by the counts' point estimate only (the noise cannot tell)."""
+    :func:`_strong`; and the noisy histogram. Refuses (post-processing) a column with too few
+    values (:func:`_check_some_values`) or no cell above 4 sigma."""
     cells = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
     noisy = _noisy_hist(cells, len(grid) - 1, sigma, rng)
-    _check_some_values(noisy, sigma)
+    _check_some_values(noisy, sigma, present)
     occupied, strong = np.flatnonzero(noisy > _SURVIVE_Z * sigma), _strong(noisy, sigma)
+    if occupied.size == 0:
+        raise _Refused(f"the values are too spread for DP bounds at this budget (no cell of its DP histogram "
+                       f"clears {_SURVIVE_Z:g} times the noise, sd {sigma:.3g}): left out. Declare public bounds, or "
+                       "draft with a larger --epsilon")
     # an outer cell apart from the rest that only the 4 sigma cut lets through is likelier noise
     # (about 3e-5 per empty cell) than a tail: it would stretch the bounds to a far grid edge
     while occupied.size > 1 and not strong[occupied[0]] and occupied[1] - occupied[0] > 1:
         occupied = occupied[1:]
     while occupied.size > 1 and not strong[occupied[-1]] and occupied[-1] - occupied[-2] > 1:
         occupied = occupied[:-1]
-    first, last = int(occupied[0]), int(occupied[-1]) + 1
-    inside = float(noisy[first:last].sum())
-    keep = 1 - _MAX_CLAMPED  # inside - keep * present has this sd (independent noises)
-    sd = math.sqrt((last - first) * sigma * sigma + (keep * present.sd) ** 2)
-    share = min(max(inside / max(present.count, 1.0), 0.0), 1.0)
-    if inside + _REFUSE_Z * sd < keep * present.count:
-        raise _Refused(f"the values are too spread for DP bounds at this budget: the cells whose DP count "
-                       f"clears the noise, {_plain(grid[first])}..{_plain(grid[last])}, hold about "
-                       f"{share:.0%} of them, so a release would clamp the rest: left out. Declare public "
-                       "bounds, or draft with a larger --epsilon")
-    if inside < keep * present.count:
-        return first, last, [f"the DP counts put about {share:.0%} of the values inside the bounds (noisy: the "
-                             f"count of values has noise of sd {present.sd:.0f}): a release clamps values outside, "
-                             "so widen them if a public source allows"]
-    return first, last, []
+    return int(occupied[0]), int(occupied[-1]) + 1, noisy
+
+
+def _held(inside: np.ndarray, sigma: float, present: _Present, lo: float, hi: float) -> list[str]:
+    """Checks drafted bounds ``lo..hi`` against the column's noisy count, from ``inside``, the
+    noisy counts of the cells they span (noise ``sigma`` each): refuses bounds that clearly
+    hold less than ``1 - _MAX_CLAMPED`` of the values (wrong with probability at most
+    ``_REFUSE_ALPHA``); a note when they hold less by about 2 sds only."""
+    keep = 1 - _MAX_CLAMPED  # sum(inside) - keep * count has this sd (independent noises)
+    sd = math.sqrt(len(inside) * sigma * sigma + (keep * present.sd) ** 2)
+    held = float(np.sum(inside))
+    share = min(max(held / max(present.count, 1.0), 0.0), 1.0)
+    if held + _REFUSE_Z * sd < keep * present.count:
+        raise _Refused(f"the values are too spread for DP bounds at this budget: the bounds the DP counts support, "
+                       f"{_plain(lo)}..{_plain(hi)}, hold about {share:.0%} of them, so a release would clamp the "
+                       "rest: left out. Declare public bounds, or draft with a larger --epsilon")
+    if held + 2 * sd < keep * present.count:  # a hint, not a test
+        return [f"the DP counts put about {share:.0%} of the values inside the bounds (noisy: the count of values "
+                f"has noise of sd {present.sd:.0f}): a release clamps values outside, so widen them if a public "
+                "source allows"]
+    return []
 
 
 def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator, max_categories: int,
@@ -313,7 +322,7 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
     grid = numeric_grid()
     if integer:  # whole numbers: no cells between 0 and 1
         grid = grid[(np.abs(grid) >= 1) | (grid == 0)]
-    first, last, warn = _occupied(x, grid, sigma, rng, present)
+    first, last, gridded = _occupied(x, grid, sigma, rng, present)
     lo, hi = float(grid[first]), float(grid[last])
     col: dict[str, Any] = {"type": "numeric"}
     if integer:
@@ -322,9 +331,8 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
         wlo = lo if lo == 0 else float(grid[max(first - 1, 0)])
         whi = hi if hi == 0 else float(grid[min(last + 2, len(grid) - 1)])
         if whi - wlo <= 2.5 * max_categories:
-            out = _whole_numbers(x, wlo, whi, sigma, rng, max_categories, bins)
-            out["_notes"] += warn
-            return out
+            return _whole_numbers(x, wlo, whi, sigma, rng, max_categories, bins, present)
+    warn = _held(gridded[first:last], sigma, present, lo, hi)
     fine = np.linspace(lo, hi, _FINE_CELLS + 1)
     cells = np.clip(np.searchsorted(fine, np.clip(x, lo, hi), side="right") - 1, 0, _FINE_CELLS - 1)
     noisy = _noisy_hist(cells, _FINE_CELLS, sigma, rng).astype(np.float64)
@@ -337,24 +345,25 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
 
 
 def _whole_numbers(x: np.ndarray, lo: float, hi: float, sigma: float, rng: np.random.Generator,
-                   max_categories: int, bins: int) -> dict[str, Any]:
+                   max_categories: int, bins: int, present: _Present) -> dict[str, Any]:
     """A short range of whole numbers: a noisy count per number trims the bounds to the numbers
-    above 3 sigma; then one bin per number (at most ``max_categories``), else quantile cuts
-    from the same counts."""
+    above 3 sigma (checked by :func:`_held`); then one bin per number (at most
+    ``max_categories``), else quantile cuts from the same counts."""
     cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
     noisy = _noisy_hist(cells, int(hi - lo), sigma, rng).astype(np.float64)
     occupied = np.flatnonzero(noisy > 3 * sigma)
     if occupied.size:
         noisy = noisy[occupied[0]: occupied[-1] + 1]
         lo, hi = lo + occupied[0], lo + occupied[-1] + 1
+    warn = _held(noisy, sigma, present, lo, hi - 1)
     if hi - lo <= max_categories:  # the last bin is closed: it ends half-way to the next number
         return {"type": "numeric", "edges": [_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)],
                 "integer": True, "_notes": ["bounds from DP histograms (a public 1-2-5 grid, then one cell per "
-                                            "whole number); one bin per whole number"]}
+                                            "whole number); one bin per whole number", *warn]}
     edges = _cut_edges(noisy, np.arange(lo, hi + 1, dtype=np.float64), sigma, bins, True)
     return {"type": "numeric", "edges": edges, "integer": True,
             "_notes": ["bounds and cut points (DP quantiles) from DP histograms: a public 1-2-5 grid, then one "
-                       "cell per whole number"]}
+                       "cell per whole number", *warn]}
 
 
 def _cut_edges(noisy: np.ndarray, fine: np.ndarray, sigma: float, bins: int, integer: bool) -> list[float | int]:
@@ -376,8 +385,9 @@ def _datetime(secs: np.ndarray, b: _Budget, rng: np.random.Generator, present: _
     year (a span of three years or more), else per month."""
     years = pd.to_datetime(secs, unit="s").year.to_numpy() if secs.size else np.array([], dtype=np.int64)
     grid = np.append(_YEARS, _YEARS[-1] + 1).astype(np.float64)
-    first, last, warn = _occupied(years.astype(np.float64), grid, b.domain, rng, present)
+    first, last, gridded = _occupied(years.astype(np.float64), grid, b.domain, rng, present)
     lo, hi = float(grid[first]), float(grid[last])
+    warn = _held(gridded[first:last], b.domain, present, lo, hi)
     step = "year" if hi - lo >= 3 else "month"
     bounds = [format_seconds(pd.Timestamp(year=int(y), month=1, day=1).timestamp()) for y in (lo, hi)]
     return {"type": "datetime", "bounds": bounds, "bins": step, "unit": "second",
