@@ -381,3 +381,14 @@ def test_an_isolated_noise_cell_far_out_does_not_stretch_the_bounds(monkeypatch)
         x = np.random.default_rng(0).integers(5, 100, 5000).astype(np.float64)
         first, last, _ = sd._occupied(x, grid, sigma, None, sd._Present(5000.0, 10.0))
         assert grid[first] == 5 and (grid[last] > 100) == kept, (extra, cell, grid[first], grid[last])
+
+
+def test_a_column_spread_over_many_grid_cells_is_not_taken_for_an_empty_one(tmp_path):
+    """Standard normal scores over 14 columns at epsilon 0.1: no grid cell of s9 clears the
+    multiple-testing level, but its kind count shows the values (a first version of the
+    too-few-values rule, strong cells only, refused it). 2 decisions at <= 1e-7 each."""
+    rng = np.random.default_rng(3)
+    n = 10000
+    df = pd.DataFrame({f"s{i}": np.round(rng.normal(0, 1, n), 3).astype(str) for i in range(14)})
+    d = _dp(df, 0.1, 0, tmp_path)
+    assert "s9" in {c["name"] for c in d.schema["columns"]}, d.left_out.get("s9")
