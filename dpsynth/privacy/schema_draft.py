@@ -347,15 +347,23 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
 def _whole_numbers(x: np.ndarray, lo: float, hi: float, sigma: float, rng: np.random.Generator,
                    max_categories: int, bins: int, present: _Present) -> dict[str, Any]:
     """A short range of whole numbers: a noisy count per number trims the bounds to the numbers
-    above 3 sigma (checked by :func:`_held`); then one bin per number (at most
+    above 3 sigma, unless :func:`_held` finds the trimmed range short (then the range is kept
+    and checked in turn); then one bin per number (at most
     ``max_categories``), else quantile cuts from the same counts."""
     cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
     noisy = _noisy_hist(cells, int(hi - lo), sigma, rng).astype(np.float64)
     occupied = np.flatnonzero(noisy > 3 * sigma)
+    warn: list[str] | None = None
     if occupied.size:
-        noisy = noisy[occupied[0]: occupied[-1] + 1]
-        lo, hi = lo + occupied[0], lo + occupied[-1] + 1
-    warn = _held(noisy, sigma, present, lo, hi - 1)
+        try:
+            warn = _held(noisy[occupied[0]: occupied[-1] + 1], sigma, present, lo + occupied[0], lo + occupied[-1])
+        except _Refused:
+            pass
+        if warn == []:  # the trim holds the values: keep it (else the widened range, if it does better)
+            noisy = noisy[occupied[0]: occupied[-1] + 1]
+            lo, hi = lo + occupied[0], lo + occupied[-1] + 1
+    if warn != []:
+        warn = _held(noisy, sigma, present, lo, hi - 1)
     if hi - lo <= max_categories:  # the last bin is closed: it ends half-way to the next number
         return {"type": "numeric", "edges": [_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)],
                 "integer": True, "_notes": ["bounds from DP histograms (a public 1-2-5 grid, then one cell per "
