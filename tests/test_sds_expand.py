@@ -174,17 +174,27 @@ def _scale_forecast(records: float, eps: float = 1.0):
     return guard.forecast(SdsParams(), sch.cardinalities, split, records)
 
 
-def test_the_guard_accepts_the_expanded_1m_scale_table_and_refuses_10m():
-    """Twelfth round: the expanded release published the 1M x 20 scale table (tuning draw,
-    forecast 0.00372) and the gate refused its 10M draw (0.00107). Before, the guard refused
-    both before spending (one floor, 0.0055, set on chunked releases)."""
-    from dpsynth.methods.sds import guard
+def test_the_guard_accepts_the_expanded_scale_table_at_1m_and_10m_and_int6():
+    """Fourteenth round: with the pool's record update every tuning run above the switch
+    publishes with the guard off (the 1M scale table at a forecast of 0.00372, int6 at 1M at
+    0.00253, the 10M scale table at 0.00107), so the expanded floor is the lowest of them and
+    accepts all three; the floor before (0.0037) refused int6 and 10M before spending. Below
+    the switch the chunked floor is unchanged, and below the expanded floor the guard refuses."""
+    from benchmarks.sds_matrix import interaction_table
+    from dpsynth.methods.sds import SdsParams, guard, noise_split
+    from dpsynth.privacy.budget import Budget
 
     at_1m = _scale_forecast(1_000_000)
     assert at_1m is not None and at_1m.publishable and at_1m.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED
-    assert guard.MIN_PAIR_THRESHOLD_EXPANDED <= at_1m.min_pair_threshold < 1.01 * guard.MIN_PAIR_THRESHOLD_EXPANDED
     at_10m = _scale_forecast(10_000_000)
-    assert at_10m is not None and not at_10m.publishable
+    assert at_10m is not None and at_10m.publishable
+    assert guard.MIN_PAIR_THRESHOLD_EXPANDED <= at_10m.min_pair_threshold < 1.01 * guard.MIN_PAIR_THRESHOLD_EXPANDED
+    sch = interaction_table(6).schema
+    split = noise_split(SdsParams(), sch, Budget(epsilon=1.0, delta=1e-6))
+    int6 = guard.forecast(SdsParams(), sch.cardinalities, split, 1_000_000)
+    assert int6 is not None and int6.publishable and int6.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED
+    at_40m = _scale_forecast(40_000_000)  # below every tuning publication: no evidence, refused
+    assert at_40m is not None and not at_40m.publishable
     below = _scale_forecast(400_000)  # below the switch: chunked, the chunked floor
     assert below is not None and below.floor == guard.MIN_PAIR_THRESHOLD == 0.0055
 
