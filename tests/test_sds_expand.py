@@ -330,7 +330,9 @@ def test_the_pool_update_reaches_cells_the_pool_never_drew(monkeypatch):
     """Fourteenth round: where the fitted pool leaves a table off because the pool has no
     record in the cells its measurement fills, ``update_pool`` moves records there (the
     weights cannot: ``fit_off_tables`` leaves the triple off) and keeps the pairs and columns;
-    where no table is more than ``UPDATE_RATIO`` times off it returns None."""
+    where no table is more than ``UPDATE_RATIO`` times off, or more than ``UPDATE_MAX_TABLES``
+    tables are off (the held-out 10M scale table, seed 1: the update ran past 5 CPU minutes
+    and 4.9 GB), it returns None."""
     from dpsynth.methods.sds import update
     from dpsynth.methods.sds.refit import misfit_tables
 
@@ -347,6 +349,9 @@ def test_the_pool_update_reaches_cells_the_pool_never_drew(monkeypatch):
     monkeypatch.setattr(expand, "UPDATE_RATIO", worst)  # not more than the trigger off: not run
     assert expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3)) is None
     monkeypatch.setattr(expand, "UPDATE_RATIO", 2.0)
+    monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", 0)  # more tables off than the update may take on
+    assert expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3)) is None
+    monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", 1)
     out = expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3))
     assert out is not None and out.shape == pool.shape
     assert misfit_tables(checks, np.ones(out.shape[0]), 4000.0, pool=out) == []
