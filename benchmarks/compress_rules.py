@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import RESULTS  # noqa: E402
 from benchmarks.aim_head_to_head import DELTA, default_workload, load, workload_error  # noqa: E402
+from benchmarks.compress_experiments import Experiment  # noqa: E402
 
 NONE = 1e12  # a share no group or value reaches: that bound off
 #: group = the rule before branch aim-compress (the group bound 0.15 alone); nc = no compression;
@@ -41,26 +42,37 @@ NONE = 1e12  # a share no group or value reaches: that bound off
 #: viX = the per-value bound X without the group bound. (The recorded file also holds "half": the
 #: group bound and at least half of each column's values kept, run once through a scratch patch.)
 #: c1/c2/c3 (issue 27, branch aim-split): each noisy 1-way count split into y1 = y + a e and
-#: y2 = y - e / a (pgm.COMPRESS_EXPERIMENT's "split" = a, set by the "_split" key), candidates on y1, the group
+#: y2 = y - e / a (compress_experiments.Experiment's "split" = a, set by the "_split" key), candidates on y1, the group
 #: bound on y2: c1 a = 1 with the per-value bound on y, c2 a = 1 without it, c3 a = 2 as c1,
 #: c4 a = 0.5 as c1 (the candidates' half the more precise one: c3 lost on rare-a at 1);
 #: c1sX: c1 with the group share X (0.15 was set on the selection-biased sums); c5: c1 only in
-#: columns whose merge read on y fails the group bound with 0.8 sd per member added (pgm's
-#: COMPRESS_EXPERIMENT's "split_bias", the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
+#: columns whose merge read on y fails the group bound with 0.8 sd per member added (
+#: compress_experiments.Experiment's "split_bias", the "_split_bias" key; c1 lost where the bound does not bind); c6: c5 with
 #: a = 2 (the bound's half the more precise: c5 lost rare-b/rare-c at 0.1 to the wider y2).
 #: pZ (issue 27, branch aim-bias): the group bound read on each value's posterior given its
-#: column's noisy counts (pgm's compress_bound="posterior"; pgm.COMPRESS_POSTERIOR_MODE "group", the
+#: column's noisy counts (pgm's compress_bound="posterior"; Experiment's posterior "group", the
 #: "_posterior" key), Z posterior sds of the sum (pgm.COMPRESS_POSTERIOR_MARGIN, the "_posterior_margin"
 #: key); pbZ: also the per-value bound on the posterior ("both"); p5 is select=aim's default since
 #: branch aim-p5, and every other rule reads the counts (compress_bound="counts", added by rule_params);
 #: p5sX: p5 with the group share X (0.15 was set on the selection-biased sums); pe5: p5 over only
 #: the candidates whose posterior says "empty" (true count <= sigma / 4) more likely than not.
 #: wC (issue 27, branch aim-col): p5 and a candidate merged only when the noise its cells carry in
-#: its column's pair marginals, times C, outweighs the mass it may misplace (compression_maps'
-#: ``cost``, pgm.COMPRESS_EXPERIMENT's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
+#: its column's pair marginals, times C, outweighs the mass it may misplace (the
+#: ``cost``, compress_experiments.Experiment's "cost", the "_cost" key; merge_worth: posterior mean <= C sqrt(2/pi) / 2 x
 #: the other columns' mean size, in sds); fC: the same over one cell ("_cost_width" False: the
 #: width left out, posterior mean <= C sqrt(2/pi) / 2 sds).
+#: Session 37 (branch aim-empty; compress_experiments.ordered_map over p5's chosen values): o, or,
+#: op = runs "ordered" (values that look empty pooled anywhere, the rest as runs of neighbours in
+#: the codes the schema orders, kept elsewhere), "ordered-runs" (in ordered codes every chosen
+#: value as runs, the lone empty-looking ones pooled), "ordered-pool" (only the empty-looking
+#: ones pooled), oe "ordered-eruns" (in ordered codes only the empty-looking ones, as runs; the
+#: lone ones kept); "looks empty": posterior_empty >= 0.5 (the column's fitted prior), or, with the
+#: suffix fX, posterior mean <= X sds; suffix a: outside ordered codes every chosen value pools;
+#: oeqP: oe with "looks empty" at posterior_empty >= P; oesX: oe with the group share X.
+#: e5: select=aim's default since session 37 (compression_maps' ``empty_only``, the group share
+#: 0.05; the same releases as oes0.05), run as the product runs it (``PRODUCT``).
 RULES: dict[str, dict[str, Any]] = {
+    "e5": {"compress_bound": "posterior"},
     "c1": {"_split": 1.0}, "c2": {"_split": 1.0, "compress_value_share": NONE}, "c3": {"_split": 2.0},
     "c4": {"_split": 0.5},
     **{f"c1s{x:g}": {"_split": 1.0, "compress_share": x} for x in (0.2, 0.25)},
@@ -80,6 +92,14 @@ RULES: dict[str, dict[str, Any]] = {
     **{f"r5f{c:g}": {"compress_bound": "posterior", "_runs": "adjacent", "_cost": c, "_cost_width": False}
        for c in (1.0, 1.25, 1.5, 2.0, 2.5)},
     **{f"rc{c:g}": {"compress_bound": "posterior", "_runs": "cost", "_cost": c} for c in (0.005, 0.01, 0.02, 0.05)},
+    **{f"o{m}{e}": {"compress_bound": "posterior", "_runs": f"ordered{mode}", **({"_empty_sds": float(e[1:])} if e else {})}
+       for m, mode in (("", ""), ("r", "-runs"), ("p", "-pool"), ("e", "-eruns")) for e in ("", "f0.5", "f0.6", "f0.8", "f1")},
+    **{f"o{m}a": {"compress_bound": "posterior", "_runs": f"ordered{mode}", "_cat_all": True}
+       for m, mode in (("", ""), ("r", "-runs"), ("e", "-eruns"))},
+    **{f"oeq{q:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "_empty_p": q} for q in (0.7, 0.9)},
+    **{f"oes{x:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "compress_share": x} for x in (0.05, 0.1)},
+    **{f"oef{f:g}s{x:g}": {"compress_bound": "posterior", "_runs": "ordered-eruns", "_empty_sds": f, "compress_share": x}
+       for f in (0.6,) for x in (0.05,)},
     **{f"s{x:g}": {"compress_share": x, "compress_value_share": NONE} for x in (0.02, 0.05, 0.1)},
     **{f"v{x:g}": {"compress_value_share": x} for x in (0.01, 0.02, 0.03, 0.05, 0.1)},
     **{f"vi{x:g}": {"compress_share": NONE, "compress_value_share": x} for x in (0.02, 0.05)},
@@ -126,15 +146,21 @@ def wide_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     """A table of ``n`` rows with wide ordinal-like columns beside small ones (``WIDE_SHAPES``):
     5 latent classes; per class each column's values drawn from :func:`_wide_probs`, so every
     pair of columns is related through the class."""
+    return _class_table(n, seed, WIDE_SHAPES[shape], lambda spec, classes, rng: _wide_probs(*spec, classes, rng))
+
+
+def _class_table(n: int, seed: int, specs: list[tuple], probs_of) -> tuple[np.ndarray, list[int]]:
+    """``n`` rows of 5 latent classes, each column (``specs``, size second) drawn per class from
+    ``probs_of(spec, classes, rng)``: the generator behind every generated table family here."""
     rng = np.random.default_rng(seed)
     classes = 5
     z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
     cols, sizes = [], []
-    for kind, size in WIDE_SHAPES[shape]:
-        probs = _wide_probs(kind, size, classes, rng)
+    for spec in specs:
+        probs = probs_of(spec, classes, rng)
         u = rng.random(n)
-        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), size - 1))
-        sizes.append(size)
+        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
+        sizes.append(spec[1])
     return np.column_stack(cols).astype(np.int64), sizes
 
 
@@ -190,23 +216,86 @@ def _held_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarr
 
 def held_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     """A held-out table of ``n`` rows (``HELD_SHAPES``): 5 latent classes, as :func:`wide_table`."""
-    rng = np.random.default_rng(seed)
-    classes = 5
-    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
-    cols, sizes = [], []
-    for spec in HELD_SHAPES[shape]:
-        probs = _held_probs(spec, classes, rng)
-        u = rng.random(n)
-        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
-        sizes.append(spec[1])
-    return np.column_stack(cols).astype(np.int64), sizes
+    return _class_table(n, seed, HELD_SHAPES[shape], _held_probs)
+
+
+#: Held-out generated tables of session 37 (issue 27 §1/§2, branch aim-empty), fixed and committed
+#: BEFORE any rule of that session was tuned, run once per final rule: rows, seed, shape
+#: (``HELD2_SHAPES``). Seeds 41-44, which no other table uses.
+HELD2 = {"hn-zipf": (30_000, 41, "zipf"), "hn-bells": (50_000, 42, "bells"), "hn-mix": (40_000, 43, "mix"),
+         "hn-wide": (30_000, 44, "wide")}
+#: The columns per shape, beside ``HELD_SHAPES``' kinds: ("zr", v) a Zipf-like decay (exponent
+#: 0.8-1.4 per class) over the values in a random order per column; ("b", v) a bell per class cut
+#: at 2.5 sds, so values beyond every class's cut are truly empty (the edges); ("g", v) a
+#: geometric decay from code 0 (rate 0.03-0.1 per class); ("mx", v, empty, small): ``empty``
+#: values truly empty, ``small`` values holding 2-6% of each class's mass together, the rest
+#: Dirichlet(0.7), all at random codes. Ordered (declared numeric): "b", "g" (and "o", "t", "k").
+HELD2_SHAPES: dict[str, list[tuple]] = {
+    "zipf": [("zr", 60), ("s", 3), ("zr", 90), ("s", 5), ("zr", 35), ("g", 50), ("s", 2), ("zr", 70)],
+    "bells": [("b", 80), ("s", 4), ("b", 60), ("s", 3), ("b", 100), ("s", 6), ("b", 45), ("s", 2)],
+    "mix": [("mx", 70, 25, 30), ("s", 4), ("mx", 40, 10, 20), ("s", 3), ("mx", 90, 40, 30), ("s", 5), ("b", 50),
+            ("s", 2)],
+    "wide": [("s", 2), ("b", 70), ("zr", 50), ("s", 5), ("mx", 60, 20, 25), ("g", 40), ("s", 3), ("b", 55), ("s", 7),
+             ("zr", 80), ("s", 4), ("mx", 45, 15, 20), ("s", 2), ("g", 65), ("b", 90), ("s", 6), ("zr", 40), ("s", 3),
+             ("mx", 30, 8, 12), ("s", 9), ("b", 40), ("s", 2), ("zr", 55), ("s", 4)],
+}
+#: Per family of generated tables, the kinds of column whose codes are in order (declared numeric
+#: in the benchmark's schema): the wide tables' "z" is a decay from code 0, the session-36
+#: tables' "z" a Zipf decay at random codes (not ordered).
+ORDERED_KINDS = {"wide": ("o", "k", "z"), "held": ("o", "t", "k"), "held2": ("b", "g")}
+
+
+def _held2_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Per latent class, a distribution over a session-37 held-out column's values (``HELD2_SHAPES``)."""
+    kind, size = spec[0], spec[1]
+    v = np.arange(size)
+    if kind == "s":
+        return _wide_probs(kind, size, classes, rng)
+    if kind == "zr":
+        p = (1.0 + np.arange(size))[None, :] ** -rng.uniform(0.8, 1.4, classes)[:, None]
+        p = p[:, np.argsort(rng.permutation(size))]
+    elif kind == "b":
+        mu, sd = rng.uniform(0.3, 0.7, classes) * size, rng.uniform(0.05, 0.1, classes) * size
+        u = (v[None, :] - mu[:, None]) / sd[:, None]
+        p = np.where(np.abs(u) <= 2.5, np.exp(-0.5 * u**2), 0.0)
+    elif kind == "g":
+        p = np.exp(-rng.uniform(0.03, 0.1, classes)[:, None] * v[None, :])
+    else:  # "mx": empty, real small and the rest, at random codes
+        perm = rng.permutation(size)
+        small, rest = perm[spec[2]: spec[2] + spec[3]], perm[spec[2] + spec[3]:]
+        p = np.zeros((classes, size))
+        p[:, small] = rng.dirichlet(np.full(small.size, 1.0), size=classes) * rng.uniform(0.02, 0.06, (classes, 1))
+        p[:, rest] = rng.dirichlet(np.full(rest.size, 0.7), size=classes) * (1.0 - p[:, small].sum(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def held2_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
+    """A session-37 held-out table of ``n`` rows (``HELD2_SHAPES``): 5 latent classes, as :func:`wide_table`."""
+    return _class_table(n, seed, HELD2_SHAPES[shape], _held2_probs)
+
+
+def ordered_of(name: str) -> dict[str, int]:
+    """Per column of table ``name`` whose codes are in order, its number of codes (declared numeric
+    by :func:`run`): the generated tables' ordered kinds (``ORDERED_KINDS`` of their family), the NIST schema's
+    numeric columns; none for the rare-bin and UCI tables (their values are categories)."""
+    for family, tables, shapes in (("wide", WIDE, WIDE_SHAPES), ("held", HELD, HELD_SHAPES), ("held2", HELD2, HELD2_SHAPES)):
+        if name in tables:
+            kinds = ORDERED_KINDS[family]
+            return {f"w{j}": spec[1] for j, spec in enumerate(shapes[tables[name][2]]) if spec[0] in kinds}
+    if name.startswith("nist-"):
+        from benchmarks.pgm_vs_mbi import load as pvm_load
+
+        schema = pvm_load(f"nist-demo-{name.split('-', 1)[1]}")["schema"]
+        return {c.name: c.n_regular for c in schema.columns if c.type != "categorical" and c.n_regular == c.cardinality}
+    return {}
 
 
 def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     """aim_head_to_head's tables, pgm_vs_mbi's generated rare-bin tables (rare-a/b/c) and the
-    generated wide tables (``WIDE``)."""
-    if name in WIDE or name in HELD:
-        codes, sizes = wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name])
+    generated tables (``WIDE``, ``HELD``, ``HELD2``)."""
+    if name in WIDE or name in HELD or name in HELD2:
+        codes, sizes = (wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name]) if name in HELD
+                        else held2_table(*HELD2[name]))
         return [f"w{j}" for j in range(len(sizes))], codes, sizes
     if name.startswith("rare-"):
         from benchmarks.pgm_vs_mbi import load as pvm_load
@@ -216,41 +305,65 @@ def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     return load(name)
 
 
+#: The rules that run select=aim's product reading as it is now (no experimental rule): e5, the
+#: default since session 37 (the same releases as oes0.05). Every other posterior rule runs
+#: through an Experiment (p5's reading, the default before, with the group share 0.15 unless set).
+PRODUCT = ("e5",)
+
+
 def rule_params(rule: str) -> dict[str, Any]:
-    """pgm's parameters of ``rule``: its own, the bounds read on the counts unless it says otherwise."""
-    return {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    """pgm's parameters of ``rule``: its own, the bounds read on the counts unless it says otherwise
+    (a posterior rule other than the product's: the group share 0.15 unless it sets one)."""
+    params = {"compress_bound": "counts", **{k: v for k, v in RULES[rule].items() if not k.startswith("_")}}
+    if params["compress_bound"] == "posterior" and rule not in PRODUCT:
+        params.setdefault("compress_share", 0.15)
+    return params
 
 
-#: A rule's "_" keys passed to compression_maps through pgm.COMPRESS_EXPERIMENT.
-_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max")
+#: A rule's "_" keys, the fields of its :class:`compress_experiments.Experiment` (pgm.COMPRESS_RULE).
+_EXPERIMENT_KEYS = ("split", "split_bias", "cost", "cost_width", "runs", "runs_gap", "runs_max", "empty_sds", "empty_p", "cat_all")
 
 
-def _set_rule(rule: str | None) -> None:
-    """Set pgm's module switches of ``rule`` (None: back to their defaults)."""
+def experiment(rule: str, sizes: dict[str, int]) -> Experiment | None:
+    """The experimental rule of ``rule`` for a table of columns ``sizes`` (None: the product's reading)."""
+    r = RULES[rule]
+    fields = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
+    bound = rule_params(rule)["compress_bound"]
+    if rule in PRODUCT or (not fields and bound != "posterior"):
+        return None
+    posterior = r.get("_posterior", "group") if bound == "posterior" else ""
+    return Experiment(posterior=posterior, sizes=tuple(sizes.items()), **fields)
+
+
+def _set_rule(rule: str | None, sizes: dict[str, int] | None = None) -> None:
+    """Set pgm's module switches of ``rule`` for a table of columns ``sizes`` (None: back to their defaults)."""
     from dpsynth.methods import pgm
 
     r = RULES[rule] if rule else {}
-    pgm.COMPRESS_POSTERIOR_MODE = r.get("_posterior", "group")
     pgm.COMPRESS_POSTERIOR_MARGIN = float(r.get("_posterior_margin", 5.0))
-    pgm.COMPRESS_EXPERIMENT = {k: r[f"_{k}"] for k in _EXPERIMENT_KEYS if f"_{k}" in r}
+    pgm.COMPRESS_RULE = experiment(rule, sizes or {}) if rule else None
 
 
-def run(data: tuple, eps: float, seed: int, rule: str) -> dict[str, Any]:
-    """One release of ``pgm select=aim degree=2`` under ``rule``, scored against the real codes."""
+def run(data: tuple, eps: float, seed: int, rule: str, ordered: dict[str, int] | None = None) -> dict[str, Any]:
+    """One release of ``pgm select=aim degree=2`` under ``rule``, scored against the real codes; the
+    columns in ``ordered`` (:func:`ordered_of`) declared numeric (integer bins of width 1), the rest
+    categorical."""
     from dpsynth.methods import get_method
     from dpsynth.privacy.budget import Budget, Ledger
     from dpsynth.rows.encoding import EncodedTable
     from dpsynth.schema import schema_from_dict
 
     names, codes, sizes = data
-    cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]} for n, s in zip(names, sizes)]
+    cols = [{"name": str(n), "type": "numeric", "bounds": [0, int(s)], "bins": int(s), "integer": True}
+            if (ordered or {}).get(str(n)) == int(s) else
+            {"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]} for n, s in zip(names, sizes)]
     schema = schema_from_dict({"name": "compress-rules", "columns": cols})
     budget = Budget(epsilon=eps, delta=DELTA)
     rng = np.random.default_rng(seed)
     method = get_method("pgm", {"select": "aim", "degree": 2, **rule_params(rule)})
     ledger = Ledger(budget, method.plan(schema, budget))
     c0 = time.process_time()
-    _set_rule(rule)
+    _set_rule(rule, {str(n): int(k) for n, k in zip(names, sizes)})
     try:
         m = method.measure(EncodedTable(schema=schema, codes=codes.astype(np.uint16)), ledger, rng)
     finally:
@@ -275,7 +388,7 @@ def run_auto_adult(eps: float, seed: int, rule: str) -> dict[str, Any]:
     index = [c[0] for c in ac.HALVES[half]].index("adult")
     schema, codes = ac.load_table("adult", index + (0 if half == "tuning" else 100))
     params = {"select": "aim", "degree": 2, **rule_params(rule)}
-    _set_rule(rule)
+    _set_rule(rule, {c.name: c.cardinality for c in schema.columns})
     try:
         synth, _, status, _, cpu = ac.run_config("pgm", params, schema, codes, eps, ac.DELTA, seed, 3600)
     finally:
@@ -375,10 +488,11 @@ def main() -> None:
     seeds = list(range(int(a), int(b) + 1)) if b else [int(s) for s in args.seeds.split(",")]
     for t in args.data.split(","):
         data = load_any(t) if t != AUTO_ADULT else None
+        ordered = ordered_of(t) if t != AUTO_ADULT else None
         for e in (float(x) for x in args.eps.split(",")):
             for s in seeds:
                 for k in args.rules.split(","):
-                    one = run_auto_adult(e, s, k) if t == AUTO_ADULT else run(data, e, s, k)
+                    one = run_auto_adult(e, s, k) if t == AUTO_ADULT else run(data, e, s, k, ordered)
                     r = {"table": t, "eps": e, "seed": s, "kind": k, **one}
                     with out.open("a") as fh:
                         fh.write(json.dumps(r) + "\n")

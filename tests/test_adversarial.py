@@ -1841,3 +1841,147 @@ def test_old_workspace_is_tightened_once_on_first_use(tmp_path, umask_022, monke
     os.chmod(ws, 0o755)
     assert main(["budget", "show", "demo", "--workspace", str(ws)]) == 0
     assert walks == [1, 1] and _loose_modes(ws) == []
+
+
+# =====================================================================================
+# Section default-sweep: files a careless or ordinary user brings to `schema infer` and
+# `release` with no flags (benchmarks/default_sweep.py, docs/default-sweep.md).
+# =====================================================================================
+
+
+def _draws_of(ws, dataset) -> int:
+    return len(state(ws, dataset).releases) if (ws / "registry.sqlite").exists() else 0
+
+
+@pytest.mark.parametrize("dp", [False, True])
+def test_a_header_that_repeats_a_name_is_refused_by_the_draft_before_any_charge(tmp_path, capsys, dp):
+    """Default sweep: a CSV whose header repeats a column name made `schema infer` fail with
+    Arrow's KeyError (exit 1), and the DP draft only after charging its epsilon."""
+    data = tmp_path / "dup.csv"
+    data.write_text("id,amount,status,amount\n" + "".join(f"u{i % 3},{i},ok,{i % 9}\n" for i in range(60)))
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "dup", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "amount" in line and "more than once" in line
+    assert _draws_of(ws, "dup") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+@pytest.mark.parametrize("dp", [False, True])
+def test_nested_parquet_columns_are_refused_by_the_draft_naming_them_before_any_charge(tmp_path, capsys, dp):
+    """Default sweep: a Parquet list or struct column made `schema infer` fail with Arrow's cast
+    error (exit 1, no column named), and the DP draft only after charging its epsilon."""
+    n = 60
+    data = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"kind": ["a", "b"] * (n // 2), "tags": [["x"], []] * (n // 2),
+                             "addr": [{"zip": "75001"}] * n}), data)
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "nested", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "'tags'" in line and "'addr'" in line and "75001" not in line
+    assert _draws_of(ws, "nested") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_csv_with_another_separator_or_encoding_is_refused_saying_why(tmp_path, capsys):
+    """Default sweep: a ';'-separated export was read as one column named 'region;n' (or
+    refused as 'cannot be read as csv'), and a Latin-1 file as 'cannot be read'; the line
+    now says what to change, quoting no cell."""
+    semi = tmp_path / "semi.csv"
+    semi.write_text("region;n\n" + "".join(f"Nord-{i % 3};{i}\n" for i in range(40)))
+    assert main(["schema", "infer", str(semi)]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "';'" in line and "comma" in line and "Nord" not in line
+    lat = tmp_path / "lat.csv"
+    lat.write_bytes(("ville,n\n" + "".join(f"Orléans,{i}\n" for i in range(40))).encode("latin-1"))
+    assert main(["schema", "infer", str(lat)]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "UTF-8" in line and "Orl" not in line
+    assert main(["release", "--data", str(lat), "--schema", str(DEMO_SCHEMA), "--epsilon", "1",
+                 "--engine", "local", "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_row_index_written_with_the_table_is_named_for_what_it_is(tmp_path, capsys):
+    """Default sweep: pandas' to_csv without index=False writes a first column with an empty
+    name; the draft leaves it out and the release refused "columns ['']", which says nothing.
+    The line now says what such a column usually is, before anything is measured."""
+    data = tmp_path / "idx.csv"
+    pd.DataFrame({"region": ["east", "west"] * 30}).to_csv(data)
+    schema = tmp_path / "s.yaml"
+    schema.write_text("name: idx\ncolumns:\n  - {name: region, type: categorical, values: [east, west]}\n")
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "row index" in line and "nothing was measured" in line
+    assert _draws_of(tmp_path / "ws", "idx") == 0
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_a_draft_placeholder_left_in_the_categories_is_refused_before_any_charge(tmp_path, capsys, accept):
+    """Default sweep: on a table with no frequent value the draft writes the placeholder
+    LIST-THE-PUBLIC-CATEGORIES; a user who deleted the markers without reading released a
+    column whose only category was the placeholder (published, every real value 'other')."""
+    from dpsynth.schema.draft import PLACEHOLDER
+
+    data = tmp_path / "one.csv"
+    data.write_text("name,age\nx1,41\nx2,40\n")
+    schema = tmp_path / "s.yaml"
+    schema.write_text(f"name: one\ncolumns:\n  - {{name: name, type: categorical, values: [{PLACEHOLDER}], "
+                      "other: true}\n  - {name: age, type: numeric, bounds: [40, 42], bins: 2, integer: true}\n")
+    extra = ["--accept-data-derived-schema"] if accept else []
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "'name'" in line and PLACEHOLDER in line and "x1" not in line
+    assert _draws_of(tmp_path / "ws", "one") == 0 and not list((tmp_path / "o").glob("*"))
+
+
+@pytest.mark.parametrize("labels, stored", [(["false", "true"], "csv"), (["False", "True"], "parquet"),
+                                            (["FALSE", "TRUE"], "csv")])
+def test_a_yes_no_column_keeps_its_values_across_a_csv_and_a_parquet_spelling(tmp_path, labels, stored):
+    """Default sweep: a schema drafted from Parquet lists a flag as 'false'/'true' (how a bool
+    reads as text) and pandas writes it to CSV as 'False'/'True'. Released on the CSV, every
+    True fell to the fill code: the release said 0.1% True for a 30% column, with no error.
+    Drafted from the CSV and released on Parquet, the bool column was refused."""
+    rng = np.random.default_rng(4)
+    flag = rng.random(300) < 0.3
+    df = pd.DataFrame({"flag": flag})
+    data = tmp_path / f"t.{stored}"
+    df.to_csv(data, index=False) if stored == "csv" else df.to_parquet(data, index=False)
+    schema = schema_from_dict({"name": "t", "columns": [{"name": "flag", "type": "categorical", "values": labels}]})
+    codes = encode(read_table(data, schema), schema).codes[:, 0]
+    true_code = [v.casefold() for v in labels].index("true")
+    assert np.array_equal(codes == true_code, flag)
+
+
+@pytest.mark.parametrize("dp", [False, True])
+@pytest.mark.parametrize("bad", ["a|b", ""])
+def test_a_column_name_no_schema_can_hold_is_refused_by_the_draft_before_any_charge(tmp_path, capsys, dp, bad):
+    """Default sweep: `schema infer` wrote a draft naming a column 'a|b' or '' (which `schema
+    check` and the release then refuse), and the DP draft charged its epsilon for it first."""
+    data = tmp_path / "t.csv"
+    pd.DataFrame({bad: ["x", "y"] * 30, "n": list(range(60))}).to_csv(data, index=False)
+    ws = tmp_path / "ws"
+    extra = ["--epsilon", "0.1", "--dataset", "t", "--workspace", str(ws)] if dp else []
+    assert main(["schema", "infer", str(data), "--out", str(tmp_path / "s.yaml"), *extra]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert ("'a|b'" in line) if bad else ("column #1" in line and "row index" in line)
+    assert _draws_of(ws, "t") == 0 and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_column_name_spelled_in_another_unicode_form_is_named_as_such(tmp_path, capsys):
+    """Default sweep: a schema drafted from a file whose header is in NFD (as macOS may save
+    'Prénom') and a release on the same table saved in NFC was refused as "columns ['Prénom']
+    are missing", two names that print the same. The line now says what differs."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "Prénom")
+    schema = tmp_path / "s.yaml"
+    schema.write_text(yaml.safe_dump({"name": "t", "columns": [{"name": nfd, "type": "categorical",
+                                                                  "values": ["a", "b"]}]}, allow_unicode=True))
+    data = tmp_path / "t.csv"
+    data.write_text("Prénom\n" + "a\nb\n" * 20)
+    assert main(["release", "--data", str(data), "--schema", str(schema), "--epsilon", "1", "--engine", "local",
+                 "--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "o")]) == 2
+    line = _error_lines(capsys.readouterr().err)[-1]
+    assert "Unicode" in line and "nothing was measured" in line

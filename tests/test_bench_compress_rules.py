@@ -72,3 +72,29 @@ def test_the_held_out_tables_hold_the_shapes_they_are_named_for() -> None:
     # ho-tail: ordinal columns of many real small values, none empty
     tail = [p for p in shares["ho-tail"] if p.size >= 50]
     assert len(tail) >= 5 and all(np.all(p > 0) and np.sum(p < 0.01) >= 15 for p in tail)
+
+
+def test_the_session_37_held_out_tables_hold_their_shapes_and_declare_their_ordered_columns() -> None:
+    from benchmarks.compress_rules import HELD2, HELD2_SHAPES, held2_table, load_any, ordered_of
+
+    for name, (rows, _, shape) in HELD2.items():
+        names, codes, sizes = load_any(name)
+        assert codes.shape == (rows, len(sizes)) and np.array_equal(codes, held2_table(*HELD2[name])[0])
+        share = {j: np.bincount(codes[:, j], minlength=s) / rows for j, s in enumerate(sizes)}
+        kinds = [spec[0] for spec in HELD2_SHAPES[shape]]
+        # ordered: exactly the bells and the decays, each with all its codes
+        assert ordered_of(name) == {f"w{j}": sizes[j] for j, k in enumerate(kinds) if k in ("b", "g")}
+        for j, k in enumerate(kinds):
+            nz = np.flatnonzero(share[j])
+            if k == "b":  # a bell cut at 2.5 sds: its edges truly empty
+                assert nz.min() > 0 and nz.max() < sizes[j] - 1 and np.sum(share[j] == 0) >= 10
+            if k == "mx":  # truly empty bins and real small values at random codes
+                assert np.sum(share[j] == 0) == HELD2_SHAPES[shape][j][2] and np.sum((share[j] > 0) & (share[j] < 0.003)) >= 5
+            if k == "zr":  # no value empty; the order of the decay is not the codes' order
+                assert nz.size == sizes[j] and not np.all(np.diff(share[j]) <= 0)
+    assert len(load_any("hn-wide")[2]) >= 20
+    assert ordered_of("rare-b") == {} and ordered_of("wide-a") == {"w1": 85, "w3": 60, "w5": 99, "w7": 42}
+    # the wide tables' "z" is a decay from code 0 (ordered); the session-36 tables' "z" is a Zipf
+    # decay at random codes (not ordered): ho-zipf has no ordered column, wide-c's w3 is one
+    assert ordered_of("ho-zipf") == {} and ordered_of("wide-c")["w3"] == 100
+    assert ordered_of("ho-tail") == {f"w{j}": s for j, s in ((0, 90), (2, 60), (4, 100), (5, 40), (7, 75), (9, 50))}

@@ -67,10 +67,13 @@ def test_draft_keeps_integers_numeric_and_rounds_bounds():
     assert s.draft and s.column("age").integer and s.column("age").edges[0] == 10.0
 
 
-def test_infinite_values_do_not_make_a_numeric_column_nor_an_error_quoting_them():
+def test_infinite_values_take_no_part_in_the_bounds_nor_in_an_error():
     df = pd.DataFrame({"x": ["1.5", "inf", "2.5"] * 10})
     col = draft_from_dataframe(df, "t").schema["columns"][0]
-    assert col["type"] == "categorical" and "inf" not in col["values"]  # seen 10 times < 20: folded
+    # numeric from the finite values (was: a list of categories, 'inf' folded into other)
+    assert col["type"] == "numeric" and col["bounds"] == [1.5, 2.5]
+    only_inf = draft_from_dataframe(pd.DataFrame({"x": ["inf", "-inf"] * 15}), "t").schema["columns"][0]
+    assert only_inf["type"] == "categorical"  # no finite value: no bounds to take
     with pytest.raises(ValueError) as info:
         nice_bounds(-7.25, float("inf"), 10)
     assert "7.25" not in str(info.value)
@@ -195,3 +198,125 @@ def test_draft_file_ends_with_exactly_one_newline(tmp_path, demo_paths):
     df = pd.DataFrame({"rownames": range(100), "g": ["a", "b"] * 50})  # ends with a left-out comment
     text = draft_from_dataframe(df, "t").to_yaml()
     assert text.endswith("\n") and not text.endswith("\n\n") and text.rstrip().splitlines()[-1].startswith("  # column")
+
+
+@pytest.mark.parametrize("as_text", [True, False])
+def test_a_timestamp_column_distinct_per_row_is_drafted_as_datetime_not_left_out(as_text):
+    """Default sweep: times to the second differ on nearly every row, and the draft took such a
+    column (text in a CSV, a timestamp in Parquet) for an identifier and left it out, so the
+    release then refused the file. A column every value of which is a time is a datetime."""
+    n = 500
+    times = pd.Timestamp("2019-01-01") + pd.to_timedelta(np.arange(n) * 7919 + 13, unit="s")
+    df = pd.DataFrame({"last_seen": times.astype(str) if as_text else times, "g": ["a", "b"] * (n // 2)})
+    d = draft_from_dataframe(df, "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert "last_seen" not in d.left_out
+    assert cols["last_seen"]["type"] == "datetime" and cols["last_seen"]["unit"] == "second"
+    ids = draft_from_dataframe(pd.DataFrame({"uid": [f"u{i:05d}" for i in range(n)], "g": df.g}), "t")
+    assert "uid" in ids.left_out  # text identifiers are still left out
+
+
+def test_blank_cells_are_missing_in_the_draft_as_in_the_encoder():
+    """Default sweep: cells of spaces only ('  ', as spreadsheets export empty cells) were taken
+    for values, so a numeric column became a list of categories, a date column two categories
+    of spaces, and a real-valued one an 'identifier' left out. The encoder reads them as
+    missing (it strips cells); the draft must read them the same way."""
+    rng = np.random.default_rng(5)
+    n = 400
+    blank = rng.random(n) < 0.1
+    df = pd.DataFrame({
+        "age": np.where(blank, "   ", rng.integers(16, 95, n).astype(str)),
+        "income": np.where(blank, " ", np.round(rng.lognormal(10, 1, n), 2).astype(str)),
+        "day": np.where(blank, "  ", (np.datetime64("2020-01-01") + rng.integers(0, 900, n)).astype(str)),
+        "city": np.where(blank, " ", rng.choice([" Lyon", "Paris "], n)),
+    })
+    d = draft_from_dataframe(df, "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert not d.left_out
+    assert cols["age"]["type"] == "numeric" and cols["age"].get("integer")
+    assert cols["income"]["type"] == "numeric"
+    assert cols["day"]["type"] == "datetime"
+    assert cols["city"]["values"] == ["Lyon", "Paris"]
+    for c in cols.values():
+        assert c["missing"] == [""]
+    schema = schema_from_dict({k: v for k, v in d.schema.items() if k != "draft"})
+    import pyarrow as pa
+    from dpsynth.rows.encoding import encode
+    codes = encode(pa.Table.from_pandas(df, preserve_index=False), schema).codes
+    for j, col in enumerate(schema.columns):  # the blanks encode to the missing code, nothing else does
+        assert np.array_equal(codes[:, j] == col.missing_code, blank)
+
+
+def test_numbers_written_for_people_are_named_as_such_and_infinities_keep_a_column_numeric():
+    """Default sweep: '1,234', '$12.50' and '12%' columns were left out as 'an identifier or a
+    row number?', and a real-valued column holding a few 'inf' was left out the same way (its
+    distinct values read as text). The first now says what to change; the second is drafted
+    numeric from its finite values (a release clamps an infinity to the bounds)."""
+    rng = np.random.default_rng(3)
+    n = 300
+    amounts = rng.integers(1000, 5_000_000, n)
+    x = rng.normal(0, 1, n).round(6).astype(str)
+    x[:4] = ["inf", "-inf", "inf", "inf"]
+    df = pd.DataFrame({"amount": [f"{v:,}" for v in amounts], "price": [f"${v / 100:,.2f}" for v in amounts],
+                       "rate": [f"{v:.3f}%" for v in rng.uniform(0, 100, n)], "x": x,
+                       "row": np.arange(n), "g": ["a", "b"] * (n // 2)})
+    d = draft_from_dataframe(df, "t")
+    for name in ("amount", "price", "rate"):
+        assert "thousands separator" in d.left_out[name]
+    assert "thousands separator" not in d.left_out["row"] and "identifier" in d.left_out["row"]
+    col = {c["name"]: c for c in d.schema["columns"]}["x"]
+    assert col["type"] == "numeric" and all(np.isfinite(col["bounds"]))
+    text = d.to_yaml()
+    assert "clamps them" in text and f"{amounts[0]:,}" not in text
+
+
+def test_dates_written_day_month_year_are_named_as_such():
+    """Default sweep: dates written 03/04/2021 (not ISO 8601) were drafted as a list of
+    categories (none frequent enough: the placeholder), and the release then refused the
+    placeholder without saying the column held dates. The draft now says what to change."""
+    rng = np.random.default_rng(6)
+    days = pd.to_datetime(np.datetime64("2018-01-01") + rng.integers(0, 1500, 600).astype("timedelta64[D]"))
+    d = draft_from_dataframe(pd.DataFrame({"visit": days.strftime("%d/%m/%Y"), "g": ["a", "b"] * 300}), "t")
+    assert "ISO 8601" in d.left_out["visit"]
+    assert days.strftime("%d/%m/%Y")[0] not in d.to_yaml()
+
+
+def test_numbers_with_a_few_word_codes_are_drafted_numeric_reading_the_words_as_missing():
+    """Default sweep (probe): an age column holding 'unknown' and 'refused' in 8% of its cells
+    was drafted as 50 listed ages (the most frequent, the rest 'other'), and an income column
+    holding '-' was left out as an identifier. The encoder reads any non-number of a numeric
+    column as missing, so the draft makes both numeric with a missing code, naming no word."""
+    rng = np.random.default_rng(8)
+    n = 2000
+    age = rng.integers(18, 90, n).astype(str).astype(object)
+    age[rng.random(n) < 0.05] = "unknown"
+    age[rng.random(n) < 0.03] = "refused"
+    inc = np.round(rng.lognormal(10, 1, n), 2).astype(str).astype(object)
+    inc[rng.random(n) < 0.05] = "-"
+    kids = rng.choice(["0", "1", "2", "3+"], n, p=[0.4, 0.3, 0.2, 0.1])  # a label with a digit: categories
+    d = draft_from_dataframe(pd.DataFrame({"age": age, "income": inc, "kids": kids}), "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert cols["age"]["type"] == "numeric" and cols["age"]["integer"] and cols["age"]["missing"] == [""]
+    assert cols["income"]["type"] == "numeric" and "income" not in d.left_out
+    assert cols["kids"]["type"] == "categorical" and cols["kids"]["values"] == ["0", "1", "2", "3+"]
+    assert "unknown" not in d.to_yaml() and "refused" not in d.to_yaml()
+    schema = schema_from_dict({k: v for k, v in d.schema.items() if k != "draft"})
+    import pyarrow as pa
+    from dpsynth.rows.encoding import encode
+    codes = encode(pa.Table.from_pandas(pd.DataFrame({"age": age, "income": inc, "kids": kids})), schema).codes
+    assert np.array_equal(codes[:, 0] == schema.columns[0].missing_code, np.isin(age, ["unknown", "refused"]))
+
+
+def test_the_letter_n_is_a_value_of_a_text_column_and_missing_in_a_numeric_one():
+    """Default sweep: 'N' (No, North) was a missing token in every column, so a Y/N flag was
+    drafted as values [Y] with missing ['', 'N'], and its N and its blank cells became one
+    code: the release could not tell them apart. As in the DP draft, 'N' alone is missing
+    only in a numeric or date column (as in the NIST files)."""
+    rng = np.random.default_rng(9)
+    n = 400
+    flag = rng.choice(["Y", "N", ""], n, p=[0.5, 0.4, 0.1])
+    num = np.where(rng.random(n) < 0.1, "N", rng.integers(0, 50, n).astype(str))
+    d = draft_from_dataframe(pd.DataFrame({"flag": flag, "num": num}), "t")
+    cols = {c["name"]: c for c in d.schema["columns"]}
+    assert cols["flag"]["values"] == ["N", "Y"] and cols["flag"]["missing"] == [""]
+    assert cols["num"]["type"] == "numeric" and cols["num"]["missing"] == ["N"]

@@ -9,15 +9,18 @@ merged values are spread back over their members by the members' noisy 1-way cou
 (clipped at 0; uniformly when those are all 0), with the same randomised rounding as the
 sampler, so each member gets its expected share of the rows within one.
 
+select=aim reads the bounds on each value's posterior and merges only the values that look
+empty: as runs of neighbours where the schema orders the codes, one value elsewhere.
+
 A map is an int array over a column's codes: code -> merged code, the kept values first
-in code order, the merged value last. Everything here reads only public (DP) values.
+in code order, the merged values last. Everything here reads only public (DP) values.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -26,7 +29,10 @@ from .estimate import Observation
 from .junction_tree import Domain
 from .model import allocate
 
-__all__ = ["compression_maps", "merge_worth", "runs_map", "posterior_counts", "posterior_empty", "split_counts", "records_estimate", "compressed_domain", "fold_observation", "expand_codes"]
+__all__ = [
+    "ColumnCounts", "ColumnRule", "MergeBounds", "compression_maps", "empty_map", "groups_map", "merge_map",
+    "posterior_chosen", "posterior_counts", "posterior_empty", "rare_run", "records_estimate", "compressed_domain", "fold_observation", "expand_codes",
+]
 
 
 def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float]) -> float:
@@ -37,12 +43,40 @@ def records_estimate(one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, flo
     return float((w * t).sum() / w.sum()) if w.size else 0.0
 
 
+@dataclass(frozen=True)
+class ColumnCounts:
+    """One column's public inputs to a merge rule: its noisy 1-way counts ``y``, their noise sd,
+    and ``ordered``, how many of its first codes the schema declares in order (the bins of a
+    numeric or datetime column; 0 for a categorical one)."""
+
+    name: str
+    y: np.ndarray
+    sigma: float
+    ordered: int = 0
+
+
+@dataclass(frozen=True)
+class MergeBounds:
+    """The bounds every rule reads: candidates below ``threshold`` sds; ``margin`` sds of a count
+    (or of a posterior sum, ``posterior_margin``) above it; a group's mass at most ``cap`` records
+    and one value's at most ``value_cap``."""
+
+    threshold: float
+    margin: float
+    posterior_margin: float
+    cap: float
+    value_cap: float
+
+
+#: An experimental rule (benchmarks/compress_experiments.py): one column's map, or None.
+ColumnRule = Callable[[ColumnCounts, MergeBounds], "np.ndarray | None"]
+
+
 def compression_maps(
     one_way: Mapping[str, np.ndarray], sigmas: Mapping[str, float], threshold: float, share: float = math.inf,
-    margin: float | None = None, value_share: float = math.inf, split: float = 0.0,
-    split_bias: float | None = None, posterior: str = "", posterior_margin: float | None = None,
-    cost: float = 0.0, cost_width: bool = True, runs: str = "", runs_gap: int = 1,
-    runs_max: int = 0,
+    margin: float | None = None, value_share: float = math.inf, posterior: bool = False,
+    posterior_margin: float | None = None, empty_only: bool = False, ordered: Mapping[str, int] | None = None,
+    rule: ColumnRule | None = None,
 ) -> dict[str, np.ndarray]:
     """Per column, the map merging its rare values into one (columns with nothing to merge: no entry).
 
@@ -56,69 +90,42 @@ def compression_maps(
     (y + margin sigma <= value_share x records), so a value that may hold a real share of the
     column is never merged. ``share`` and ``value_share`` infinite: every candidate (MST's rule).
 
-    ``split`` a > 0 (0: off): each noisy count y is split by post-processing into two
-    uncorrelated halves (:func:`split_counts`), y1 = y + a e and y2 = y - e / a; the candidates
-    (y1 below ``threshold`` sigma) and their order are read on y1 and the group bound on y2
-    (margin sds of y2, sigma sqrt(1 + 1/a^2)), so the bound reads a sum the selection did not
-    bias; the per-value bound still reads y. ``split_bias`` b (with ``split``): a column keeps
-    the merge read on y whenever that group passes the group bound with b sigma per member
-    added to its noisy sum (the selection's bias could not carry it past the bound), and
-    takes the split's merge only otherwise.
+    ``posterior``: the group bound reads each value's posterior given the column's noisy counts
+    (:func:`posterior_counts`, a prior on [0, inf) fitted to the column), which conditions on the
+    very counts that selected the candidates, so the selection does not bias it: the sum of the
+    merged values' posterior means + ``posterior_margin`` (None: ``margin``) sds of that sum.
+    ``empty_only`` (with ``posterior``; select=aim's default): of those values only the ones that
+    look empty more likely than not (:func:`posterior_empty` >= 0.5) merge, by :func:`empty_map`:
+    as runs of neighbouring codes among the codes the schema orders (``ordered``: per column, its
+    ordered leading codes), pooled into one value elsewhere; every other value is kept.
 
-    ``posterior`` (empty: off) reads the bounds on each value's posterior given the column's noisy
-    counts (:func:`posterior_counts`, a prior on [0, inf) fitted to the column), which conditions
-    on the very counts that selected the candidates, so the selection does not bias it: "group",
-    the group bound on the sum of the merged values' posterior means + ``margin`` sds of that sum
-    (the posterior sd, sqrt of the summed posterior variances); "both", also the per-value bound on
-    the posterior (mean + ``margin`` posterior sds <= ``value_share`` x records); "empty", the
-    group bound as "group" over only the candidates that look empty more likely than not
-    (:func:`posterior_empty` >= 0.5).
-    ``posterior_margin``: the sds of the posterior sum in the group bound (None: ``margin``).
-
-    ``cost`` c > 0 (with ``posterior``; 0: off): a candidate is merged only if its posterior mean
-    is at most :func:`merge_worth` sds (the noise its cells carry over the other columns' mean
-    size, or one cell with ``cost_width`` False, times c, against twice the mass it may misplace).
-
-    ``runs`` (with ``posterior``; empty: one merged value per column): "adjacent" merges the chosen
-    values as runs of neighbouring codes, each run of two or more its own merged value, a value
-    with no chosen neighbour kept (:func:`runs_map`): neighbouring codes of an ordered column
-    relate alike to the other columns, so a run's members share their merged value's relations,
-    where one group of a column's both tails would give each the other's; "adjacent+empty" also
-    merges the values left alone that look empty (:func:`posterior_empty` >= 0.5) into one value
-    of their own (an empty value has no relation to misplace); "adjacent+alone" merges every value
-    left alone into that one more value; "cost" merges the chosen values
-    into one value when the cells that saves beyond the runs' map, each worth :func:`merge_worth`
-    sds (``cost``), outweigh the chosen values' posterior mass (mixed by one value, not by runs),
-    and as runs otherwise: with a small budget the noise saved wins, with a large one the
-    relations kept. ``runs_gap``: chosen codes at most
-    this far apart belong to one run (1: only next neighbours; the values between stay kept).
-    ``runs_max`` L > 0: a longer run is cut into consecutive pieces of at most L codes."""
+    ``rule`` (None: the reading above): an experimental rule that makes each column's map from
+    its :class:`ColumnCounts` (``ordered``: per column, its ordered leading codes) and the bounds
+    (the rules measured and not adopted live in benchmarks/compress_experiments.py)."""
     maps: dict[str, np.ndarray] = {}
     n = records_estimate(one_way, sigmas) if math.isfinite(share) or math.isfinite(value_share) else math.inf
-    cap = share * n if math.isfinite(share) else math.inf
-    value_cap = value_share * n if math.isfinite(value_share) else math.inf
     z = threshold if margin is None else margin
+    bounds = MergeBounds(threshold=threshold, margin=z, posterior_margin=z if posterior_margin is None else posterior_margin,
+                         cap=share * n if math.isfinite(share) else math.inf,
+                         value_cap=value_share * n if math.isfinite(value_share) else math.inf)
     for name, counts in one_way.items():
-        y = np.asarray(counts, dtype=np.float64).ravel()
-        sigma = float(sigmas[name])
-        if posterior:
-            zp = z if posterior_margin is None else posterior_margin
-            worth = merge_worth(one_way, name, cost, cost_width) if cost > 0 else 0.0
-            maps.update(_posterior_map(name, y, sigma, threshold, (z, zp), cap, value_cap, posterior, worth, (runs, runs_gap, runs_max)))
-            continue
-        rare = _rare_run(y, y, y <= value_cap - z * sigma, sigma, threshold, z, cap)
-        unbiased = rare is None or (split_bias is not None and float(np.sum(y[rare])) + (
-            split_bias * sigma * rare.size + z * sigma * math.sqrt(rare.size)) <= cap)
-        if split > 0 and not unbiased:
-            y1, y2 = split_counts(y, sigma, split, name)
-            sigma2 = sigma * math.sqrt(1.0 + 1.0 / split**2)
-            rare = _rare_run(y1, y2, y <= value_cap - z * sigma, sigma, threshold, z, cap, sigma2)
-        if rare is not None:
-            maps[name] = _merge_map(y.size, rare)
+        col = ColumnCounts(name=name, y=np.asarray(counts, dtype=np.float64).ravel(), sigma=float(sigmas[name]),
+                           ordered=int((ordered or {}).get(name, 0)))
+        if rule is not None:
+            g = rule(col, bounds)
+        else:
+            chosen = posterior_chosen(col, bounds) if posterior else rare_run(
+                col.y, col.y, col.y <= bounds.value_cap - z * col.sigma, col.sigma, threshold, z, bounds.cap)
+            if chosen is not None and posterior and empty_only:
+                g = empty_map(col.y.size, chosen, posterior_empty(col.y, col.sigma) >= 0.5, col.ordered)
+            else:
+                g = None if chosen is None else merge_map(col.y.size, chosen)
+        if g is not None:
+            maps[name] = g
     return maps
 
 
-def _merge_map(size: int, rare: np.ndarray) -> np.ndarray:
+def merge_map(size: int, rare: np.ndarray) -> np.ndarray:
     """The map of a column of ``size`` codes whose codes ``rare`` merge into one last value."""
     g = np.empty(size, dtype=np.int64)
     mask = np.zeros(size, dtype=bool)
@@ -128,73 +135,26 @@ def _merge_map(size: int, rare: np.ndarray) -> np.ndarray:
     return g
 
 
-def merge_worth(one_way: Mapping[str, np.ndarray], name: str, cost: float, width: bool = True) -> float:
-    """The largest posterior mean count, in noise sds of column ``name``, that ``cost`` lets merge.
-
-    Merging a value takes the cells of its row out of every pair marginal its column joins; each
-    carries noise of about the 1-way sd (AIM's first pair measurements have the 1-ways' sd), an
-    expected sqrt(2/pi) sigma in L1 per cell, over the other columns' mean size (``width``; else
-    one cell). The merge misplaces at most twice the value's true count in L1 in each of those
-    marginals (its row replaced by the group's). So a value is worth merging when 2 mu <=
-    cost x sqrt(2/pi) sigma x mean size: mu / sigma <= this. ``cost`` stands for the share of that
-    noise the fitted model would keep and how many of the pairs AIM measures (set on a tuning half)."""
-    sizes = [int(np.size(y)) for n, y in one_way.items() if n != name]
-    w = float(np.mean(sizes)) if (width and sizes) else 1.0
-    return cost * math.sqrt(2.0 / math.pi) * w / 2.0
-
-
-def _posterior_map(name: str, y: np.ndarray, sigma: float, threshold: float, z: tuple[float, float], cap: float,
-                   value_cap: float, mode: str, worth: float = 0.0, runs: tuple[str, int, int] = ("", 1, 0)) -> dict[str, np.ndarray]:
-    """compression_maps' ``posterior`` reading for one column: {name: map} or {} (``z``: the
-    margins of the per-value and of the group bound; ``worth`` > 0: merge only values whose
-    posterior mean is at most ``worth`` sigma, :func:`merge_worth`)."""
-    z, zp = z
-    cand = np.flatnonzero(y < threshold * sigma)
-    if cand.size < 2:
-        return {}
-    mean, var = posterior_counts(y, sigma)
-    small = mean + z * np.sqrt(var) <= value_cap if mode == "both" else y + z * sigma <= value_cap
-    if mode == "empty":  # only values that more likely than not look empty
-        small &= posterior_empty(y, sigma) >= 0.5
-    if worth > 0 and runs[0] != "cost":  # only values whose merge saves more noise than it may misplace
-        small &= mean <= worth * sigma
-    cand = cand[small[cand]]
-    cand = cand[np.argsort(y[cand], kind="stable")]
-    fits = np.flatnonzero(np.cumsum(mean[cand]) + zp * np.sqrt(np.cumsum(var[cand])) <= cap)
-    if fits.size == 0 or fits[-1] + 1 < 2:
-        return {}
-    chosen = cand[: fits[-1] + 1]
-    if runs[0] == "cost":  # one value if the cells it saves beyond the runs outweigh the mass it mixes
-        g = runs_map(y.size, chosen, None, runs[1], runs[2])
-        extra = (y.size if g is None else int(g.max()) + 1) - (y.size - chosen.size + 1)
-        if float(mean[chosen].sum()) <= worth * sigma * extra:
-            return {name: _merge_map(y.size, chosen)}
-        return {} if g is None else {name: g}
-    if runs[0]:
-        empty = {"adjacent+empty": lambda: posterior_empty(y, sigma) >= 0.5,
-                 "adjacent+alone": lambda: np.ones(y.size, dtype=bool)}.get(runs[0], lambda: None)()
-        g = runs_map(y.size, chosen, empty, runs[1], runs[2])
-        return {} if g is None else {name: g}
-    return {name: _merge_map(y.size, cand[: fits[-1] + 1])}
-
-
-def runs_map(size: int, chosen: np.ndarray, empty: np.ndarray | None = None, gap: int = 1,
-             longest: int = 0) -> np.ndarray | None:
-    """The map merging each run of two or more neighbouring codes of ``chosen`` (at most ``gap``
-    apart; ``longest`` > 0: cut into pieces of at most that many codes) into a value of its own
-    (kept values first in code order, then the runs in code order); with ``empty`` (a
-    mask over the codes), the chosen codes in no run that are ``empty`` merge into one more value
-    when there are two or more. None when nothing merges."""
+def empty_map(size: int, chosen: np.ndarray, empty: np.ndarray, ordered: int) -> np.ndarray | None:
+    """The map of the ``chosen`` codes that look ``empty`` (a mask over the codes): among the first
+    ``ordered`` codes (those the schema declares in order) each run of two or more neighbours
+    merges into a value of its own, and the others that look empty pool into one more value (when
+    two or more); every other code is kept. None when nothing merges. A truly empty value has no
+    relation to misplace; a run of neighbours of an ordered column relates alike to the others,
+    where one value of both tails of a bell would give each tail the other's relations."""
     chosen = np.sort(np.asarray(chosen, dtype=np.int64))
-    groups = np.split(chosen, np.flatnonzero(np.diff(chosen) > gap) + 1)
-    if longest > 0:
-        groups = [p for r in groups for p in np.split(r, np.arange(longest, r.size, longest))]
-    groups = [r for r in groups if r.size >= 2]
-    if empty is not None:
-        alone = np.setdiff1d(chosen, np.concatenate(groups) if groups else np.zeros(0, np.int64))
-        alone = alone[empty[alone]]
-        if alone.size >= 2:
-            groups.append(alone)
+    look = chosen[empty[chosen]]
+    inside, outside = look[look < ordered], look[look >= ordered]
+    runs = np.split(inside, np.flatnonzero(np.diff(inside) > 1) + 1) if inside.size else []
+    groups = [r for r in runs if r.size >= 2]
+    if outside.size >= 2:
+        groups.append(outside)
+    return groups_map(size, groups)
+
+
+def groups_map(size: int, groups: list[np.ndarray]) -> np.ndarray | None:
+    """The map of disjoint ``groups`` of codes (each of two or more) into values of their own,
+    after the kept values in code order; None when there is no group."""
     if not groups:
         return None
     g = np.empty(size, dtype=np.int64)
@@ -205,6 +165,27 @@ def runs_map(size: int, chosen: np.ndarray, empty: np.ndarray | None = None, gap
     for i, r in enumerate(groups):
         g[r] = size - int(merged.sum()) + i
     return g
+
+
+def posterior_chosen(col: ColumnCounts, b: MergeBounds, small: np.ndarray | None = None) -> np.ndarray | None:
+    """compression_maps' ``posterior`` reading of one column: the codes merged (>= 2), or None.
+    The candidates below ``threshold`` sds whose count is ``margin`` sds below the per-value cap
+    (and ``small``, a mask over the codes, when given), smallest count first, as many as keep the
+    sum of their posterior means + ``posterior_margin`` sds of that sum within the group cap."""
+    y, sigma = col.y, col.sigma
+    cand = np.flatnonzero(y < b.threshold * sigma)
+    if cand.size < 2:
+        return None
+    mean, var = posterior_counts(y, sigma)
+    keep = y + b.margin * sigma <= b.value_cap
+    if small is not None:
+        keep &= small
+    cand = cand[keep[cand]]
+    cand = cand[np.argsort(y[cand], kind="stable")]
+    fits = np.flatnonzero(np.cumsum(mean[cand]) + b.posterior_margin * np.sqrt(np.cumsum(var[cand])) <= b.cap)
+    if fits.size == 0 or fits[-1] + 1 < 2:
+        return None
+    return cand[: fits[-1] + 1]
 
 
 def posterior_counts(y: np.ndarray, sigma: float, iters: int = 300) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +229,7 @@ def _posterior(y: np.ndarray, sigma: float, iters: int) -> tuple[np.ndarray, np.
     return grid, post / post.sum(axis=1, keepdims=True), low
 
 
-def _rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, threshold: float, z: float,
+def rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, threshold: float, z: float,
               cap: float, sigma2: float | None = None) -> np.ndarray | None:
     """The codes merged (>= 2 of them), or None: the candidates (``y1`` below ``threshold`` sigma
     and ``small``), smallest ``y1`` first, as the longest run whose ``y2`` sum, ``z`` sds of ``y2``
@@ -260,15 +241,6 @@ def _rare_run(y1: np.ndarray, y2: np.ndarray, small: np.ndarray, sigma: float, t
     if fits.size == 0 or fits[-1] + 1 < 2:
         return None
     return cand[: fits[-1] + 1]
-
-
-def split_counts(y: np.ndarray, sigma: float, a: float, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Two uncorrelated halves of the noisy counts ``y`` (noise sd ``sigma``): y + a e and y - e / a,
-    e ~ N(0, sigma^2) from a generator seeded by the column's name and noisy counts alone (public
-    values; the release's own generator is not drawn from). Post-processing: no privacy cost."""
-    h = hashlib.sha256(name.encode() + b"\0" + np.ascontiguousarray(y, dtype=np.float64).tobytes()).digest()
-    e = np.random.default_rng(int.from_bytes(h[:16], "little")).normal(0.0, sigma, size=y.shape)
-    return y + a * e, y - e / a
 
 
 def compressed_domain(domain: Domain, maps: Mapping[str, np.ndarray]) -> Domain:

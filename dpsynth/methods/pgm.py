@@ -30,7 +30,8 @@ whose noisy count is below ``compress_threshold`` noise sds are merged into one 
 (with ``select=aim``, only the smallest of them whose merged mass is at most
 ``compress_share`` of the records, so a noisy budget never merges a column whole, and
 each of which holds at most ``compress_value_share`` of them on its own; the group bound read
-on the values' posteriors given the counts, ``compress_bound``);
+on the values' posteriors given the counts, ``compress_bound``; of those, only the values that
+look empty merge: as runs of neighbours in the codes the schema orders, one value elsewhere);
 every later marginal is selected, measured and fitted on the merged values (a partition
 of values: sensitivity 1 still), and published with its map (``NoisyMarginal.groups``).
 
@@ -57,7 +58,7 @@ from ..rows.encoding import EncodedTable, code_dtype
 from ..evaluation.predicted import allowed_tvds
 from ..inference import EstimatorOptions, FitReport, FitTarget, GraphicalModel, Observation, estimate, fit_to_target
 from ..inference.junction_tree import UnionFind, interaction_graph, triangulate
-from ..inference.compression import compressed_domain, compression_maps, expand_codes, fold_observation
+from ..inference.compression import ColumnRule, compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
 from ..inference.measurement import domain_of, merge_observations, observations_of
 from ..privacy.accounting import gaussian_sigma
@@ -68,7 +69,7 @@ from ..rows.rowsource import RowSource, as_source, count_marginals
 from ..schema import Schema
 from ..measurement import DP_ADD_REMOVE, NoisyMarginal, fold_table
 from .base import Measurement, MethodBase, ParamError, PrivacyStatement, params_to_dict
-from .pgm_params import COMPRESS_SHARE, COMPRESS_VALUE_SHARE, PgmParams
+from .pgm_params import COMPRESS_EMPTY_SHARE, COMPRESS_SHARE, COMPRESS_VALUE_SHARE, PgmParams
 
 __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 
@@ -121,17 +122,12 @@ def _fit_record(report: FitReport) -> dict:
 
 #: compress_bound="posterior" (select=aim's default, issue 27): the sds of the posterior sum the
 #: group bound reads (p5; set on the tuning half, held out in docs/pgm.md, "A bound the selection
-#: cannot bias"). An experiment switch too, as COMPRESS_POSTERIOR_MODE (compression_maps'
-#: ``posterior``: "group", the product's; "both" and "empty" measured, not adopted).
+#: cannot bias").
 COMPRESS_POSTERIOR_MARGIN = 5.0
-COMPRESS_POSTERIOR_MODE = "group"
-#: compression_maps options that benchmarks/compress_rules.py adds to select=aim's for the rules of
-#: issue 27 it measured and did not adopt (docs/pgm.md): with the counts bound, "split" and
-#: "split_bias" (the count split into two uncorrelated halves); with the posterior bound, "cost",
-#: "cost_width", "runs", "runs_gap" and "runs_max" (a cost per value, runs of neighbours). Not
-#: parameters: empty in the product, so releases keep their bytes.
-COMPRESS_EXPERIMENT: dict = {}
-_WITH_COUNTS = ("split", "split_bias")
+#: An experimental merge rule (compression_maps' ``rule``) that benchmarks/compress_rules.py sets
+#: for select=aim from benchmarks/compress_experiments.py, the rules of issue 27 measured and not
+#: adopted (docs/pgm.md). Not a parameter: None in the product, so releases keep their bytes.
+COMPRESS_RULE: ColumnRule | None = None
 
 
 def _stage_1way(col: str) -> str:
@@ -274,7 +270,7 @@ class PgmMethod(MethodBase):
             sigma = gaussian_sigma(1.0, spend(_stage_1way(name)).rho)
             obs.append(Observation(attrs=(name,), counts=_noisy(truth[(j,)], sigma, rng), stddev=sigma))
         maps = (compression_maps({o.attrs[0]: o.counts for o in obs}, {o.attrs[0]: o.stddev for o in obs},
-                                 self.params.compress_threshold, self._compress_share(), **self._compress_options())
+                                 self.params.compress_threshold, self._compress_share(), **self._compress_options(schema))
                 if self.params.compress else {})
         self._maps, self._domain = maps, domain_of(schema)
         # Every larger marginal is counted on the merged values (1-way ones stay on the codes).
@@ -303,7 +299,13 @@ class PgmMethod(MethodBase):
         """The bound on a merged group's share of the records (``compress_share``; its default per select)."""
         if self.params.compress_share is not None:
             return float(self.params.compress_share)
-        return COMPRESS_SHARE if self.params.select == "aim" else math.inf
+        if self.params.select != "aim":
+            return math.inf
+        return COMPRESS_EMPTY_SHARE if self._compress_bound() == "posterior" else COMPRESS_SHARE
+
+    def _compress_bound(self) -> str:
+        """What the group bound reads (``compress_bound``; none: aim the posterior, mst the counts)."""
+        return self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")
 
     def _compress_value_share(self) -> float:
         """The bound on one merged value's share of the records (``compress_value_share``; its default per select)."""
@@ -311,15 +313,18 @@ class PgmMethod(MethodBase):
             return float(self.params.compress_value_share)
         return COMPRESS_VALUE_SHARE if self.params.select == "aim" else math.inf
 
-    def _compress_options(self) -> dict:
-        """compression_maps' keywords beside the group share: the per-value share and what the bounds
-        read (``compress_bound``; none: aim the posterior, mst the counts); the experiment switches."""
-        kw: dict = {"value_share": self._compress_value_share()}
-        extra = {k: v for k, v in COMPRESS_EXPERIMENT.items() if self.params.select == "aim"}
-        if (self.params.compress_bound or ("posterior" if self.params.select == "aim" else "counts")) == "posterior":
-            kw.update(posterior=COMPRESS_POSTERIOR_MODE, posterior_margin=COMPRESS_POSTERIOR_MARGIN)
-            return {**kw, **{k: v for k, v in extra.items() if k not in _WITH_COUNTS}}
-        return {**kw, **{k: v for k, v in extra.items() if k in _WITH_COUNTS}}
+    def _compress_options(self, schema: Schema) -> dict:
+        """compression_maps' keywords beside the group share: the per-value share, what the bounds
+        read (``compress_bound``; aim's posterior reading merges only values that look empty), the
+        columns' ordered codes (numeric and datetime bins) and, for aim, the experimental rule (None
+        in the product)."""
+        kw: dict = {"value_share": self._compress_value_share(),
+                    "ordered": {c.name: c.n_regular for c in schema.columns if c.type != "categorical"}}
+        if self._compress_bound() == "posterior":
+            kw.update(posterior=True, posterior_margin=COMPRESS_POSTERIOR_MARGIN, empty_only=self.params.select == "aim")
+        if self.params.select == "aim" and COMPRESS_RULE is not None:
+            kw["rule"] = COMPRESS_RULE
+        return kw
 
     def _model_domain(self) -> Domain:
         return compressed_domain(self._domain, self._maps)

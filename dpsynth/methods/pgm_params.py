@@ -10,7 +10,7 @@ from typing import Literal
 
 from .base import ParamError, param
 
-__all__ = ["COMPRESS_SHARE", "COMPRESS_VALUE_SHARE", "PgmParams"]
+__all__ = ["COMPRESS_EMPTY_SHARE", "COMPRESS_SHARE", "COMPRESS_VALUE_SHARE", "PgmParams"]
 
 #: select=aim: the largest share of the records a merged group of rare values may hold, even
 #: compress_threshold sds above its noisy sum (dpsynth.inference.compression.compression_maps).
@@ -18,6 +18,11 @@ __all__ = ["COMPRESS_SHARE", "COMPRESS_VALUE_SHARE", "PgmParams"]
 #: "Compression of rare values"). select=mst keeps MST's rule (no bound): no bound tried there
 #: was better on that half.
 COMPRESS_SHARE = 0.15
+#: select=aim with its default reading (compress_bound posterior: only values that look empty
+#: merge, as runs in ordered columns; compression_maps' ``empty_only``): the group share. Set on
+#: the tuning half of issue 27 §1/§2 session 37 and held out (docs/pgm.md, "Empty values pooled,
+#: runs only where the schema says ordered"); the counts reading keeps COMPRESS_SHARE.
+COMPRESS_EMPTY_SHARE = 0.05
 #: select=aim: the largest share of the records one merged value may hold on its own, even
 #: compress_threshold sds above its noisy count. Set on the same tuning half (5 seeds; docs/pgm.md,
 #: "The per-value bound"): without it, values that may hold a real share of a small table's
@@ -43,13 +48,14 @@ class PgmParams:
     ``compress_threshold`` times its noise sd into one value before selecting and measuring
     the larger marginals (MST's compression; 3 sds as in MST). ``compress_share``: merge only
     the smallest of those values, as many as keep the merged group's mass, ``compress_threshold``
-    sds above its noisy sum, at most this share of the records (default: 0.15 for aim, no
-    bound for mst: MST's rule). ``compress_value_share``: and only values that hold, each on its
+    sds above its noisy sum, at most this share of the records (default: 0.05 for aim, 0.15 for
+    aim with compress_bound counts, no bound for mst: MST's rule). ``compress_value_share``: and only values that hold, each on its
     own and ``compress_threshold`` sds above its noisy count, at most this share of the records
     (default: 0.05 for aim, no bound for mst). ``compress_bound``: what the group bound reads,
     "counts" (the noisy sum, biased low by selecting the smallest counts) or "posterior" (the sum
     of the values' posterior means given their column's counts, 5 posterior sds up; default: aim
-    posterior, mst counts). ``sampling``: "rounded"
+    posterior, mst counts); with aim's posterior reading only the values that look empty merge,
+    as runs of neighbours in the columns the schema orders (numeric, datetime), one value elsewhere. ``sampling``: "rounded"
     (each value's rows by randomised rounding of their expected count, per separator cell)
     or "iid" (every row drawn independently; for comparison).
 
@@ -70,8 +76,8 @@ class PgmParams:
     compress: bool = param(True, "true or false (merge rare values before the larger marginals)")
     compress_threshold: float = param(3.0, "number >= 0, in noise sds of the 1-way counts")
     compress_share: float | None = param(
-        None, f"number > 0, or none (aim: {COMPRESS_SHARE:g}, mst: no bound): the largest share of the records "
-        "a merged group may hold")
+        None, f"number > 0, or none (aim: {COMPRESS_EMPTY_SHARE:g}, {COMPRESS_SHARE:g} with compress_bound=counts; "
+        "mst: no bound): the largest share of the records a merged group may hold")
     compress_value_share: float | None = param(
         None, f"number > 0, or none (aim: {COMPRESS_VALUE_SHARE:g}, mst: no bound): the largest share of the "
         "records one merged value may hold")

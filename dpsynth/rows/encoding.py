@@ -25,6 +25,7 @@ from typing import Sequence, TYPE_CHECKING
 import numpy as np
 
 from ..schema import Column, Schema
+from ..schema.core import check_column_name
 from ..schema.timecols import draw_times, seconds_of
 from .csv_out import csv_header, csv_text, write_csv
 
@@ -180,8 +181,12 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
             raise DataError(f"input {p}: unsupported file type {suffix!r} (use .csv or .parquet)")
     except DataError:
         raise
-    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise DataError(f"input {p}: {_NOT_UTF8}") from None
+    except (pa.ArrowInvalid, OSError) as exc:
         # Arrow's messages can quote a row: report only the kind of failure.
+        if "UTF8" in str(exc):
+            raise DataError(f"input {p}: {_NOT_UTF8}") from None
         raise DataError(f"input {p}: cannot be read as {suffix.lstrip('.')} ({type(exc).__name__})") from None
     if table.num_columns == 0:
         raise DataError(f"input {p}: has no columns")
@@ -189,15 +194,55 @@ def read_table(path: str | Path, schema: Schema | None = None) -> pa.Table:
         raise DataError(f"input {p}: has no rows")
     if schema is not None:
         check_columns(table.column_names, schema, str(p))
+    else:  # a draft reads every column: refuse what no schema column can hold, naming it
+        _check_unique(table.column_names, str(p))
+        for i, name in enumerate(table.column_names):
+            try:
+                check_column_name(name, i)
+            except ValueError as exc:
+                raise DataError(f"input {p}: {exc}") from None
+        nested = [f.name for f in table.schema if _nested(f.type)]
+        if nested:
+            raise DataError(f"input {p}: columns {nested} hold lists, records, maps or bytes, which no schema "
+                            "column can hold; flatten them into plain columns or drop them")
     return table
+
+
+def _nested(typ: pa.DataType) -> bool:
+    import pyarrow as pa
+    t = pa.types
+    if t.is_dictionary(typ):
+        typ = typ.value_type
+    return bool(t.is_nested(typ) or t.is_binary(typ) or t.is_large_binary(typ) or t.is_fixed_size_binary(typ))
+
+
+_NOT_UTF8 = ("is not UTF-8 text (saved as Latin-1 or Windows-1252?); save it as UTF-8 "
+             "(in a spreadsheet: 'CSV UTF-8') or as Parquet")
+_SEPARATORS = (";", "\t", "|")
+
+
+def _check_separator(p: Path, names: list[str]) -> None:
+    """Refuses a file whose one-name header splits on another separator (a ';' export)."""
+    if len(names) != 1:
+        return
+    for sep in _SEPARATORS:
+        if len([part for part in names[0].split(sep) if part.strip()]) >= 2:
+            shown = "tab" if sep == "\t" else repr(sep)
+            raise DataError(f"input {p}: its header reads as one column holding {shown} between names: "
+                            f"dpsynth reads comma-separated CSV; save it with a comma as separator "
+                            "(or as Parquet)")
 
 
 def _csv_header(p: Path) -> list[str]:
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
-            return next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            names = next(csv.reader(f), [])
+    except UnicodeDecodeError:
+        raise DataError(f"input {p}: {_NOT_UTF8}") from None
+    except (OSError, csv.Error) as exc:
         raise DataError(f"input {p}: cannot be read as csv ({type(exc).__name__})") from None
+    _check_separator(p, names)
+    return names
 
 
 def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
@@ -224,20 +269,32 @@ def _check_last_line(p: Path, fields: int, tail: int = 1 << 16) -> None:
                         "the file looks cut (an interrupted copy or download?); copy it again")
 
 
-def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
-    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
+def _check_unique(found: Sequence[str], source: str) -> None:
+    """Refuses a header that repeats a column name (a name is public; no value is read)."""
     dupes = sorted({c for c in found if list(found).count(c) > 1})
     if dupes:
         raise DataError(f"input {source}: columns {dupes} appear more than once; rename or drop the copies")
+
+
+def check_columns(found: Sequence[str], schema: Schema, source: str) -> None:
+    """Refuses an input whose columns are duplicated, missing or extra (names only, never values)."""
+    _check_unique(found, source)
     missing = [c for c in schema.names if c not in found]
+    forms = sorted({_nfc(c) for c in missing} & {_nfc(c) for c in found if c not in schema.names})
+    if forms:
+        raise DataError(f"input {source}: columns {forms} are written in another Unicode form in the input than "
+                        "in the schema (composed or decomposed accents, e.g. a file saved on macOS): write the "
+                        "names the same way in both")
     if missing:
         raise DataError(f"input {source}: columns {missing} of schema {schema.name!r} are missing "
                         "(add them to the input, or remove them from the schema)")
     extra = [c for c in found if c not in schema.names]
     if extra:
+        unnamed = "; a column with no name is often a row index written with the table (pandas' to_csv " \
+                  "without index=False): drop it" if any(not str(c).strip() for c in extra) else ""
         raise DataError(
             f"input {source}: columns {extra} are not in schema {schema.name!r} "
-            "(add them to the schema or drop them from the input)"
+            f"(add them to the schema or drop them from the input{unnamed})"
         )
 
 
@@ -266,7 +323,7 @@ def _label_kinds(col: Column) -> set[str]:
     """Which stored types a categorical column's labels can come from (besides text)."""
     kinds = set()
     for v in col.values:
-        if v in ("true", "false"):
+        if v.casefold() in _BOOL_WORDS:
             kinds.add("bool")
         try:
             x = float(v)
@@ -332,6 +389,20 @@ def _nfc(text: str) -> str:
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
+_BOOL_WORDS = ("true", "false")
+
+
+def _bool_labels(values: Sequence[str]) -> dict[str, int]:
+    """Codes of the labels 'true' and 'false' by their case-folded spelling, so that 'True'
+    (pandas' CSV), 'true' (a bool read as text) and 'TRUE' (a spreadsheet) are one value;
+    a word the schema spells twice (e.g. 'True' and 'true') keeps exact matching only."""
+    folded: dict[str, list[int]] = {}
+    for i, v in enumerate(values):
+        if v.strip().casefold() in _BOOL_WORDS:
+            folded.setdefault(v.strip().casefold(), []).append(i)
+    return {word: codes[0] for word, codes in folded.items() if len(codes) == 1}
+
+
 def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -340,6 +411,7 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
     uniques = dic.dictionary.to_pylist()
     # Labels and values compare in Unicode NFC: a decomposed "é" is the schema's composed one.
     lookup = {_nfc(v): i for i, v in enumerate(col.values)}
+    yes_no = _bool_labels(col.values)
     missing = {_nfc(v) for v in col.missing}
     null_code = col.missing_code if col.nullable else col.fill_code
     unknown_code = (
@@ -354,6 +426,8 @@ def _categorical_codes(col: Column, arr: pa.ChunkedArray) -> np.ndarray:
             s = v.strip()
             if s in lookup:
                 lut[i] = lookup[s]
+            elif s.casefold() in yes_no and s not in missing:
+                lut[i] = yes_no[s.casefold()]
             elif s == "" or v in missing or s in missing:
                 lut[i] = null_code
             else:

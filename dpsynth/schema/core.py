@@ -55,13 +55,16 @@ import yaml
 
 from .timecols import CALENDAR_BINS, TIME_UNITS, calendar_edges, format_seconds, to_seconds
 
-__all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict", "DRAFTED_FROM_DATA"]
+__all__ = ["Column", "Schema", "SchemaError", "load_schema", "schema_from_dict", "check_column_name",
+           "DRAFTED_FROM_DATA"]
 
 ColumnType = Literal["categorical", "numeric", "datetime"]
 _MAX_BINS = 100_000
 _MAX_CATEGORIES = 1_000_000
 # What a drafted column may say it derived from the rows.
 DRAFTED_FROM_DATA = ("bounds", "values", "other")
+#: What a draft writes for the categories when no value is frequent enough to list.
+PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
 
 
 class SchemaError(ValueError):
@@ -273,6 +276,10 @@ class Schema:
         private rows, so a release on it is not DP), naming the columns. With
         ``accept_data_derived`` both pass: the release is then labelled NOT differentially
         private in every file (:mod:`dpsynth.pipeline`)."""
+        held = [c.name for c in self.columns if c.type == "categorical" and PLACEHOLDER in c.values]
+        if held:  # never a category, whatever the schema's source
+            raise SchemaError(f"schema {self.name!r}: columns {held} still list the draft's placeholder "
+                              f"{PLACEHOLDER}: write their public categories in its place, or drop the columns")
         derived = self.data_derived_columns
         if accept_data_derived or not (self.draft or derived):
             return
@@ -350,13 +357,19 @@ def _labels(col: str, key: str, raw: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_column_name(name: str, position: int) -> str:
+    """A table's column name as a schema column can hold it (else SchemaError naming it)."""
+    return _column_name({"name": name}, position)
+
+
 def _column_name(raw: Any, position: int) -> str:
     """A column entry's name, checked (the entry must be a mapping)."""
     if not isinstance(raw, Mapping):
         raise SchemaError(f"column #{position + 1}: must be a mapping with name and type")
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise SchemaError(f"column #{position + 1}: needs a non-empty text 'name'")
+        raise SchemaError(f"column #{position + 1}: needs a non-empty text 'name' (a column with no name is "
+                          "often a row index written with the table: drop it)")
     bad = sorted({ch for ch in name if ch in _NAME_FORBIDDEN or not ch.isprintable()})
     if bad:
         raise SchemaError(

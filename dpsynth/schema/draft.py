@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from .core import PLACEHOLDER
 from .timecols import format_seconds, seconds_of, to_seconds
 
 __all__ = ["Draft", "draft_from_table", "draft_from_dataframe", "natural_key", "nice_bounds", "WARNING"]
@@ -49,8 +50,6 @@ WARNING = (
     "before any release."
 )
 _MISSING_TOKENS = ("", "NA", "N/A", "N", "NaN", "nan", "null", "NULL", "?", "None")
-# Stands in for the categories when every observed value is rare (none can be listed).
-PLACEHOLDER = "LIST-THE-PUBLIC-CATEGORIES"
 # A text or integer column with at least this share of distinct values (over at least
 # _ID_MIN_ROWS rows) is taken for an identifier or a row number and left out.
 _ID_SHARE = 0.9
@@ -58,6 +57,15 @@ _ID_MIN_ROWS = 20
 _LEFT_OUT = ("nearly every row holds a different value (an identifier or a row number?): left out of the "
              "draft. Drop it from the input (a release refuses a column the schema does not declare), or "
              "declare it with public categories or bounds if it carries information")
+_FORMATTED_OUT = ("its values are numbers written with a thousands separator, a currency sign or '%' "
+                  "(1,234 / $12.50 / 12%), which a release does not read as numbers (every cell would be "
+                  "missing): left out of the draft. Write them as plain numbers (1234.5) and draft again, "
+                  "or drop the column")
+_FORMATTED = re.compile(r"[-+]?[$€£¥]?\s?[-+]?(?:\d{1,3}(?:[, \u00a0']\d{3})+|\d+)(?:\.\d+)?\s?%?")
+_DATES_OUT = ("its values are dates written day/month/year or month/day/year, which a release does not "
+              "read as dates: left out of the draft. Write them as ISO 8601 (2021-04-03) and draft again")
+_LOCAL_DATE = re.compile(r"(?:\d{1,2}/\d{1,2}/(?:\d{2}|\d{4})|\d{1,2}([.-])\d{1,2}\1\d{4})"
+                         r"(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -131,28 +139,88 @@ def draft_from_table(
     columns, notes, left_out = [], {}, {}
     for col_name in table.column_names:
         arr = table.column(col_name)
-        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
+        # stripped as the encoder strips a cell: a cell of spaces only is missing, as an empty one
+        text = pd.Series(pc.cast(arr, pa.string()).to_pylist(), dtype=object).str.strip()
         null = text.isna() | text.isin(_MISSING_TOKENS)
-        values = text[~null]
+        coded = _word_codes(text, null) if not pa.types.is_temporal(arr.type) else null & False
+        values = text[~(null | coded)]
         nums = pd.to_numeric(values, errors="coerce")
         temporal = pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type)
-        numeric = nums.notna().all() and np.isfinite(nums.to_numpy(dtype=np.float64)).all()
-        if _identifier_like(values, nums if numeric else None):
-            left_out[col_name] = _LEFT_OUT
+        x = nums.to_numpy(dtype=np.float64)
+        numeric = bool(nums.notna().all()) and _finite_span(x)
+        is_number = len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values)
+        present = ~(null | coded).to_numpy()
+        times = None if is_number or len(values) == 0 else seconds_of(arr, _MISSING_TOKENS)[present]
+        is_time = times is not None and not np.isnan(times).any()
+        if not (is_number or is_time):  # 'N' alone is missing in a number or date column, a value here
+            null = null & (text != "N")
+            values = text[~(null | coded)]
+        if not (is_number or is_time) and _local_dates(values):
+            left_out[col_name] = _DATES_OUT
             continue
-        if len(values) > 0 and not temporal and numeric and not _has_leading_zeros(values):
-            col, note = _numeric_column(col_name, nums.to_numpy(dtype=np.float64), bins, max_categories)
-        elif len(values) > 0 and not np.isnan(times := seconds_of(arr, _MISSING_TOKENS)[~null.to_numpy()]).any():
+        # times to the second differ on nearly every row: a datetime, not an identifier
+        if not is_time and _identifier_like(values, nums if numeric else None):
+            left_out[col_name] = _FORMATTED_OUT if _formatted_numbers(values) else _LEFT_OUT
+            continue
+        if is_number:
+            col, note = _numeric_column(col_name, x[np.isfinite(x)], bins, max_categories)
+            if not np.isfinite(x).all():
+                note.append(f"{col_name}: infinite values ('inf', '-inf') are not in the bounds: a release "
+                            "clamps them to the nearest bound, as any value outside them.")
+        elif is_time:
             col, note = _datetime_column(col_name, times)
         else:
             col, note = _categorical_column(col_name, values, max_categories, min_count)
-        if null.any():
+        if coded.any():
+            note.append(f"{col_name}: a few distinct words stand among the numbers (codes for no answer?): a "
+                        "release reads every cell that is not a number as missing. Check that this is meant.")
+        if null.any() or coded.any():
             col["missing"] = sorted(set(text[null].dropna().tolist())) or [""]
         columns.append(col)
         notes[col_name] = note
     if not columns:
         raise ValueError("every column looks like an identifier (nearly one value per row): nothing to draft")
     return Draft(schema={"draft": True, "name": name, "columns": columns}, notes=notes, left_out=left_out)
+
+
+def _word_codes(text: pd.Series, null: pd.Series) -> pd.Series:
+    """Cells of a column of numbers that hold one of a few words without a digit ('unknown',
+    'refused', '-'): at most 5 distinct, in at most a fifth of the cells. A label with a digit
+    ('3+', '<1') keeps the column a list of categories."""
+    present = text[~null]
+    words = present[pd.to_numeric(present, errors="coerce").isna()]
+    distinct = words.unique()
+    if words.empty or len(words) > 0.2 * len(present) or len(distinct) > 5 or any(
+            any(ch.isdigit() for ch in str(w)) for w in distinct):
+        return null & False
+    return text.isin(set(distinct)) & ~null
+
+
+def _finite_span(x: np.ndarray) -> bool:
+    """Numbers with some finite values whose range is a finite float (infinities aside: a
+    release clamps them to the bounds, as any value outside them)."""
+    finite = x[np.isfinite(x)]
+    if finite.size == 0:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(finite.max() - finite.min()))
+
+
+def _local_dates(values: pd.Series) -> bool:
+    """Dates written for people (``03/04/2021``, ``3.4.2021``): a release reads ISO 8601 only."""
+    distinct = pd.Series(values.unique(), dtype=object).astype(str)
+    return bool(not distinct.empty and distinct.str.fullmatch(_LOCAL_DATE).all())
+
+
+def _formatted_numbers(values: pd.Series) -> bool:
+    """Numbers written for people (``1,234``, ``$12.50``, ``12%``): a release reads plain numbers
+    only, so such a column would encode as missing everywhere."""
+    distinct = pd.Series(values.unique(), dtype=object).astype(str)
+    if distinct.empty:
+        return False
+    plain = pd.to_numeric(distinct, errors="coerce").notna()
+    readable = distinct.str.fullmatch(_FORMATTED) | plain
+    return bool(readable.all() and not plain.all())
 
 
 def _identifier_like(values: pd.Series, nums: pd.Series | None) -> bool:
