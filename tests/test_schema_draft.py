@@ -392,3 +392,14 @@ def test_a_column_spread_over_many_grid_cells_is_not_taken_for_an_empty_one(tmp_
     df = pd.DataFrame({f"s{i}": np.round(rng.normal(0, 1, n), 3).astype(str) for i in range(14)})
     d = _dp(df, 0.1, 0, tmp_path)
     assert "s9" in {c["name"] for c in d.schema["columns"]}, d.left_out.get("s9")
+
+
+def test_a_dp_draft_with_no_column_says_so_on_the_command_line(tmp_path, capsys):
+    data = tmp_path / "one.csv"
+    data.write_text("age,x,g\n34,1.5,a\n")
+    out = tmp_path / "s.yaml"
+    assert main(["schema", "infer", str(data), "--epsilon", "1", "--dataset", "one", "--workspace",
+                 str(tmp_path / "ws"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "the DP draft could draft no column" in err and "charged to dataset 'one'" in err
+    assert "# column age: too few values to" in out.read_text()
