@@ -146,15 +146,21 @@ def wide_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     """A table of ``n`` rows with wide ordinal-like columns beside small ones (``WIDE_SHAPES``):
     5 latent classes; per class each column's values drawn from :func:`_wide_probs`, so every
     pair of columns is related through the class."""
+    return _class_table(n, seed, WIDE_SHAPES[shape], lambda spec, classes, rng: _wide_probs(*spec, classes, rng))
+
+
+def _class_table(n: int, seed: int, specs: list[tuple], probs_of) -> tuple[np.ndarray, list[int]]:
+    """``n`` rows of 5 latent classes, each column (``specs``, size second) drawn per class from
+    ``probs_of(spec, classes, rng)``: the generator behind every generated table family here."""
     rng = np.random.default_rng(seed)
     classes = 5
     z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
     cols, sizes = [], []
-    for kind, size in WIDE_SHAPES[shape]:
-        probs = _wide_probs(kind, size, classes, rng)
+    for spec in specs:
+        probs = probs_of(spec, classes, rng)
         u = rng.random(n)
-        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), size - 1))
-        sizes.append(size)
+        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
+        sizes.append(spec[1])
     return np.column_stack(cols).astype(np.int64), sizes
 
 
@@ -210,16 +216,7 @@ def _held_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndarr
 
 def held_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     """A held-out table of ``n`` rows (``HELD_SHAPES``): 5 latent classes, as :func:`wide_table`."""
-    rng = np.random.default_rng(seed)
-    classes = 5
-    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
-    cols, sizes = [], []
-    for spec in HELD_SHAPES[shape]:
-        probs = _held_probs(spec, classes, rng)
-        u = rng.random(n)
-        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
-        sizes.append(spec[1])
-    return np.column_stack(cols).astype(np.int64), sizes
+    return _class_table(n, seed, HELD_SHAPES[shape], _held_probs)
 
 
 #: Held-out generated tables of session 37 (issue 27 §1/§2, branch aim-empty), fixed and committed
@@ -274,16 +271,7 @@ def _held2_probs(spec: tuple, classes: int, rng: np.random.Generator) -> np.ndar
 
 def held2_table(n: int, seed: int, shape: str) -> tuple[np.ndarray, list[int]]:
     """A session-37 held-out table of ``n`` rows (``HELD2_SHAPES``): 5 latent classes, as :func:`wide_table`."""
-    rng = np.random.default_rng(seed)
-    classes = 5
-    z = rng.choice(classes, size=n, p=rng.dirichlet(np.full(classes, 2.0)))
-    cols, sizes = [], []
-    for spec in HELD2_SHAPES[shape]:
-        probs = _held2_probs(spec, classes, rng)
-        u = rng.random(n)
-        cols.append(np.minimum((np.cumsum(probs, axis=1)[z] < u[:, None]).sum(axis=1), spec[1] - 1))
-        sizes.append(spec[1])
-    return np.column_stack(cols).astype(np.int64), sizes
+    return _class_table(n, seed, HELD2_SHAPES[shape], _held2_probs)
 
 
 def ordered_of(name: str) -> dict[str, int]:

@@ -44,10 +44,14 @@ def _table(kind: str, rows: int, seed: int):
         sch, rng = scale_schema(), np.random.default_rng(2026 + seed)
         sizes = [min(FILE_ROWS, rows - s) for s in range(0, rows, FILE_ROWS)]
         return sch, np.concatenate([encode(_piece(k, rng), sch).codes for k in sizes])
-    from benchmarks.sds_matrix import interaction_table
+    from benchmarks.sds_matrix import INTERACTIONS, interaction_table, make_table
 
-    t = interaction_table(int(kind.removeprefix("int")))
-    return t.schema, t.codes
+    index = int(kind.removeprefix("int"))
+    if rows == INTERACTIONS[index][0]:
+        t = interaction_table(index)
+        return t.schema, t.codes
+    _, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]  # the same generator, another size
+    return make_table(rows, p, cmax, num_share, miss_share, seed=8000 + index, name=kind, interactions=inter)
 
 
 def _gate(pool: np.ndarray, copies: np.ndarray, m, schema) -> dict:
@@ -128,7 +132,7 @@ def cell(kind: str, rows: int, seed: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", default="scale", choices=["scale", "int6", "int7"])
-    ap.add_argument("--rows", type=int, default=1_000_000, help="scale table only")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (int6/int7: their generator at another size; 1,000,000 is the matrix table itself)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--label", default="latent", help="kept beside older cells of the same table (twelfth: before)")
     args = ap.parse_args()

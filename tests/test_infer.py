@@ -79,6 +79,20 @@ def test_infinite_values_take_no_part_in_the_bounds_nor_in_an_error():
     assert "7.25" not in str(info.value)
 
 
+def test_numbers_whose_range_overflows_a_float_are_left_out_saying_so_not_as_an_identifier():
+    rng = np.random.default_rng(4)
+    huge = [repr(float(v)) for v in rng.normal(0, 1, 200) * 10.0 ** rng.integers(-5, 300, 200)]
+    huge[:3] = ["1e308", "-1.7976931348623157e308", "inf"]
+    d = draft_from_dataframe(pd.DataFrame({"measure": huge, "k": ["a", "b"] * 100}), "t")
+    assert [c["name"] for c in d.schema["columns"]] == ["k"]
+    why = d.left_out["measure"]
+    assert why.startswith("its values are numbers whose range overflows a float") and "identifier" not in why
+    assert "near 1.8e308" in d.to_yaml() and "1.797" not in d.to_yaml()  # the note names the limit, no value
+    # a wide range that fits is still drafted numeric
+    fits = draft_from_dataframe(pd.DataFrame({"x": ["1e300", "-1e300", "5"] * 10}), "t").schema["columns"][0]
+    assert fits["type"] == "numeric"
+
+
 def test_rare_values_are_not_listed_but_fold_into_other():
     df = _frame(np.random.default_rng(2))
     d = draft_from_dataframe(df, "t", min_count=20)

@@ -126,6 +126,9 @@ def _schema_infer_dp(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     print(f"DP schema draft{' written to ' + args.out if args.out else ''}: spent epsilon {d['epsilon']:g} at "
           f"delta {d['delta']:g} (rho {d['rho']:.6g}), charged to dataset {args.dataset!r}", file=sys.stderr)
+    if not draft.schema["columns"]:
+        print("warning: the DP draft could draft no column (each column's reason is a comment in the draft): a "
+              "release refuses a schema without columns; declare the schema from public knowledge", file=sys.stderr)
     return 0
 
 

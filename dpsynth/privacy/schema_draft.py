@@ -10,7 +10,8 @@ zCDP (the methods, their analysis and the references are in docs/schema-draft.md
 * categories: a stability-based histogram: discrete Gaussian noise on the count of
   every value present, kept only above a threshold set so that a value held by one
   row appears with probability at most its share of ``delta``;
-* numeric bounds: a Gaussian histogram over a public 1-2-5 grid from -5e12 to 5e12;
+* numeric bounds: a Gaussian histogram over a public 1-2-5 grid from -5e12 to 5e12 (a column
+  whose counts cannot support bounds is left out with a note: too few values, too spread);
   cut points: quantiles of a Gaussian histogram on a fine grid inside those bounds;
 * dates: the bounds from a histogram of calendar years 1800-2199 (public cells).
 
@@ -60,6 +61,12 @@ _TEXT_WEIGHT = 3.0
 _ID_SHARE = 0.9  # distinct values >= this share of rows: an identifier (left out)
 _SURVIVE_Z = 4.0  # a grid cell counts as occupied when its noisy count is above 4 sigma
 _FINE_CELLS = 200
+# Refusals of bounds (post-processing of counts the draft makes anyway), each wrong with probability
+# at most _REFUSE_ALPHA: discrete Gaussian noise (and a sum of independent ones) is sub-Gaussian
+# (Canonne, Kamath and Steinke 2020), P[noise >= z sd] <= exp(-z^2/2) (docs/schema-draft.md).
+_REFUSE_ALPHA = 1e-7
+_REFUSE_Z = math.sqrt(2 * math.log(1 / _REFUSE_ALPHA))  # 5.68
+_MAX_CLAMPED = 0.1  # bounds that leave out more than this share of a column's values are refused
 _YEARS = np.arange(1800, 2201)
 
 
@@ -128,6 +135,36 @@ def _noisy_hist(cells: np.ndarray, n_cells: int, sigma: float, rng: np.random.Ge
     return np.bincount(cells, minlength=n_cells).astype(np.int64) + discrete_gaussian(sigma, n_cells, rng)
 
 
+class _Refused(Exception):
+    """A column whose bounds the draft's counts cannot support: left out, with the reason."""
+
+
+@dataclass(frozen=True)
+class _Present:
+    """A column's noisy count of the values its bounds are drafted from (from the kind
+    histogram), and that count's sd."""
+
+    count: float
+    sd: float
+
+
+def _strong(noisy: np.ndarray, sigma: float) -> np.ndarray:
+    """Cells whose noisy count clears z sds, z such that a histogram of empty cells has any cell
+    this high with probability at most ``_REFUSE_ALPHA`` (a union bound over its cells)."""
+    return noisy >= math.sqrt(2 * math.log(len(noisy) / _REFUSE_ALPHA)) * sigma
+
+
+def _check_some_values(noisy: np.ndarray, sigma: float, present: _Present) -> None:
+    """Refuses a column that neither its kind count (``_REFUSE_Z`` sds) nor a :func:`_strong` grid
+    cell shows to hold values (an all-empty column, a one-row table: bounds would be noise).
+    Either alone would refuse real columns: a small table at a small epsilon (the kind count's
+    noise is the larger), or values spread over many grid cells."""
+    if present.count < _REFUSE_Z * present.sd and not _strong(noisy, sigma).any():
+        raise _Refused(f"too few values to draft bounds privately (a DP count of about {max(present.count, 0):.0f},"
+                       f" noise sd {present.sd:.0f}, and no cell of its DP histogram clears the noise): left out. "
+                       "Declare public bounds, or drop it from the input")
+
+
 @dataclass(frozen=True)
 class _Budget:
     """One column's noise scales and its share of the threshold delta."""
@@ -187,17 +224,25 @@ def _column(name: str, arr: pa.ChunkedArray, noisy: np.ndarray, chosen: str, b: 
     n_present = max(integer_n + real_n + date_n + text_n + n_n, 1.0)
     distinct = int(len(pd.unique(text[kind != 0]))) + int(discrete_gaussian(b.distinct, 1, rng)[0])
     integer = chosen == "numeric" and real_n <= max(_SURVIVE_Z * b.kind, 0.01 * n_present)
-    if (chosen == "text" or integer) and n_present >= 20 and distinct >= _ID_SHARE * n_present:
+    some = n_present >= max(20.0, _REFUSE_Z * b.kind * math.sqrt(5))  # five noisy cells: not noise alone
+    if (chosen == "text" or integer) and some and distinct >= _ID_SHARE * n_present:
         return None, ["nearly every row holds a different value (by a DP count: an identifier or a row "
                       "number?): left out. Drop it from the input, or declare it with public categories or bounds"]
     col: dict[str, Any] = {"name": name}
-    if chosen == "numeric":
-        col.update(_numeric(nums[kind == 1] if integer else nums[(kind == 1) | (kind == 2)], integer, b, rng,
-                            max_categories, bins))
-    elif chosen == "datetime":
-        col.update(_datetime(secs[kind == 3], b, rng))
-    else:
+    try:
+        if chosen == "numeric":
+            col.update(_numeric(nums[kind == 1] if integer else nums[(kind == 1) | (kind == 2)], integer, b, rng,
+                                max_categories, bins, _Present(integer_n + real_n, b.kind * math.sqrt(2))))
+        elif chosen == "datetime":
+            col.update(_datetime(secs[kind == 3], b, rng, _Present(date_n, b.kind)))
+    except _Refused as exc:
+        return None, [str(exc)]
+    if chosen == "text":
         values, notes = _categories(text[kind == 4], b, rng, max_categories)
+        if not values and text_n + n_n < _REFUSE_Z * b.kind * math.sqrt(2):
+            return None, [f"too few values to list categories privately (a DP count of about {max(text_n + n_n, 0):.0f}"
+                          f", noise sd {b.kind * math.sqrt(2):.0f}): left out. Declare its public categories, or "
+                          "drop it from the input"]
         if not values:
             return None, notes
         col.update({"type": "categorical", "values": values, "other": True, "_notes": notes})
@@ -226,32 +271,58 @@ def _categories(text: pd.Series, b: _Budget, rng: np.random.Generator,
     return listed, notes
 
 
-def _occupied(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[int, int]:
+def _occupied(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator,
+              present: _Present) -> tuple[int, int, np.ndarray]:
     """DP support on ``grid``: the first and one past the last cell of a noisy histogram whose
-    noisy count exceeds 4 sigma (the largest cell if none does)."""
+    noisy count exceeds 4 sigma, less an outer one apart from the rest that is not
+    :func:`_strong`; and the noisy histogram. Refuses (post-processing) a column with too few
+    values (:func:`_check_some_values`) or no cell above 4 sigma."""
     cells = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
     noisy = _noisy_hist(cells, len(grid) - 1, sigma, rng)
-    occupied = np.flatnonzero(noisy > _SURVIVE_Z * sigma)
+    _check_some_values(noisy, sigma, present)
+    occupied, strong = np.flatnonzero(noisy > _SURVIVE_Z * sigma), _strong(noisy, sigma)
     if occupied.size == 0:
-        occupied = np.array([int(np.argmax(noisy))])
-    return int(occupied[0]), int(occupied[-1]) + 1
+        raise _Refused(f"the values are too spread for DP bounds at this budget (no cell of its DP histogram "
+                       f"clears {_SURVIVE_Z:g} times the noise, sd {sigma:.3g}): left out. Declare public bounds, or "
+                       "draft with a larger --epsilon")
+    # an outer cell apart from the rest that only the 4 sigma cut lets through is likelier noise
+    # (about 3e-5 per empty cell) than a tail: it would stretch the bounds to a far grid edge
+    while occupied.size > 1 and not strong[occupied[0]] and occupied[1] - occupied[0] > 1:
+        occupied = occupied[1:]
+    while occupied.size > 1 and not strong[occupied[-1]] and occupied[-1] - occupied[-2] > 1:
+        occupied = occupied[:-1]
+    return int(occupied[0]), int(occupied[-1]) + 1, noisy
 
 
-def _bounds(x: np.ndarray, grid: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[float, float]:
-    """DP bounds: the outer edges of the occupied cells of a noisy histogram on ``grid``."""
-    first, last = _occupied(x, grid, sigma, rng)
-    return float(grid[first]), float(grid[last])
+def _held(inside: np.ndarray, sigma: float, present: _Present, lo: float, hi: float) -> list[str]:
+    """Checks drafted bounds ``lo..hi`` against the column's noisy count, from ``inside``, the
+    noisy counts of the cells they span (noise ``sigma`` each): refuses bounds that clearly
+    hold less than ``1 - _MAX_CLAMPED`` of the values (wrong with probability at most
+    ``_REFUSE_ALPHA``); a note when they hold less by about 2 sds only."""
+    keep = 1 - _MAX_CLAMPED  # sum(inside) - keep * count has this sd (independent noises)
+    sd = math.sqrt(len(inside) * sigma * sigma + (keep * present.sd) ** 2)
+    held = float(np.sum(inside))
+    share = min(max(held / max(present.count, 1.0), 0.0), 1.0)
+    if held + _REFUSE_Z * sd < keep * present.count:
+        raise _Refused(f"the values are too spread for DP bounds at this budget: the bounds the DP counts support, "
+                       f"{_plain(lo)}..{_plain(hi)}, hold about {share:.0%} of them, so a release would clamp the "
+                       "rest: left out. Declare public bounds, or draft with a larger --epsilon")
+    if held + 2 * sd < keep * present.count:  # a hint, not a test
+        return [f"the DP counts put about {share:.0%} of the values inside the bounds (noisy: the count of values "
+                f"has noise of sd {present.sd:.0f}): a release clamps values outside, so widen them if a public "
+                "source allows"]
+    return []
 
 
 def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator, max_categories: int,
-             bins: int) -> dict[str, Any]:
+             bins: int, present: _Present) -> dict[str, Any]:
     """Bounds from the 1-2-5 grid, then cut points at the quantiles of a second noisy histogram:
     one cell per whole number when the range is short, else 200 equal cells."""
     sigma = b.domain * math.sqrt(2)  # the domain's rho split in halves: the grid, the second histogram
     grid = numeric_grid()
     if integer:  # whole numbers: no cells between 0 and 1
         grid = grid[(np.abs(grid) >= 1) | (grid == 0)]
-    first, last = _occupied(x, grid, sigma, rng)
+    first, last, gridded = _occupied(x, grid, sigma, rng, present)
     lo, hi = float(grid[first]), float(grid[last])
     col: dict[str, Any] = {"type": "numeric"}
     if integer:
@@ -260,7 +331,8 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
         wlo = lo if lo == 0 else float(grid[max(first - 1, 0)])
         whi = hi if hi == 0 else float(grid[min(last + 2, len(grid) - 1)])
         if whi - wlo <= 2.5 * max_categories:
-            return _whole_numbers(x, wlo, whi, sigma, rng, max_categories, bins)
+            return _whole_numbers(x, wlo, whi, sigma, rng, max_categories, bins, present)
+    warn = _held(gridded[first:last], sigma, present, lo, hi)
     fine = np.linspace(lo, hi, _FINE_CELLS + 1)
     cells = np.clip(np.searchsorted(fine, np.clip(x, lo, hi), side="right") - 1, 0, _FINE_CELLS - 1)
     noisy = _noisy_hist(cells, _FINE_CELLS, sigma, rng).astype(np.float64)
@@ -268,29 +340,38 @@ def _numeric(x: np.ndarray, integer: bool, b: _Budget, rng: np.random.Generator,
     if integer:
         col["integer"] = True
     col["_notes"] = ["bounds from a DP histogram on a public 1-2-5 grid; cut points at DP quantiles "
-                     f"(a noisy histogram of {_FINE_CELLS} cells inside the bounds)"]
+                     f"(a noisy histogram of {_FINE_CELLS} cells inside the bounds)", *warn]
     return col
 
 
 def _whole_numbers(x: np.ndarray, lo: float, hi: float, sigma: float, rng: np.random.Generator,
-                   max_categories: int, bins: int) -> dict[str, Any]:
+                   max_categories: int, bins: int, present: _Present) -> dict[str, Any]:
     """A short range of whole numbers: a noisy count per number trims the bounds to the numbers
-    above 3 sigma; then one bin per number (at most ``max_categories``), else quantile cuts
-    from the same counts."""
+    above 3 sigma, unless :func:`_held` finds the trimmed range short (then the range is kept
+    and checked in turn); then one bin per number (at most
+    ``max_categories``), else quantile cuts from the same counts."""
     cells = np.clip(x, lo, hi - 1).astype(np.int64) - int(lo)
     noisy = _noisy_hist(cells, int(hi - lo), sigma, rng).astype(np.float64)
     occupied = np.flatnonzero(noisy > 3 * sigma)
+    warn: list[str] | None = None
     if occupied.size:
-        noisy = noisy[occupied[0]: occupied[-1] + 1]
-        lo, hi = lo + occupied[0], lo + occupied[-1] + 1
+        try:
+            warn = _held(noisy[occupied[0]: occupied[-1] + 1], sigma, present, lo + occupied[0], lo + occupied[-1])
+        except _Refused:
+            pass
+        if warn == []:  # the trim holds the values: keep it (else the widened range, if it does better)
+            noisy = noisy[occupied[0]: occupied[-1] + 1]
+            lo, hi = lo + occupied[0], lo + occupied[-1] + 1
+    if warn != []:
+        warn = _held(noisy, sigma, present, lo, hi - 1)
     if hi - lo <= max_categories:  # the last bin is closed: it ends half-way to the next number
         return {"type": "numeric", "edges": [_plain(v) for v in np.arange(lo, hi)] + [_plain(hi - 0.5)],
                 "integer": True, "_notes": ["bounds from DP histograms (a public 1-2-5 grid, then one cell per "
-                                            "whole number); one bin per whole number"]}
+                                            "whole number); one bin per whole number", *warn]}
     edges = _cut_edges(noisy, np.arange(lo, hi + 1, dtype=np.float64), sigma, bins, True)
     return {"type": "numeric", "edges": edges, "integer": True,
             "_notes": ["bounds and cut points (DP quantiles) from DP histograms: a public 1-2-5 grid, then one "
-                       "cell per whole number"]}
+                       "cell per whole number", *warn]}
 
 
 def _cut_edges(noisy: np.ndarray, fine: np.ndarray, sigma: float, bins: int, integer: bool) -> list[float | int]:
@@ -307,16 +388,18 @@ def _cut_edges(noisy: np.ndarray, fine: np.ndarray, sigma: float, bins: int, int
     return [_plain(round(e, 12)) for e in edges]
 
 
-def _datetime(secs: np.ndarray, b: _Budget, rng: np.random.Generator) -> dict[str, Any]:
+def _datetime(secs: np.ndarray, b: _Budget, rng: np.random.Generator, present: _Present) -> dict[str, Any]:
     """Bounds to whole calendar years from a DP histogram of the years 1800-2199; one bin per
     year (a span of three years or more), else per month."""
     years = pd.to_datetime(secs, unit="s").year.to_numpy() if secs.size else np.array([], dtype=np.int64)
     grid = np.append(_YEARS, _YEARS[-1] + 1).astype(np.float64)
-    lo, hi = _bounds(years.astype(np.float64), grid, b.domain, rng)
+    first, last, gridded = _occupied(years.astype(np.float64), grid, b.domain, rng, present)
+    lo, hi = float(grid[first]), float(grid[last])
+    warn = _held(gridded[first:last], b.domain, present, lo, hi)
     step = "year" if hi - lo >= 3 else "month"
     bounds = [format_seconds(pd.Timestamp(year=int(y), month=1, day=1).timestamp()) for y in (lo, hi)]
     return {"type": "datetime", "bounds": bounds, "bins": step, "unit": "second",
-            "_notes": [f"bounds to whole years from a DP histogram of calendar years; one bin per {step}"]}
+            "_notes": [f"bounds to whole years from a DP histogram of calendar years; one bin per {step}", *warn]}
 
 
 def _equal_mass_cells(mass: np.ndarray, bins: int) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Sequence, TYPE_CHECKING
 import numpy as np
 
 from ..schema import Column, Schema
-from ..schema.core import check_column_name
+from ..schema.parse import check_column_name
 from ..schema.timecols import draw_times, seconds_of
 from .csv_out import csv_header, csv_text, write_csv
 

@@ -1,6 +1,7 @@
 """Schemas: the public domain of every column, and drafting one from data.
 
-* :mod:`.core`: :class:`Schema`, :class:`Column`, loading and checking a schema file;
+* :mod:`.core`: :class:`Schema`, :class:`Column` (the model of a schema, and the file format);
+* :mod:`.parse`: reading and checking a schema file (:func:`load_schema`, :func:`schema_from_dict`);
 * :mod:`.timecols`: datetime columns as seconds since 1970-01-01 UTC;
 * :mod:`.draft`: drafting a schema from a table already read (a reviewed draft becomes a
   schema). Reading the file is the rows package's work (:func:`dpsynth.rows.encoding.read_table`):
@@ -16,9 +17,8 @@ from .core import (
     Schema,
     SchemaError,
     format_edges,
-    load_schema,
-    schema_from_dict,
 )
+from .parse import load_schema, schema_from_dict
 
 __all__ = ["Column", "ColumnType", "DRAFTED_FROM_DATA", "Schema", "SchemaError", "format_edges", "load_schema",
            "schema_from_dict"]

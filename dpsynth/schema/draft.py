@@ -61,6 +61,9 @@ _FORMATTED_OUT = ("its values are numbers written with a thousands separator, a 
                   "(1,234 / $12.50 / 12%), which a release does not read as numbers (every cell would be "
                   "missing): left out of the draft. Write them as plain numbers (1234.5) and draft again, "
                   "or drop the column")
+_OVERFLOW_OUT = ("its values are numbers whose range overflows a float (magnitudes near 1.8e308, the largest "
+                 "a float holds): no bounds a release can cut into bins: left out of the draft. Rescale the "
+                 "column (e.g. its logarithm) and draft again, or drop it")
 _FORMATTED = re.compile(r"[-+]?[$€£¥]?\s?[-+]?(?:\d{1,3}(?:[, \u00a0']\d{3})+|\d+)(?:\.\d+)?\s?%?")
 _DATES_OUT = ("its values are dates written day/month/year or month/day/year, which a release does not "
               "read as dates: left out of the draft. Write them as ISO 8601 (2021-04-03) and draft again")
@@ -158,6 +161,9 @@ def draft_from_table(
         if not (is_number or is_time) and _local_dates(values):
             left_out[col_name] = _DATES_OUT
             continue
+        if not (is_number or is_time) and len(values) and bool(nums.notna().all()) and _overflows(x):
+            left_out[col_name] = _OVERFLOW_OUT
+            continue
         # times to the second differ on nearly every row: a datetime, not an identifier
         if not is_time and _identifier_like(values, nums if numeric else None):
             left_out[col_name] = _FORMATTED_OUT if _formatted_numbers(values) else _LEFT_OUT
@@ -204,6 +210,12 @@ def _finite_span(x: np.ndarray) -> bool:
         return False
     with np.errstate(over="ignore"):
         return bool(np.isfinite(finite.max() - finite.min()))
+
+
+def _overflows(x: np.ndarray) -> bool:
+    """Numbers whose finite values span more than a float holds (``1e308`` and ``-1.8e308``)."""
+    finite = x[np.isfinite(x)]
+    return bool(finite.size) and not _finite_span(x)
 
 
 def _local_dates(values: pd.Series) -> bool:

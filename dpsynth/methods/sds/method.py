@@ -19,7 +19,9 @@ from ..base import DP_ADD_REMOVE, Measurement, MethodBase, NoisyCount, PrivacySt
 from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
 from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for, part_rng
-from .expand import LATENT_PART, ExpandedSampler, copies, expands, fit_pool, pool_rows_for, scaled_measurement
+from . import expand as _expand
+from .expand import (LATENT_PART, UPDATE_PART, ExpandedSampler, copies, expands, fit_pool, pool_rows_for,
+                     scaled_measurement, update_pool)
 from .latent import latent_pool
 from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
@@ -220,8 +222,12 @@ class SdsMethod(MethodBase):
             pool, chosen = latent_pool(pool, table_checks(scaled, schema, lengths=(2,)), ones, schema.cardinalities,
                                        part_rng(key, LATENT_PART))
         weights, tables = fit_pool(pool, scaled, schema, ones, total * share, fit_tables=self.params.fit_pairs)
-        counts = copies(weights, n, rng)
         info = {"pool_rows": size, **chosen, **{f"tables_{k}": v for k, v in tables.items()}}
+        if _expand.POOL_UPDATE and self.params.fit_pairs and tables["left"]:  # tables still off: move records (expand.update_pool)
+            updated = update_pool(pool, weights, scaled, schema, ones, total * share, part_rng(key, UPDATE_PART))
+            if updated is not None:
+                pool, weights, info["pool_updated"] = updated, np.ones(updated.shape[0]), 1
+        counts = copies(weights, n, rng)
         return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
                                weights=weights, info=info)
 
