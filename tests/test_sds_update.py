@@ -160,3 +160,49 @@ def test_the_finisher_removes_the_pairs_a_chunks_reweighting_leaves_off(monkeypa
     monkeypatch.setattr(chunked, "chunk_rows_for", lambda columns: 20_000)
     off = {mode: _first_chunk_off(method, m, schema, mode, monkeypatch) for mode in ("reweight", "finish")}
     assert off["reweight"] >= 2 and off["finish"] == 0, off
+
+
+def test_the_updates_retargeting_holds_no_tables_cells_and_sets_the_same_targets(monkeypatch):
+    """Fourteenth round, second part: :func:`update._retarget` hands
+    :func:`refit.consistent_targets` each triple's counts, not its cells (an int64 per record
+    and table: 4 MB per triple at the expanded pool's 524,288 records, 3.6 GB for the 893
+    tables off at 10M), and the targets are those computed from the cells."""
+    from dpsynth.methods.sds import refit
+    from dpsynth.postprocess.fitting import CodeMargin
+
+    schema = _schema()
+    codes = np.asfortranarray(_parity_table(3000, 5).astype(np.int64))
+    _, m = _measure(schema, codes)
+    checks = update.table_checks(m, schema)
+    assert any(len(c.cols) == 3 for c in checks)
+    n, total = codes.shape[0], float(codes.shape[0])
+    ones = {j: np.bincount(codes[:, j], minlength=4).astype(float) for j in range(codes.shape[1])}
+    held: list[int] = []
+
+    def spy(margins, raw, checks_, w, tot, **kw):
+        held.append(max(mm.codes.size for mm in margins.values()))
+        return refit.consistent_targets(margins, raw, checks_, w, tot, **kw)
+
+    monkeypatch.setattr(update, "consistent_targets", spy)
+    chosen: dict = {}
+    update._retarget(checks, list(range(len(checks))), chosen, codes, ones, total)
+    assert held == [0]
+    ref, raw = {}, {}  # as computed from the cells
+    for i, c in enumerate(checks):
+        c = c.on(codes)
+        est, var = c.estimate(np.ones(n), total, float(n))
+        ref[i] = CodeMargin(codes=c.cells, target=c.target(est, ones, var))
+        if len(c.cols) >= 3:
+            raw[i] = ref[i].target
+    refit.consistent_targets(ref, raw, checks, np.ones(n), total)
+    assert all(np.array_equal(chosen[i], ref[i].target) for i in ref)
+
+
+def test_the_update_moves_at_most_round_tables_tables_a_round_the_worst_first(monkeypatch):
+    """:data:`update.ROUND_TABLES` bounds the tables moved per round, keeping the worst by
+    misfit over allowance; None (the default) moves every table chosen."""
+    ratios = {3: 1.5, 7: 4.0, 9: 2.5, 11: 1.1}
+    assert update.ROUND_TABLES is None and update._worst([3, 7, 9, 11], ratios) == [3, 7, 9, 11]
+    monkeypatch.setattr(update, "ROUND_TABLES", 2)
+    assert update._worst([3, 7, 9, 11], ratios) == [7, 9]
+    assert update._worst([3, 11], ratios) == [3, 11]

@@ -230,7 +230,8 @@ def fit_weights(pool: np.ndarray, checks: list[TableCheck], one_way: Mapping[int
 
 
 def consistent_targets(chosen: dict[int, CodeMargin], raw: Mapping[int, np.ndarray],
-                       checks: Sequence[TableCheck], weights: np.ndarray, total: float) -> None:
+                       checks: Sequence[TableCheck], weights: np.ndarray, total: float,
+                       counts: Mapping[int, np.ndarray] | None = None) -> None:
     """Make the chosen targets of k >= 3 agree with the targets of their (k-1)-sub-tables
     (in place; post-processing of DP outputs only).
 
@@ -240,14 +241,17 @@ def consistent_targets(chosen: dict[int, CodeMargin], raw: Mapping[int, np.ndarr
     of them converges instead of pulling a pair between its own target and the pair sums
     of the noisier triples that contain it (held-out int3 and int5 of
     benchmarks/sds_matrix.py: a pair refused at 1.03 times its gate threshold after a
-    triple was refitted). Shorter targets first, so a triple's pairs are final.
+    triple was refitted). Shorter targets first, so a triple's pairs are final. ``counts``:
+    the weighted pool's tables of ``raw``'s tables, given by a caller that holds no cells for
+    them (the record update: :func:`.update._retarget`); else counted from ``chosen``'s codes.
     """
     by_cols = {checks[i].cols: i for i in chosen}
     measured = {c.cols for c in checks}
     for i in sorted(raw, key=lambda i: len(checks[i].cols)):
         c = checks[i]
         codes = chosen[i].codes
-        est = np.bincount(codes, weights=weights, minlength=c.noisy.size)
+        est = (np.asarray(counts[i], dtype=np.float64) if counts is not None
+               else np.bincount(codes, weights=weights, minlength=c.noisy.size))
         est = (est * (total / max(float(est.sum()), 1e-300))).reshape(c.shape)
         margins = []
         for d in range(len(c.cols)):

@@ -19,7 +19,7 @@ import numpy as np
 from ...measurement import Measurement
 from ...postprocess.fitting import CodeMargin
 from ...schema import Schema
-from .refit import TableCheck, consistent_targets, misfit_tables, table_checks
+from .refit import TableCheck, consistent_targets, table_checks
 
 __all__ = ["UPDATE_ROUNDS", "FIRST_SHARE", "SHARE_DECAY", "integer_target", "move_records", "update_tables"]
 
@@ -34,6 +34,10 @@ LAST_SHARE = 0.2
 PRESSURE_WEIGHT = 10.0
 #: Copies of one record per move into its cell, at most (the rest are rewritten).
 COPIES = 1
+#: Tables moved per round at most (None: every table chosen): the worst by misfit over
+#: allowance. The moves' cost grows with the tables moved (docs/sds-generalisation.md,
+#: fourteenth round, second part).
+ROUND_TABLES: int | None = None
 
 
 def integer_target(target: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarray | None:
@@ -146,17 +150,19 @@ def _retarget(checks: Sequence[TableCheck], new: Sequence[int], chosen: dict[int
     n = codes.shape[0]
     ones = np.ones(n)
     raw: dict[int, np.ndarray] = {}
+    counts: dict[int, np.ndarray] = {}  # the k >= 3 tables' counts: no table's cells are held
     for i in new:
         c = checks[i].on(codes)
         est, var = c.estimate(ones, total, float(n))
         chosen[i] = c.target(est, one_way, var)
         if len(c.cols) >= 3:
             raw[i] = chosen[i]
+            counts[i] = np.bincount(c.cells, weights=ones, minlength=c.noisy.size)
     if not raw:
         return
-    margins = {i: CodeMargin(codes=checks[i].on(codes).cells if i in raw else np.zeros(0, dtype=np.int64),
-                             target=t) for i, t in chosen.items()}
-    consistent_targets(margins, raw, checks, ones, total)
+    empty = np.zeros(0, dtype=np.int64)
+    margins = {i: CodeMargin(codes=empty, target=t) for i, t in chosen.items()}
+    consistent_targets(margins, raw, checks, ones, total, counts=counts)
     for i in raw:
         chosen[i] = margins[i].target
 
@@ -168,6 +174,27 @@ def _next_tables(checks: Sequence[TableCheck], off: Sequence[int], chosen: Mappi
     lens = sorted({len(checks[i].cols) for i in off})
     k = next((n for n in lens if any(i not in chosen for i in off if len(checks[i].cols) == n)), lens[-1])
     return [i for i in off if len(checks[i].cols) <= k]
+
+
+def _off_ratios(checks: Sequence[TableCheck], codes: np.ndarray, total: float) -> dict[int, float]:
+    """The tables equally weighted ``codes`` miss beyond their noise (as
+    :func:`.refit.misfit_tables` finds them), each with its misfit over its allowance."""
+    ones = np.ones(codes.shape[0])
+    out = {}
+    for i, c in enumerate(checks):
+        c = c.on(codes)
+        est, var = c.estimate(ones, float(total), float(codes.shape[0]))
+        misfit, allowance = c.misfit(est, var), c.allowance()
+        if misfit > allowance:
+            out[i] = misfit / allowance
+    return out
+
+
+def _worst(new: Sequence[int], ratios: Mapping[int, float]) -> list[int]:
+    """At most :data:`ROUND_TABLES` of ``new``: those with the highest ``ratios``."""
+    if ROUND_TABLES is None or len(new) <= ROUND_TABLES:
+        return list(new)
+    return sorted(new, key=lambda i: (-ratios[i], i))[:ROUND_TABLES]
 
 
 def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
@@ -182,7 +209,7 @@ def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapp
     n = raw.shape[0]
     checks = table_checks(m, schema, lengths=lengths)
     codes = np.array(raw, dtype=np.int64, order="F")
-    off = misfit_tables(checks, np.ones(n), total, pool=codes) if n else []
+    off = _off_ratios(checks, codes, total) if n else {}
     if not off:
         return None
     ones = {j: np.clip(np.asarray(t, dtype=np.float64), 0.0, None) for j, t in one_way.items()}
@@ -194,7 +221,8 @@ def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapp
     for _ in range(UPDATE_ROUNDS):
         if not off:
             break
-        new = sorted(_next_tables(checks, off, chosen), key=lambda i: (len(checks[i].cols), i))
+        new = _worst(_next_tables(checks, off, chosen), off)
+        new = sorted(new, key=lambda i: (len(checks[i].cols), i))
         _retarget(checks, new, chosen, codes, ones, total)
         goals = [(checks[i], integer_target(chosen[i], n, rng)) for i in new]
         goals = [(c, g) for c, g in goals if g is not None]
@@ -203,7 +231,7 @@ def update_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapp
             c = c.on(codes)
             move_records(codes, c.cols, c.shape, c.cells, goal, share, rng, rank)
         share = max(LAST_SHARE, share * SHARE_DECAY)
-        off = misfit_tables(checks, np.ones(n), total, pool=codes)
+        off = _off_ratios(checks, codes, total)
     for c, goal in one_checks:  # exact, and rewriting the column alone keeps the others exact too
         move_records(codes, c.cols, c.shape, codes[:, c.cols[0]].copy(), goal, 1.0, rng, copy=False)
     return np.ascontiguousarray(codes), len(chosen)
