@@ -26,7 +26,7 @@ import numpy as np
 from ...measurement import Measurement
 from ...schema import Schema
 from . import chunked
-from .refit import consistent_targets, effective_size, fit_weights, misfit_tables, table_checks
+from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS",
            "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
@@ -172,17 +172,6 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
     if max(after) < max(before):
         return fitted, [i for i, r in enumerate(after) if r > 1.0]
     return weights, [i for i, r in enumerate(before) if r > 1.0]
-
-
-def misfit_ratios(pool: np.ndarray, checks: list, weights: np.ndarray, total: float) -> list[float]:
-    """Each table's misfit over its allowance (above 1: off, :meth:`.refit.TableCheck.is_off`),
-    its cells computed from ``pool`` and dropped."""
-    ess = effective_size(weights)
-    out = []
-    for c in checks:
-        c = c.on(pool)
-        out.append(c.misfit(*c.estimate(weights, total, ess)) / c.allowance())
-    return out
 
 
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,

@@ -25,7 +25,7 @@ from ...measurement import Measurement
 from ...schema import Schema
 
 __all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "TableCheck", "PairCheck", "table_checks", "pair_checks",
-           "misfit_tables", "misfit_pairs", "fit_weights", "consistent_targets", "honour_tables", "honour_pairs", "pool_size"]
+           "misfit_tables", "misfit_ratios", "misfit_pairs", "fit_weights", "consistent_targets", "honour_tables", "honour_pairs", "pool_size"]
 
 #: Records in the reweighted pool per released record. When the weights' effective size
 #: falls below the release's (the draw would repeat records), the pool doubles once.
@@ -176,6 +176,17 @@ def misfit_tables(checks: Sequence[TableCheck], weights: np.ndarray, total: floa
         c = c if pool is None else c.on(pool)
         if c.is_off(*c.estimate(weights, total, ess)):
             out.append(i)
+    return out
+
+
+def misfit_ratios(pool: np.ndarray, checks: Sequence[TableCheck], weights: np.ndarray, total: float) -> list[float]:
+    """Each table's misfit over its allowance (above 1: off, :meth:`TableCheck.is_off`),
+    its cells computed from ``pool`` and dropped."""
+    ess = effective_size(weights)
+    out = []
+    for c in checks:
+        c = c.on(pool)
+        out.append(c.misfit(*c.estimate(weights, total, ess)) / c.allowance())
     return out
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ...measurement import Measurement
 from ...postprocess.fitting import CodeMargin
 from ...schema import Schema
-from .refit import TableCheck, consistent_targets, table_checks
+from .refit import TableCheck, consistent_targets, misfit_ratios, table_checks
 
 __all__ = ["UPDATE_ROUNDS", "FIRST_SHARE", "SHARE_DECAY", "integer_target", "move_records", "update_tables"]
 
@@ -177,17 +177,10 @@ def _next_tables(checks: Sequence[TableCheck], off: Sequence[int], chosen: Mappi
 
 
 def _off_ratios(checks: Sequence[TableCheck], codes: np.ndarray, total: float) -> dict[int, float]:
-    """The tables equally weighted ``codes`` miss beyond their noise (as
-    :func:`.refit.misfit_tables` finds them), each with its misfit over its allowance."""
-    ones = np.ones(codes.shape[0])
-    out = {}
-    for i, c in enumerate(checks):
-        c = c.on(codes)
-        est, var = c.estimate(ones, float(total), float(codes.shape[0]))
-        misfit, allowance = c.misfit(est, var), c.allowance()
-        if misfit > allowance:
-            out[i] = misfit / allowance
-    return out
+    """The tables equally weighted ``codes`` miss beyond their noise, each with its misfit over
+    its allowance (:func:`.refit.misfit_ratios`)."""
+    ratios = misfit_ratios(codes, checks, np.ones(codes.shape[0]), float(total))
+    return {i: r for i, r in enumerate(ratios) if r > 1.0}
 
 
 def _worst(new: Sequence[int], ratios: Mapping[int, float]) -> list[int]:
