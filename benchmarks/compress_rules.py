@@ -278,6 +278,10 @@ def ordered_of(name: str) -> dict[str, int]:
     """Per column of table ``name`` whose codes are in order, its number of codes (declared numeric
     by :func:`run`): the generated tables' ordered kinds (``ORDERED_KINDS`` of their family), the NIST schema's
     numeric columns; none for the rare-bin and UCI tables (their values are categories)."""
+    from benchmarks.compress_heldout3 import HELD3, held3_ordered
+
+    if name in HELD3:
+        return held3_ordered(name)
     for family, tables, shapes in (("wide", WIDE, WIDE_SHAPES), ("held", HELD, HELD_SHAPES), ("held2", HELD2, HELD2_SHAPES)):
         if name in tables:
             kinds = ORDERED_KINDS[family]
@@ -292,7 +296,12 @@ def ordered_of(name: str) -> dict[str, int]:
 
 def load_any(name: str) -> tuple[list[str], np.ndarray, list[int]]:
     """aim_head_to_head's tables, pgm_vs_mbi's generated rare-bin tables (rare-a/b/c) and the
-    generated tables (``WIDE``, ``HELD``, ``HELD2``)."""
+    generated tables (``WIDE``, ``HELD``, ``HELD2``; ``HELD3`` of compress_heldout3.py)."""
+    from benchmarks.compress_heldout3 import HELD3, held3_table
+
+    if name in HELD3:
+        codes, sizes = held3_table(*HELD3[name])
+        return [f"w{j}" for j in range(len(sizes))], codes, sizes
     if name in WIDE or name in HELD or name in HELD2:
         codes, sizes = (wide_table(*WIDE[name]) if name in WIDE else held_table(*HELD[name]) if name in HELD
                         else held2_table(*HELD2[name]))
