@@ -1,13 +1,14 @@
 """The process of ours in benchmarks/aim_head_to_head.py: one run of a dpsynth method on a cell's codes.
 
-``python benchmarks/aim_child.py PARAMS SRC DST`` reads the cell's file (``SRC``, written by
-``aim_head_to_head.write_cell_input``: the codes, sizes, seed, epsilon, delta), runs the method,
+``python benchmarks/aim_child.py PARAMS SRC DST`` reads the cell (``SRC``, the ``.npz`` that
+``aim_head_to_head.write_cell_input`` writes for the peer, and beside it the same codes as
+``.npy`` and the names, sizes, seed, epsilon, delta and rho as JSON: :func:`plain_input`), runs the method,
 writes the synthetic codes to ``DST`` and prints one JSON line (wall time, peak RSS, rows, rho).
 Its peak RSS (VmHWM) is the figure the head-to-head compares with mbi AIM's process (issue 27
 section 2), so this module imports what running the method needs and nothing of the harness:
 before, the child was the harness itself (``aim_head_to_head.py --child``), whose imports
 (argparse, tempfile and through it shutil, bz2 and lzma, the scoring helpers) and the compiling
-of its source as ``__main__`` were part of that peak (benchmarks/import_footprint.py ``--cells``
+of its source as ``__main__`` were part of that peak, and so was numpy's zip reader (benchmarks/import_footprint.py ``--cells``
 measures each step; docs/pgm.md, "Where our peak memory goes").
 """
 
@@ -20,6 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+
+def plain_input(src: Path) -> tuple[Path, Path]:
+    """The cell's codes (``.npy``) and the rest (JSON) beside the cell's ``.npz`` (which the peer
+    reads): read without numpy's zip reader, whose zipfile, shutil, bz2 and lzma are 0.75 MB."""
+    return src.with_name(src.stem + "-codes.npy"), src.with_name(src.stem + "-cell.json")
 
 
 def child_ours(params: str, src: Path, dst: Path, mark: Callable[[str], None] = lambda step: None) -> None:
@@ -36,13 +43,14 @@ def child_ours(params: str, src: Path, dst: Path, mark: Callable[[str], None] = 
     from dpsynth.schema import schema_from_dict
     mark("dpsynth.schema")
 
-    z = np.load(src, allow_pickle=False)
+    z = json.loads(plain_input(src)[1].read_text())
     cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]}
             for n, s in zip(z["names"], z["sizes"])]
     schema = schema_from_dict({"name": "aim-h2h", "columns": cols})
     budget = Budget(epsilon=float(z["epsilon"]), delta=float(z["delta"]))
     assert abs(budget.rho - float(z["rho"])) < 1e-12
     rng = np.random.default_rng(int(z["seed"]))
+    codes = np.load(plain_input(src)[0], allow_pickle=False).astype(np.uint16, copy=False)
     mark("the codes, the schema, the budget, the generator")
     t0 = time.perf_counter()
     chosen = json.loads(params)
@@ -50,7 +58,7 @@ def child_ours(params: str, src: Path, dst: Path, mark: Callable[[str], None] = 
     mark("the method (its modules)")
     ledger = Ledger(budget, method.plan(schema, budget))
     mark("the plan")
-    m = method.measure(EncodedTable(schema=schema, codes=z["codes"].astype(np.uint16)), ledger, rng)
+    m = method.measure(EncodedTable(schema=schema, codes=codes), ledger, rng)
     mark("measure")
     synth = method.synthesize(m, schema, None, rng)
     mark("synthesize")

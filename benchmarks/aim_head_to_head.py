@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
-from benchmarks.aim_child import child_ours  # noqa: E402,F401  (the child's code, kept out of this module)
+from benchmarks.aim_child import child_ours, plain_input  # noqa: E402,F401  (the child's code, kept out of this module)
 
 DELTA = 1e-9
 OUT_NAME = "aim_head_to_head"
@@ -210,15 +210,20 @@ def child_command(params: dict[str, Any], src: Path, dst: Path) -> list[str]:
 
 def write_cell_input(src: Path, data: tuple, eps: float, seed: int, public: np.ndarray | None = None) -> None:
     """The file both sides' processes read: the codes, column names and sizes, seed, epsilon,
-    delta, rho, the workload and (JAM only) the public part."""
+    delta, rho, the workload and (JAM only) the public part; and the same cell as ``.npy`` and
+    JSON beside it (:func:`aim_child.plain_input`: what ours reads)."""
     from dpsynth.privacy.budget import Budget
 
     names, codes, sizes = data
     if public is None:
         public = np.zeros((0, len(names)), dtype=np.int64)
+    rho = Budget(epsilon=eps, delta=DELTA).rho
     np.savez(src, codes=codes, names=np.array(names), sizes=np.array(sizes), seed=seed, epsilon=eps, delta=DELTA,
-             rho=Budget(epsilon=eps, delta=DELTA).rho,
-             workload=np.array([cl for cl, _ in default_workload(sizes)]), public=public)
+             rho=rho, workload=np.array([cl for cl, _ in default_workload(sizes)]), public=public)
+    plain_codes, plain_rest = plain_input(src)  # the same for ours (aim_child.py), without a zip reader
+    np.save(plain_codes, codes.astype(np.uint16))  # the dtype ours measures (never an int64 copy in its process)
+    plain_rest.write_text(json.dumps({"names": [str(n) for n in names], "sizes": [int(s) for s in sizes],
+                                      "seed": int(seed), "epsilon": float(eps), "delta": DELTA, "rho": rho}))
 
 
 def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) -> dict[str, Any]:
@@ -241,7 +246,8 @@ def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) 
         out["auto_chose"] = choice.to_dict()
         same = next((m for m, p in OURS.items() if choice.method == "pgm" and p == params), None)
         if same is not None:  # the same configuration and seed as a run of ours: the same release
-            src.unlink()
+            for p in (src, *plain_input(src)):
+                p.unlink()
             return {**out, "status": "same as " + same}
         run = params if choice.method == "pgm" else {"method": choice.method, **params}
         cmd = child_command(run, src, dst)
@@ -256,7 +262,7 @@ def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) 
         synth = np.load(dst).astype(np.int64)  # ours writes its own code dtype (aim_child.py), the peer int64
         out["werr"] = workload_error(codes, synth, sizes, workload)
         out.update({f"tvd{k}": v for k, v in tvd_by_k(codes, synth, sizes).items()})
-    for p in (src, dst):
+    for p in (src, dst, *plain_input(src)):
         p.unlink(missing_ok=True)
     return out
 
