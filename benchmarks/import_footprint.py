@@ -92,9 +92,27 @@ def rss_steps(python: str, root: Path, table: str, eps: float, seed: int, method
         env = {**os.environ, "PYTHONPATH": str(root), **env_extra}
         out = subprocess.run([python, "-c", _RSS_PROBE, json.dumps(h2h.OURS[method]), str(src), str(dst)], env=env,
                              cwd=root, capture_output=True, text=True, timeout=600, check=True)
-    steps = json.loads(out.stdout.strip().splitlines()[-1])
+        steps = json.loads(out.stdout.strip().splitlines()[-1])
+        # a second run under -X importtime (its own process: the readings above are without it)
+        timed = subprocess.run([python, "-X", "importtime", "-c", _RSS_PROBE, json.dumps(h2h.OURS[method]), str(src),
+                                str(dst)], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=True)
     return {"table": table, "epsilon": eps, "seed": seed, "method": method, "env": env_extra,
-            "peak_mb": max(s["hwm_mb"] for s in steps), "loadavg": os.getloadavg()[0], "steps": steps}
+            "peak_mb": max(s["hwm_mb"] for s in steps), "loadavg": os.getloadavg()[0], "steps": steps,
+            "import_s": import_seconds(timed.stderr)}
+
+
+def import_seconds(importtime: str) -> dict[str, float]:
+    """Seconds of ``-X importtime``'s outermost imports, summed by top-level package (cumulative,
+    so each import's own imports count with it), largest first."""
+    total: dict[str, float] = {}
+    for line in importtime.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line[len("import time:"):].split("|")
+        if name.startswith(" ") and not name.startswith("  ") and cumulative.strip().isdigit():  # outermost only
+            root = name.strip().split(".")[0]
+            total[root] = total.get(root, 0.0) + int(cumulative) / 1e6
+    return dict(sorted(((k, round(v, 4)) for k, v in total.items()), key=lambda kv: -kv[1]))
 
 
 def print_rss(rows: list[dict]) -> None:
@@ -137,6 +155,8 @@ def main() -> None:
         print(f"{args.label}: VmHWM (MB) of the head-to-head child after each step, seed {args.seed}, "
               f"{args.method}{' ' + str(env_extra) if env_extra else ''}, load {os.getloadavg()[0]:.1f}")
         print_rss(rows)
+        print("import seconds (-X importtime, outermost imports by package, first cell): "
+              + ", ".join(f"{k} {v:.3f}" for k, v in list(rows[0]["import_s"].items())[:8]))
         result = {"label": args.label, "root": str(args.root), "python": args.python, "rss": rows}
         if args.out:
             old = json.loads(args.out.read_text()) if args.out.exists() else []
