@@ -21,6 +21,8 @@ mechanism's own select-measure-fit-sample time, excluding interpreter and import
 (the whole process, wall), ``cpu_s`` (user + system CPU seconds of the process, from wait4: the
 steadier figure on a shared machine), peak RSS (VmHWM) and the 1-minute load average at the end.
 Every process is capped (``--time-limit``, 30 minutes); a capped run is recorded as a timeout.
+Ours runs as benchmarks/aim_child.py (its doc: what that process holds and why it is not this
+module); benchmarks/import_footprint.py ``--cells`` reads its memory step by step.
 
 Order (so a partial grid still covers every table): every table at epsilon 1 seed 0, then
 epsilon 0.1 and 10 seed 0, then seeds 1 and 2. Results accumulate in
