@@ -21,6 +21,8 @@ mechanism's own select-measure-fit-sample time, excluding interpreter and import
 (the whole process, wall), ``cpu_s`` (user + system CPU seconds of the process, from wait4: the
 steadier figure on a shared machine), peak RSS (VmHWM) and the 1-minute load average at the end.
 Every process is capped (``--time-limit``, 30 minutes); a capped run is recorded as a timeout.
+Ours runs as benchmarks/aim_child.py (its doc: what that process holds and why it is not this
+module); benchmarks/import_footprint.py ``--cells`` reads its memory step by step.
 
 Order (so a partial grid still covers every table): every table at epsilon 1 seed 0, then
 epsilon 0.1 and 10 seed 0, then seeds 1 and 2. Results accumulate in
@@ -61,7 +63,7 @@ import tempfile
 import time
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -69,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
+from benchmarks.aim_child import child_ours, plain_input  # noqa: E402,F401  (the child's code, kept out of this module)
 
 DELTA = 1e-9
 OUT_NAME = "aim_head_to_head"
@@ -137,7 +140,7 @@ def default_workload(sizes: Sequence[int]) -> list[tuple[tuple[int, ...], float]
 
 def load(name: str, part: str = "priv") -> tuple[list[str], np.ndarray, list[int]]:
     """Column names, integer codes and domain sizes of one benchmark table."""
-    import pandas as pd  # here: the child that runs ours (``--child``) reads codes only and never loads pandas
+    import pandas as pd  # here: the child that runs ours (aim_child.py) reads codes only and never loads pandas
     if name == JAM_TABLE:  # read from the peer's checkout (its data/ folder)
         folder = PEER_CHECKOUT / "data" / JAM_FOLDER
         sizes = json.loads((folder / f"{JAM_FOLDER}-domain.json").read_text())
@@ -165,35 +168,6 @@ def load(name: str, part: str = "priv") -> tuple[list[str], np.ndarray, list[int
 
 
 # --- one cell: a process ---------------------------------------------------------------------
-
-
-def child_ours(params: str, src: Path, dst: Path) -> None:
-    """Run dpsynth pgm with ``params`` on the codes in ``src``; write the synthetic codes to ``dst``.
-    A ``"method"`` key in ``params`` names another dpsynth method (``auto``'s other choices)."""
-    from dpsynth.methods import get_method
-    from dpsynth.privacy.budget import Budget, Ledger
-    from dpsynth.rows.encoding import EncodedTable
-    from dpsynth.schema import schema_from_dict
-
-    z = np.load(src, allow_pickle=False)
-    cols = [{"name": str(n), "type": "categorical", "values": [str(v) for v in range(int(s))]}
-            for n, s in zip(z["names"], z["sizes"])]
-    schema = schema_from_dict({"name": "aim-h2h", "columns": cols})
-    budget = Budget(epsilon=float(z["epsilon"]), delta=float(z["delta"]))
-    assert abs(budget.rho - float(z["rho"])) < 1e-12
-    rng = np.random.default_rng(int(z["seed"]))
-    t0 = time.perf_counter()
-    chosen = json.loads(params)
-    method = get_method(chosen.pop("method", "pgm"), chosen)
-    ledger = Ledger(budget, method.plan(schema, budget))
-    m = method.measure(EncodedTable(schema=schema, codes=z["codes"].astype(np.uint16)), ledger, rng)
-    synth = method.synthesize(m, schema, None, rng)
-    wall = time.perf_counter() - t0
-    np.save(dst, np.asarray(synth.codes, dtype=np.int64))
-    peak = next(float(line.split()[1]) / 1024.0 for line in Path("/proc/self/status").read_text().splitlines()
-                if line.startswith("VmHWM:"))
-    print(json.dumps({"wall_s": wall, "peak_mb": peak, "rows": int(synth.codes.shape[0]), "rho": ledger.rho_spent,
-                      "selected": len(m.meta.get("selected", []))}))
 
 
 def _proc_usage(pid: int) -> dict[str, float]:
@@ -231,18 +205,38 @@ def run_process(cmd: list[str], limit: float, log: Path) -> dict[str, Any]:
     return {**json.loads(log.with_suffix(".out").read_text().strip().splitlines()[-1]), **base, "status": "ok"}
 
 
-def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) -> dict[str, Any]:
-    """One (table, method, epsilon, seed) run in its own process, scored against the real codes."""
+def child_command(params: dict[str, Any], src: Path, dst: Path) -> list[str]:
+    """The command of one run of ours: benchmarks/aim_child.py, not this module (see its doc)."""
+    return [sys.executable, str(ROOT / "benchmarks" / "aim_child.py"), json.dumps(params), str(src), str(dst)]
+
+
+def write_cell_input(src: Path, data: tuple, eps: float, seed: int, public: np.ndarray | None = None) -> None:
+    """The file both sides' processes read: the codes, column names and sizes, seed, epsilon,
+    delta, rho, the workload and (JAM only) the public part; and the same cell as ``.npy`` and
+    JSON beside it (:func:`aim_child.plain_input`: what ours reads)."""
     from dpsynth.privacy.budget import Budget
 
+    names, codes, sizes = data
+    if public is None:
+        public = np.zeros((0, len(names)), dtype=np.int64)
+    rho = Budget(epsilon=eps, delta=DELTA).rho
+    np.savez(src, codes=codes, names=np.array(names), sizes=np.array(sizes), seed=seed, epsilon=eps, delta=DELTA,
+             rho=rho, workload=np.array([cl for cl, _ in default_workload(sizes)]), public=public)
+    plain_codes, plain_rest = plain_input(src)  # the same for ours (aim_child.py), without a zip reader
+    np.save(plain_codes, codes.astype(np.uint16))  # the dtype ours measures (never an int64 copy in its process)
+    plain_rest.write_text(json.dumps({"names": [str(n) for n in names], "sizes": [int(s) for s in sizes],
+                                      "seed": int(seed), "epsilon": float(eps), "delta": DELTA, "rho": rho}))
+
+
+def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) -> dict[str, Any]:
+    """One (table, method, epsilon, seed) run in its own process, scored against the real codes."""
     names, codes, sizes = data
     WORK.mkdir(parents=True, exist_ok=True)
     stem = f"{table}-{method}-eps{eps:g}-seed{seed}-pid{os.getpid()}"  # runners of other worktrees share WORK
     src, dst, log = WORK / f"{stem}.npz", WORK / f"{stem}.npy", WORK / f"{stem}.log"
     workload = default_workload(sizes)
-    public = load(table, "pub")[1] if method == "mbi-jam" else np.zeros((0, len(names)), dtype=np.int64)
-    np.savez(src, codes=codes, names=np.array(names), sizes=np.array(sizes), seed=seed, epsilon=eps, delta=DELTA,
-             rho=Budget(epsilon=eps, delta=DELTA).rho, workload=np.array([cl for cl, _ in workload]), public=public)
+    public = load(table, "pub")[1] if method == "mbi-jam" else None
+    write_cell_input(src, data, eps, seed, public)
     out: dict[str, Any] = {}
     if method == "auto":
         from dpsynth.methods.auto import choose_for
@@ -254,22 +248,23 @@ def run_cell(table: str, data: tuple, method: str, eps: float, seed: int, args) 
         out["auto_chose"] = choice.to_dict()
         same = next((m for m, p in OURS.items() if choice.method == "pgm" and p == params), None)
         if same is not None:  # the same configuration and seed as a run of ours: the same release
-            src.unlink()
+            for p in (src, *plain_input(src)):
+                p.unlink()
             return {**out, "status": "same as " + same}
         run = params if choice.method == "pgm" else {"method": choice.method, **params}
-        cmd = [sys.executable, __file__, "--child", json.dumps(run), str(src), str(dst)]
+        cmd = child_command(run, src, dst)
     elif method in OURS:
-        cmd = [sys.executable, __file__, "--child", json.dumps(OURS[method]), str(src), str(dst)]
+        cmd = child_command(OURS[method], src, dst)
     else:
         cmd = [args.peer_python, str(ROOT / "benchmarks" / "aim_reference_peer.py"), args.mechanisms, str(src), str(dst),
                method.split("-", 1)[1]]
     out["command"] = " ".join(cmd)
     out.update(run_process(cmd, args.time_limit, log))
     if out["status"] == "ok":
-        synth = np.load(dst)
+        synth = np.load(dst).astype(np.int64)  # ours writes its own code dtype (aim_child.py), the peer int64
         out["werr"] = workload_error(codes, synth, sizes, workload)
         out.update({f"tvd{k}": v for k, v in tvd_by_k(codes, synth, sizes).items()})
-    for p in (src, dst):
+    for p in (src, dst, *plain_input(src)):
         p.unlink(missing_ok=True)
     return out
 
@@ -287,7 +282,7 @@ def cells(args) -> list[tuple[str, float, int, str]]:
 
 
 def main() -> None:
-    """Run (resuming) and report; ``--child`` is one run of ours."""
+    """Run (resuming) and report; ``--child`` is one run of ours (as aim_child.py, which run_cell runs)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data"), ap.add_argument("--eps"), ap.add_argument("--methods")
     ap.add_argument("--seeds", type=int, default=3)

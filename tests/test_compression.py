@@ -122,6 +122,9 @@ def test_spreading_back_hits_only_members_each_within_one_of_its_share():
     assert np.all(np.abs(spread[[1, 3, 4, 6]] - merged_rows * share) < 1.0)
     again = expand_codes(codes, ["a"], {"a": g}, {"a": one_way}, np.random.default_rng(3))
     assert np.array_equal(out, again)
+    # Written in the codes' own dtype (pgm's sampler: its schema's), the same records.
+    small = expand_codes(codes.astype(np.int8), ["a"], {"a": g}, {"a": one_way}, np.random.default_rng(3), dtype=np.uint8)
+    assert small.dtype == np.uint8 and np.array_equal(small, out)
     # All members at or below 0: uniform.
     flat = expand_codes(codes, ["a"], {"a": g}, {"a": np.array([500.0, -1, 300, 0, -5, 200, 0])}, rng)
     assert np.all(np.abs(np.bincount(flat[120:, 0], minlength=7)[[1, 3, 4, 6]] - merged_rows / 4) < 1.0)

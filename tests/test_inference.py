@@ -29,6 +29,7 @@ from dpsynth.inference import (
     fit_measurement,
     scaled_options,
 )
+from dpsynth.inference.model import signed_code_dtype
 from dpsynth.methods.marginals import MarginalsMethod
 from dpsynth.privacy import Budget, Ledger
 from dpsynth.schema import load_schema, schema_from_dict
@@ -346,6 +347,20 @@ def test_sampling_is_seeded():
     b = model.sample(1000, np.random.default_rng(5))
     c = model.sample(1000, np.random.default_rng(6))
     assert (a == b).all() and not (a == c).all()
+
+
+def test_sampling_in_a_small_dtype_draws_the_same_records():
+    """``sample(dtype=...)`` (pgm's sampler asks for :func:`signed_code_dtype`, an eighth of
+    int64's memory on small domains) draws the same records from the same seed as int64."""
+    rng = np.random.default_rng(10)
+    dom, model = _chain_model(rng)
+    small = signed_code_dtype(dom.sizes)
+    assert small == np.int8
+    a = model.sample(3000, np.random.default_rng(5))
+    b = model.sample(3000, np.random.default_rng(5), dtype=small)
+    assert a.dtype == np.int64 and b.dtype == np.int8 and np.array_equal(a, b)
+    assert [signed_code_dtype([c]) for c in (1, 128, 129, 32768, 32769, 2**31)] == [
+        np.int8, np.int8, np.int16, np.int16, np.int32, np.int32]
 
 
 def test_fit_measurement_of_the_marginals_method():

@@ -277,12 +277,14 @@ def expand_codes(
     maps: Mapping[str, np.ndarray],
     one_way: Mapping[str, np.ndarray],
     rng: np.random.Generator,
+    dtype: np.dtype | type = np.int64,
 ) -> np.ndarray:
-    """Records on merged codes -> records on the columns' own codes (a new array).
+    """Records on merged codes -> records on the columns' own codes (a new array of ``dtype``,
+    an integer type holding every column's own codes).
 
     A kept value maps back to its code; the rows holding a merged value are shuffled and
     split among its members by randomised rounding of rows x share (``allocate``)."""
-    out = np.array(codes, dtype=np.int64, copy=True)
+    out = np.array(codes, dtype=dtype, copy=True)
     for j, name in enumerate(names):
         g = maps.get(name)
         if g is None:

@@ -445,15 +445,17 @@ class GraphicalModel:
         attrs, table = carried[root]
         return np.transpose(table, [attrs.index(a) for a in query])
 
-    def sample(self, rows: int, rng: np.random.Generator, iid: bool = False) -> np.ndarray:
-        """``rows`` records as an (rows, columns) int64 array of codes in domain order.
+    def sample(self, rows: int, rng: np.random.Generator, iid: bool = False,
+               dtype: np.dtype | type = np.int64) -> np.ndarray:
+        """``rows`` records as an (rows, columns) array of codes in domain order, of ``dtype``
+        (a signed integer type holding every code; :func:`signed_code_dtype` is the smallest).
 
         Per clique in sampling order, the rows are grouped by their separator cell and each
         group's rows are split among the new columns' values by randomised rounding of their
         expected counts (:func:`allocate`: every count within one of rows x probability).
         ``iid``: every row drawn independently instead (for comparison only)."""
         tree, dom = self.tree, self.domain
-        out = np.full((rows, len(dom.names)), -1, dtype=np.int64)
+        out = np.full((rows, len(dom.names)), -1, dtype=dtype)
         perm = rng.permutation(rows)
         sampled = 0
         for i in tree.order:
@@ -487,6 +489,13 @@ class GraphicalModel:
             perm = rng.permutation(rows)
         progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
         return out
+
+
+def signed_code_dtype(cardinalities: Sequence[int]) -> np.dtype:
+    """The smallest signed integer dtype holding codes ``-1 .. card-1`` of every column (the
+    sample's fill value is -1): a small table's records take an eighth of int64's memory."""
+    top = max(cardinalities, default=1)
+    return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if top - 1 <= np.iinfo(t).max)
 
 
 def _covering_subtree(tree: JunctionTree, want: set[str]) -> set[int]:

@@ -44,8 +44,8 @@ values spread back over their members (:mod:`dpsynth.inference.compression`).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from itertools import combinations
@@ -60,6 +60,7 @@ from ..inference import EstimatorOptions, FitReport, FitTarget, GraphicalModel, 
 from ..inference.junction_tree import UnionFind, interaction_graph, triangulate
 from ..inference.compression import ColumnRule, compressed_domain, compression_maps, expand_codes, fold_observation
 from ..inference.junction_tree import Domain
+from ..inference.model import signed_code_dtype
 from ..inference.measurement import domain_of, merge_observations, observations_of
 from ..privacy.accounting import gaussian_sigma
 from ..privacy.budget import Budget, Charge, Ledger
@@ -73,7 +74,15 @@ from .pgm_params import COMPRESS_EMPTY_SHARE, COMPRESS_SHARE, COMPRESS_VALUE_SHA
 
 __all__ = ["ModelSampler", "PgmParams", "PgmMethod"]
 
-log = logging.getLogger(__name__)
+
+def _debug(msg: str, *args: object) -> None:
+    """``logging``'s debug record of this module, when ``logging`` has been imported: a process
+    that never imported it has configured no handler, so the record would go nowhere (its last
+    resort handler takes warnings only); not importing it keeps about 0.4 MB out of the process."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(msg, *args)
+
 
 AIM_SELECT_SHARE = 0.1  # AIM: share of each round's budget spent on selection
 #: Small models get more estimator steps (EstimatorOptions.cell_steps): every fit gets
@@ -407,9 +416,9 @@ class PgmMethod(MethodBase):
             before = est[i]
             model = self._fit(schema, obs + out, iters=self.params.refit_iters, warm=model)
             moved = float(np.abs(model.project(attrs) - before).sum())
-            log.debug("aim round: units %d/%d, chose %s, score %.1fs, select %.1fs, fit %.1fs, model %d cells",
-                      next_unit - 1, units, attrs, t1 - t0, t2 - t1, time.perf_counter() - t2,
-                      model.tree.total_cells())
+            _debug("aim round: units %d/%d, chose %s, score %.1fs, select %.1fs, fit %.1fs, model %d cells",
+                   next_unit - 1, units, attrs, t1 - t0, t2 - t1, time.perf_counter() - t2,
+                   model.tree.total_cells())
             if moved <= math.sqrt(2.0 / math.pi) * sigma * sizes[i]:
                 per_round *= 4
         return out
@@ -479,10 +488,12 @@ class ModelSampler:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` records of codes (forward sampling on the junction tree, with ``rng``)."""
-        codes = self.model.sample(n, rng, iid=self.iid)
+        # the smallest signed type holding the model's codes, not int64: on a small table the
+        # records, not the model, are the sampler's memory (asia: 20,000 x 8 codes, 1.3 MB as int64)
+        codes = self.model.sample(n, rng, iid=self.iid, dtype=signed_code_dtype(self.model.domain.sizes))
         if self.maps:
-            codes = expand_codes(codes, list(self.names), self.maps, self.counts, rng)
-        return codes.astype(self.dtype)
+            codes = expand_codes(codes, list(self.names), self.maps, self.counts, rng, dtype=self.dtype)
+        return codes.astype(self.dtype, copy=False)
 
 
 def _size_check(dom, measured, cands, names, cap: float) -> Callable[[int], bool]:

@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-import yaml
 
 from .timecols import TIME_UNITS, format_seconds
 
@@ -309,4 +308,6 @@ class Schema:
 
     def to_yaml(self) -> str:
         """The schema file's text."""
+        import yaml  # here, not at import: about 0.8 MB that a release from a schema mapping never uses
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)

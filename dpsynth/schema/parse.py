@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
 from .core import DRAFTED_FROM_DATA, Column, Schema, SchemaError, _as_label, _fmt_number
 from .timecols import CALENDAR_BINS, TIME_UNITS, calendar_edges, to_seconds
@@ -293,6 +292,8 @@ def load_schema(path: str | Path) -> Schema:
         raise SchemaError(f"schema {p}: cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise SchemaError(f"schema {p}: is not UTF-8 text") from None
+    import yaml  # here: a schema given as a mapping (the library's path from codes) needs no YAML parser
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
