@@ -60,8 +60,8 @@ POOL_UPDATE = True
 #: of 1.92 without the update, int6 at 1M fails it at 3.03; below this the update is not run,
 #: as it cost more than 8 CPU minutes and 5.5 GB at 10M: fourteenth round).
 UPDATE_RATIO = 2.0
-#: ... and only where at most this many tables are off (ratio above 1): the update's cost grows
-#: with the tables it retargets (int6 at 1M: 82 off, 75 CPU s; the 10M scale table: 893 off,
+#: ... and, for the table-by-table update (:data:`POOL_DESCENT` off), only where at most this
+#: many tables are off (ratio above 1): that update's cost grows with the tables it retargets (int6 at 1M: 82 off, 75 CPU s; the 10M scale table: 893 off,
 #: stopped after 8 CPU minutes at 5.5 GB); the geometric middle of the two tuning counts.
 UPDATE_MAX_TABLES = 270
 #: Whether the update is the descent on one misfit over every table at once (descent.py; its cost
