@@ -157,3 +157,16 @@ def test_the_pool_update_is_the_descent_with_no_cap_on_tables_off(monkeypatch):
     assert calls == [(6, 2)] and out is not None and out.shape == (6, 2)
     monkeypatch.setattr(expand, "POOL_DESCENT", False)
     assert expand.update_pool(pool, np.ones(6), None, schema, {}, 6.0, np.random.default_rng(0)) is None
+
+
+def test_the_descent_ends_when_no_record_can_leave_a_table_off():
+    """A table off only by cells short of records (its noisy counts twice the records': no
+    record's leaving lowers J) offers no move; the descent ends its round and returns (it
+    drew tables for ever before ``EMPTY_DRAWS``) with the records as they were."""
+    from dpsynth.methods.sds.refit import TableCheck
+
+    raw = np.random.default_rng(0).integers(0, 2, size=(1000, 2))
+    check = TableCheck(cols=(0, 1), shape=(2, 2), cells=np.zeros(0, dtype=np.int64), noisy=np.full(4, 500.0),
+                       suppressed=np.zeros(4, dtype=bool), threshold=0.0, stddev=1.0)
+    out, info = descent.descend(raw, [check], {}, 1000.0, (2, 2), np.random.default_rng(1))
+    assert info["rounds"] == 1 and info["batches"] == 0 and np.array_equal(out, raw)

@@ -64,6 +64,8 @@ SWAP_SHARE = 0.4
 FIRST_BATCH = 1 / 64
 #: Records looked at per record drawn, when drawing a batch's records from a table's cells.
 SEEN = 8
+#: A round ends after this many tables drawn in a row offered no record to move.
+EMPTY_DRAWS = 64
 #: Passes of the 1-way tables' last fit, and candidate records per record to move.
 ONE_WAY_PASSES = 3
 ONE_WAY_CANDIDATES = 4
@@ -316,15 +318,18 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
         info["rounds"] += 1
         start = obj.value
         budget = int(n * ROUND_PROPOSALS)
-        while budget > 0:
+        empty = 0
+        while budget > 0 and empty < EMPTY_DRAWS:
             ratios = obj.ratio[: obj.measured]
             weight = np.where(ratios > STOP_RATIO, ratios, 0.0) ** POWER
             if not weight.sum() > 0:
                 break
             t = int(rng.choice(ratios.size, p=weight / weight.sum()))  # a table off, the worst most often
             r, j = _targets(obj, codes, t, batch, rng)
-            if not r.size:
+            if not r.size:  # no record of this table can leave to J's gain (e.g. every cell short)
+                empty += 1
                 continue
+            empty = 0
             budget -= r.size
             info["batches"] += 1
             kind = "swap" if rng.random() < SWAP_SHARE else "rewrite"
