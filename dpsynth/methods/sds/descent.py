@@ -389,11 +389,15 @@ def _fit_one_way(obj: Objective, codes: np.ndarray, one_checks: Sequence[TableCh
                 break
             over = np.flatnonzero(gap[codes[:, j]] > 0)
             r = over[rng.choice(over.size, size=min(over.size, ONE_WAY_CANDIDATES * int(gap.clip(0).sum())), replace=False)]
-            d = np.zeros((int(cards[j]), r.size))
-            for v in range(int(cards[j])):
-                new = codes[r].copy()
-                new[:, j] = v
-                d[v] = obj.deltas(codes[r], new) if v < goal.size and gap[v] < 0 else np.inf
+            d = np.full((int(cards[j]), r.size), np.inf)
+            for v in range(min(int(cards[j]), goal.size)):
+                if gap[v] >= 0:
+                    continue
+                for lo in range(0, r.size, 1 << 13):  # a bounded batch of cells at a time
+                    rows = codes[r[lo:lo + (1 << 13)]]
+                    new = rows.copy()
+                    new[:, j] = v
+                    d[v, lo:lo + rows.shape[0]] = obj.deltas(rows, new)
             order = np.argsort(d.ravel(), kind="stable")  # (value, record) pairs, cheapest first
             val, rec = np.unravel_index(order, d.shape)
             need = np.clip(-gap, 0, None)
