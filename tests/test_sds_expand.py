@@ -355,16 +355,19 @@ def test_the_pool_update_reaches_cells_the_pool_never_drew(monkeypatch):
     monkeypatch.setattr(expand, "UPDATE_RATIO", worst)  # not more than the trigger off: not run
     assert expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3)) is None
     monkeypatch.setattr(expand, "UPDATE_RATIO", 2.0)
-    monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", 0)  # more tables off than the update may take on
+    monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", 0)  # more tables off than the record update may take on
+    monkeypatch.setattr(expand, "POOL_DESCENT", False)
     assert expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3)) is None
-    monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", 1)
-    out = expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3))
-    assert out is not None and out.shape == pool.shape
-    assert misfit_tables(checks, np.ones(out.shape[0]), 4000.0, pool=out) == []
-    got = np.bincount(checks[3].on(out).cells, minlength=8)
-    assert np.abs(got - triple).max() < 60.0  # was 800 off on the even cells
-    for j in range(3):
-        assert np.array_equal(np.bincount(out[:, j], minlength=2), [2000, 2000])
+    for descent_on, cap in ((False, 1), (True, 0)):  # the descent (fifteenth round) has no such cap
+        monkeypatch.setattr(expand, "POOL_DESCENT", descent_on)
+        monkeypatch.setattr(expand, "UPDATE_MAX_TABLES", cap)
+        out = expand.update_pool(pool, w, None, schema, ones, 4000.0, np.random.default_rng(3))
+        assert out is not None and out.shape == pool.shape
+        assert misfit_tables(checks, np.ones(out.shape[0]), 4000.0, pool=np.asfortranarray(out)) == []
+        got = np.bincount(checks[3].on(out).cells, minlength=8)
+        assert np.abs(got - triple).max() < 60.0  # was 800 off on the even cells
+        for j in range(3):
+            assert np.array_equal(np.bincount(out[:, j], minlength=2), [2000, 2000])
     fitted = np.asfortranarray(np.repeat(np.array(list(np.ndindex(2, 2, 2))), (triple / 2).astype(int), axis=0))
     assert expand.update_pool(fitted, np.ones(fitted.shape[0]), None, schema, ones, 4000.0,
                               np.random.default_rng(3)) is None

@@ -29,7 +29,7 @@ from . import chunked
 from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS",
-           "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
+           "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
            "misfit_ratios", "update_pool", "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
@@ -60,10 +60,15 @@ POOL_UPDATE = True
 #: of 1.92 without the update, int6 at 1M fails it at 3.03; below this the update is not run,
 #: as it cost more than 8 CPU minutes and 5.5 GB at 10M: fourteenth round).
 UPDATE_RATIO = 2.0
-#: ... and only where at most this many tables are off (ratio above 1): the update's cost grows
-#: with the tables it retargets (int6 at 1M: 82 off, 75 CPU s; the 10M scale table: 893 off,
+#: ... and, for the table-by-table update (:data:`POOL_DESCENT` off), only where at most this
+#: many tables are off (ratio above 1): that update's cost grows with the tables it retargets (int6 at 1M: 82 off, 75 CPU s; the 10M scale table: 893 off,
 #: stopped after 8 CPU minutes at 5.5 GB); the geometric middle of the two tuning counts.
 UPDATE_MAX_TABLES = 270
+#: Whether the update is the descent on one misfit over every table at once (descent.py; its cost
+#: does not grow with the tables off, so :data:`UPDATE_MAX_TABLES` does not apply) rather than
+#: the table-by-table update (update.py), which diverged with ~1,000 tables off
+#: (docs/sds-generalisation.md, fifteenth round).
+POOL_DESCENT = True
 
 
 def pool_rows_for(columns: int) -> int:
@@ -177,23 +182,30 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,
                 one_way: Mapping[int, np.ndarray], total: float, rng: np.random.Generator) -> np.ndarray | None:
     """``pool`` (weighted by ``weights``) rounded to as many equally weighted records
-    (:func:`copies`) and edited by the record update (:func:`.update.update_tables`) until no
-    table of ``scaled`` (:func:`scaled_measurement`: the allowance of the whole release) is off;
-    None when no table is more than :data:`UPDATE_RATIO` times off, or more than
-    :data:`UPDATE_MAX_TABLES` tables are off (the caller keeps the weighted pool). ``one_way`` and ``total``: the
+    (:func:`copies`) and edited by the descent (:func:`.descent.descend`; with
+    :data:`POOL_DESCENT` off, the record update :func:`.update.update_tables`) against every
+    table of ``scaled`` (:func:`scaled_measurement`: the allowance of the whole release);
+    None when no table is more than :data:`UPDATE_RATIO` times off, or, for the record update,
+    more than :data:`UPDATE_MAX_TABLES` tables are off (the caller keeps the weighted pool). ``one_way`` and ``total``: the
     1-way targets and the record total at the pool's size, as :func:`fit_pool` takes them.
 
     The weights can only move mass between records the sampler drew; the update moves
     records, copying one of the new cell's records where it holds some and writing the
     table's values into a record where it holds too few, so it reaches cells the pool
     misses. Post-processing of the measurement only."""
+    from .descent import descend
     from .update import update_tables
 
     pool = np.asfortranarray(pool)
-    ratios = misfit_ratios(pool, table_checks(scaled, schema), weights, total)
-    if max(ratios, default=0.0) <= UPDATE_RATIO or sum(r > 1.0 for r in ratios) > UPDATE_MAX_TABLES:
+    checks = table_checks(scaled, schema)
+    ratios = misfit_ratios(pool, checks, weights, total)
+    if max(ratios, default=0.0) <= UPDATE_RATIO:
+        return None
+    if not POOL_DESCENT and sum(r > 1.0 for r in ratios) > UPDATE_MAX_TABLES:
         return None
     records = np.repeat(np.asarray(pool), copies(weights, pool.shape[0], rng), axis=0)
+    if POOL_DESCENT:
+        return descend(records, checks, one_way, total, schema.cardinalities, rng)[0]
     out = update_tables(records, scaled, schema, one_way, total, rng)
     return None if out is None else out[0]
 

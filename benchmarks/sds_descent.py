@@ -1,0 +1,130 @@
+"""Benchmark: sds's pool update as a descent (descent.py) on a pool captured from the release path.
+
+``capture``: measures a table with sds (epsilon 1, the pre-spend guard off, as
+benchmarks/sds_expand.py does) and builds the release's sampler with the pool update replaced
+by a recorder, so that the fitted pool and the update's arguments (its generator's state
+included) are written to a pickle file (a scratch file: it holds the measurement, never the
+real rows). ``run``: loads that file, rounds the pool to equal records as ``update_pool``
+does and runs the descent (module constants can be set as ``NAME=value``), then reports the
+descent's rounds and J, its CPU seconds, the process peak, the tables' misfit ratios and the
+gate's worst ratio per k from the records written as equal copies to the release's rows
+(benchmarks/sds_expand.py's gate), and with ``--tvd`` the 1-, 2-, 3-way TVD against the real
+table (regenerated) before (the weighted pool) and after. Results append to
+results/sds_descent.json (tuning only: docs/sds-generalisation.md, fifteenth round).
+
+    python benchmarks/sds_descent.py capture --table int7 --rows 5000000 --seed 0 --out /tmp/int7.pkl
+    python benchmarks/sds_descent.py run /tmp/int7.pkl ROUNDS=8 --tvd
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks._common import RESULTS, write_json  # noqa: E402
+
+
+def capture(kind: str, rows: int, seed: int, out: str) -> None:
+    import benchmarks.sds_expand as be
+    import dpsynth.methods.sds.guard as guard
+    import dpsynth.methods.sds.method as meth
+    from benchmarks.sds_matrix import DELTA
+    from dpsynth.methods.sds import SdsMethod
+    from dpsynth.privacy.budget import Budget, Ledger
+    from dpsynth.rows.encoding import EncodedTable
+
+    guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0
+    schema, real = be._table(kind, rows, seed)
+    method = SdsMethod()
+    budget = Budget(epsilon=1.0, delta=DELTA)
+    r_measure, r_synth, _ = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 17]).spawn(3))
+    m = method.measure(EncodedTable(schema=schema, codes=real), Ledger(budget, method.plan(schema, budget)), r_measure)
+    cap: dict = {}
+
+    def recorder(pool, weights, scaled, schema_, ones, total, rng):
+        cap.update(pool=np.asarray(pool), weights=weights, scaled=scaled, ones=ones, total=total,
+                   rng_state=rng.bit_generator.state)
+        return None
+
+    meth.update_pool = recorder
+    c0 = time.process_time()
+    s = method.sampler(m, schema, None, r_synth)
+    print("fit cpu", round(time.process_time() - c0, 1), "info", s.info, flush=True)
+    cap.update(m=m, schema=schema, n=s.rows, info=s.info, kind=kind, rows=rows, seed=seed)
+    with open(out, "wb") as f:
+        pickle.dump(cap, f, protocol=5)
+
+
+def run(path: str, sets: dict[str, str], tvd: bool) -> dict:
+    import benchmarks.sds_expand as be
+    from dpsynth.methods.sds import descent, expand, refit
+
+    for k, v in sets.items():
+        cur = getattr(descent, k)
+        setattr(descent, k, int(float(v)) if isinstance(cur, int) else type(cur)(float(v)))
+    with open(path, "rb") as f:
+        cap = pickle.load(f)
+    pool, weights, scaled, ones, total, schema, m, n = (cap[k] for k in ("pool", "weights", "scaled", "ones", "total", "schema", "m", "n"))
+    rng = np.random.default_rng()
+    rng.bit_generator.state = cap["rng_state"]
+    pool = np.asfortranarray(pool)
+    checks = refit.table_checks(scaled, schema)
+    before = refit.misfit_ratios(pool, checks, weights, total)
+    records = np.repeat(np.asarray(pool), expand.copies(weights, pool.shape[0], rng), axis=0)
+    c0 = time.process_time()
+    out, info = descent.descend(records, checks, ones, total, schema.cardinalities, rng)
+    cpu = time.process_time() - c0
+    peak_update = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    after = refit.misfit_ratios(np.asfortranarray(out), checks, np.ones(out.shape[0]), total)
+    c = expand.copies(np.ones(out.shape[0]), n, np.random.default_rng(0)).astype(float)
+    res = {"table": cap["kind"], "rows": cap["rows"], "seed": cap["seed"], "settings": sets,
+           "constants": {k: getattr(descent, k) for k in ("ROUNDS", "POWER", "STOP_RATIO", "SWAP_SHARE", "ROUND_PROPOSALS")},
+           "descent": {k: v for k, v in info.items() if not k.startswith(("cpu_", "n_", "acc_"))},
+           "ratio_before": round(max(before), 3), "off_before": sum(r > 1 for r in before),
+           "ratio_after": round(max(after), 3), "off_after": sum(r > 1 for r in after),
+           "update_cpu_s": round(cpu, 1), "update_peak_mb": round(peak_update), **be._gate(np.asfortranarray(out), c, m, schema)}
+    if tvd:
+        _, real = be._table(cap["kind"], cap["rows"], cap["seed"])
+        cw = expand.copies(weights, n, np.random.default_rng(0)).astype(float)
+        res["tvd_before"] = be._tvds(np.asfortranarray(real), pool, cw, schema.cardinalities)
+        res["tvd_after"] = be._tvds(np.asfortranarray(real), np.asfortranarray(out), c, schema.cardinalities)
+    res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    res["loadavg"] = list(os.getloadavg())
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("capture")
+    c.add_argument("--table", default="int7", choices=["scale", "int6", "int7"])
+    c.add_argument("--rows", type=int, default=1_000_000)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("path")
+    r.add_argument("sets", nargs="*", help="descent constants, NAME=value")
+    r.add_argument("--tvd", action="store_true")
+    args = ap.parse_args()
+    if args.cmd == "capture":
+        capture(args.table, args.rows, args.seed, args.out)
+        return
+    res = run(args.path, dict(a.split("=", 1) for a in args.sets), args.tvd)
+    print(json.dumps(res), flush=True)
+    path = RESULTS / "sds_descent.json"
+    old = json.loads(path.read_text()).get("cells", []) if path.exists() else []
+    write_json("sds_descent", {"epsilon": 1.0, "cells": old + [res]})
+
+
+if __name__ == "__main__":
+    main()
