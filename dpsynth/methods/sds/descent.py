@@ -38,9 +38,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ...measurement import Measurement
-from ...schema import Schema
-from .refit import TableCheck, table_checks
+from .refit import TableCheck
 from .update import integer_target, move_records
 
 __all__ = ["ROUNDS", "ROUND_PROPOSALS", "POWER", "STOP_RATIO", "MIN_GAIN", "SWAP_SHARE", "FIRST_BATCH", "SEEN", "Objective", "descend"]
@@ -170,10 +168,6 @@ class Objective:
         gap = np.where(self.supp[idx], np.clip(est - self.thr[idx], 0.0, None), self.noisy[idx] - est)
         return gap * gap / (self.sd2[idx] + var) * self.w[idx]
 
-    def ratios(self) -> np.ndarray:
-        """Each table's misfit over its allowance (:func:`.refit.misfit_ratios` of the records)."""
-        return self.ratio
-
     def deltas(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         """The exact change of J for each record ``old[b]`` (a row of codes) becoming
         ``new[b]`` alone, against the current counts."""
@@ -226,9 +220,8 @@ class Objective:
             out += self.change(h.ids, delta).sum(axis=0)
         return out
 
-    def apply(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Move records ``old`` -> ``new`` in the counts and update the cells, the ratios and
-        J; returns the cells touched and their terms before."""
+    def apply(self, old: np.ndarray, new: np.ndarray) -> None:
+        """Move records ``old`` -> ``new`` in the counts and update the cells, the ratios and J."""
         touched = []
         for g in self.groups:
             io, inn = g.cells(old), g.cells(new)
@@ -242,7 +235,6 @@ class Objective:
         self.refresh(cells)
         np.add.at(self.ratio, self.table[cells], self.terms[cells] - before)
         self.value = self.j(self.ratio)
-        return cells, before
 
     def refresh(self, cells: np.ndarray) -> None:
         """The terms and the leave and enter changes of ``cells`` from their counts."""
@@ -285,7 +277,7 @@ def _try(obj: Objective, codes: np.ndarray, r: np.ndarray, new: np.ndarray, d: n
     if partner is not None:
         rr, old, nw = np.concatenate((rr, partner[good])), np.concatenate((old, codes[partner[good]])), np.concatenate((nw, pnew[good]))
     before = obj.value
-    cells, terms = obj.apply(old, nw)
+    obj.apply(old, nw)
     if obj.value > before:  # accepted moves met in some cell: back
         obj.apply(nw, old)
         return -1
@@ -366,7 +358,7 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
         if start - obj.value < MIN_GAIN * start:
             break
     info["j_after"] = obj.value
-    info["worst_ratio"] = float(obj.ratios()[: obj.measured].max()) if obj.measured else 0.0
+    info["worst_ratio"] = float(obj.ratio[: obj.measured].max()) if obj.measured else 0.0
     _fit_one_way(obj, codes, one_checks, cards, rng)
     info["j_exact"] = obj.value
     return codes, info
@@ -432,8 +424,3 @@ def _exact_one_way(codes: np.ndarray, one_checks: Sequence[TableCheck], rng: np.
         if goal is not None:
             move_records(codes, c.cols, c.shape, codes[:, c.cols[0]].copy(), goal, 1.0, rng, copy=False)
 
-
-def descend_tables(raw: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
-                   total: float, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-    """:func:`descend` against every measured k-way table (k >= 2) of ``m``."""
-    return descend(raw, table_checks(m, schema), one_way, total, schema.cardinalities, rng)
