@@ -129,12 +129,9 @@ class Objective:
         self.groups: list[_Group] = []
         for k in sorted({len(c.cols) for c in self.checks}):
             ids = np.array([i for i, c in enumerate(self.checks) if len(c.cols) == k], dtype=np.int64)
-            shapes = np.array([self.checks[i].shape for i in ids], dtype=np.int64)
-            mult = np.ones_like(shapes)
-            for a in range(k - 2, -1, -1):
-                mult[:, a] = mult[:, a + 1] * shapes[:, a + 1]
             self.groups.append(_Group(ids=ids, cols=np.array([self.checks[i].cols for i in ids], dtype=np.int64),
-                                      mult=mult, offset=starts[ids]))
+                                      mult=np.array([self.mults[i] for i in ids], dtype=np.int64),
+                                      offset=starts[ids]))
         self.counts = np.zeros(self.noisy.size, dtype=np.int64)
         for c, lo in zip(self.checks, starts):  # table by table: no table's cells kept
             self.counts[lo:lo + c.noisy.size] = np.bincount(c.on(codes).cells, minlength=c.noisy.size)
