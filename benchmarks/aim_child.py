@@ -38,8 +38,8 @@ def child_ours(params: str, src: Path, dst: Path, mark: Callable[[str], None] = 
     mark("dpsynth.methods")
     from dpsynth.privacy.budget import Budget, Ledger
     mark("dpsynth.privacy.budget")
-    from dpsynth.rows.encoding import EncodedTable
-    mark("dpsynth.rows.encoding")
+    from dpsynth.rows.table import EncodedTable
+    mark("dpsynth.rows.table")
     from dpsynth.schema import schema_from_dict
     mark("dpsynth.schema")
 

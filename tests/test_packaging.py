@@ -270,6 +270,29 @@ def test_a_pgm_release_from_codes_loads_neither_pandas_nor_pyarrow_nor_scipy():
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
+def test_the_names_taken_off_the_codes_path_keep_their_places():
+    """Work on codes imports ``rows.table``, not ``rows.encoding``, and ``evaluation.metrics``
+    imports the NIST score on first use (session 39, docs/pgm.md "Where our peak memory goes"):
+    the old imports still give the same objects, in a fresh process where nothing else has
+    imported them first."""
+    code = (
+        "import sys\n"
+        "from dpsynth.evaluation.metrics import clipped_distributions\n"
+        "assert 'dpsynth.evaluation.nist_score' not in sys.modules\n"
+        "from dpsynth.evaluation.metrics import nist_kmarginal_score, NIST_DENSITY_MAX, _density_edges\n"
+        "from dpsynth.evaluation import nist_score\n"
+        "assert nist_kmarginal_score is nist_score.nist_kmarginal_score and _density_edges is nist_score._density_edges\n"
+        "from dpsynth.rows import encoding, table\n"
+        "from dpsynth.rows.encoding import DataError, EncodedTable, code_dtype, validate_codes\n"
+        "assert (DataError, EncodedTable, code_dtype, validate_codes) == "
+        "(table.DataError, table.EncodedTable, table.code_dtype, table.validate_codes)\n"
+        "import dpsynth.evaluation.metrics as m\n"
+        "try:\n    m.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise AssertionError\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
 def test_the_release_command_imports_pandas_and_pyarrow_before_it_forks_its_gate_worker(tmp_path):
     """The row modules import pandas and pyarrow where they use them; the release command
     imports them (``load_arrow``) before it forks its gate worker, so that the worker shares

@@ -22,10 +22,12 @@ from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..measurement import fold_table
-from ..rows.encoding import EncodedTable, code_dtype
+from ..rows.table import EncodedTable, code_dtype
 
 # The counting engine and the NIST score live in dpsynth.rows.counting and dpsynth.evaluation.nist_score;
-# their names are re-exported here so that ``from dpsynth.evaluation.metrics import ...`` keeps working.
+# their names are re-exported here so that ``from dpsynth.evaluation.metrics import ...`` keeps working
+# (the NIST names by ``__getattr__`` below, on first use: the model fit imports this module for
+# ``clipped_distributions`` and never scores).
 from ..rows.counting import (  # noqa: F401
     DEFAULT_CHUNK_ROWS,
     DEFAULT_MAX_CELLS,
@@ -42,15 +44,6 @@ from ..rows.counting import (  # noqa: F401
     marginal_counts,
     plan_blocks,
 )
-from .nist_score import (  # noqa: F401
-    NIST_DEMOGRAPHIC_FEATURES,
-    NIST_DENSITY_MAX,
-    NIST_PERCENTILE_FEATURES,
-    _density_edges,
-    nist_encode,
-    nist_kmarginal_score,
-    nist_marginal_tvds,
-)
 
 # Only this module's own names; the re-exported counting and NIST names are listed in
 # dpsynth.rows.counting and dpsynth.evaluation.nist_score.
@@ -66,6 +59,17 @@ __all__ = [
     "fabricated_suppressed",
     "complete_share",
 ]
+
+_NIST_NAMES = frozenset({"NIST_DEMOGRAPHIC_FEATURES", "NIST_DENSITY_MAX", "NIST_PERCENTILE_FEATURES", "_density_edges",
+                         "nist_encode", "nist_kmarginal_score", "nist_marginal_tvds"})
+
+
+def __getattr__(name: str):
+    """The NIST score's names, imported from :mod:`.nist_score` when first asked for here."""
+    if name in _NIST_NAMES:
+        from . import nist_score
+        return getattr(nist_score, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- distances -----------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..rows.encoding import EncodedTable
+from ..rows.table import EncodedTable
 from ..measurement import DP_ADD_REMOVE, Measurement, NoisyCount, NoisyMarginal, PrivacyStatement
 from ..privacy.budget import Budget, Charge, Ledger
 from ..schema import Schema

@@ -54,7 +54,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from .. import progress
-from ..rows.encoding import EncodedTable, code_dtype
+from ..rows.table import EncodedTable, code_dtype
 from ..evaluation.predicted import allowed_tvds
 from ..inference import EstimatorOptions, FitReport, FitTarget, GraphicalModel, Observation, estimate, fit_to_target
 from ..inference.junction_tree import UnionFind, interaction_graph, triangulate

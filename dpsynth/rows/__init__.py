@@ -1,5 +1,6 @@
 """Reading and encoding rows: the only code that touches the private table's rows.
 
+* :mod:`.table`: the integer codes of a table (:class:`~.table.EncodedTable`), all that work on codes needs;
 * :mod:`.encoding`: reading CSV/Parquet, encoding to integer codes, decoding back;
 * :mod:`.encode_parts`: encoding an input partition by partition to Parquet files of codes;
 * :mod:`.rowsource`: encoded rows read in bounded chunks, and exact counts over them;

@@ -30,7 +30,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .encoding import EncodedTable, code_dtype
+from .table import EncodedTable, code_dtype
 
 __all__ = [
     "Subset",

@@ -26,12 +26,13 @@ from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, TYPE_C
 import numpy as np
 
 from .counting import Subset, count_blocks, plan_blocks_cached
-from .footer import FooterSlice, footer_map, sliced_metadata
-from .encoding import DataError, EncodedTable, code_dtype
+from .table import DataError, EncodedTable, code_dtype
 from ..schema import Schema
 
 if TYPE_CHECKING:  # imported where used, so a release from codes loads neither pandas nor pyarrow
     import pyarrow.parquet as pq
+
+    from .footer import FooterSlice  # the footer reader too: only Parquet parts use it (docs/pgm.md)
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -90,6 +91,7 @@ class ParquetPart:
         against the schema's domain. With ``footer``, the file is opened with a footer of
         these row groups only: a task's memory does not grow with the file's row groups."""
         import pyarrow.parquet as pq
+        from .footer import sliced_metadata
         dtype = code_dtype(schema.cardinalities)
         if self.footer is not None:
             f = pq.ParquetFile(self.path, metadata=sliced_metadata(self.path, self.footer))
@@ -203,6 +205,7 @@ class RowSource:
         the footer of its own row groups.
         """
         import pyarrow.parquet as pq
+        from .footer import footer_map
         p = Path(path)
         files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
         if not files:
