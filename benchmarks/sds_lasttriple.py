@@ -11,6 +11,9 @@ gate triple's cells. Results go to results/sds_lasttriple.json. No raw rows are 
 
     python benchmarks/sds_lasttriple.py descend /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy
     python benchmarks/sds_lasttriple.py diagnose /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy
+    python benchmarks/sds_lasttriple.py lastpass /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy MARGIN=0.95
+
+``lastpass`` (session 39, the sixteenth round's tuning): the last pass on the descended records.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ def descend(path: str, out: str, variant: str) -> dict:
     codes, info = descent.descend(records, checks, ones, total, schema.cardinalities, rng)
     cpu = time.process_time() - c0
     np.save(out, codes)
+    with open(out + ".rng.pkl", "wb") as f:  # the update's generator after the descent: the last pass's
+        pickle.dump(rng.bit_generator.state, f)
     return {"variant": variant, "descent": {k: v for k, v in info.items() if not k.startswith(("cpu_", "n_", "acc_"))},
             "update_cpu_s": round(cpu, 1), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "loadavg": list(os.getloadavg())}
@@ -226,6 +231,45 @@ def _cells(c, nm, cc, codes, total, records, gate, schema) -> dict:
             "cells": lst}
 
 
+def lastpass(path: str, recs: str, sets: dict[str, str], out: str | None) -> dict:
+    """The last pass (dpsynth/methods/sds/lastpass.py) on descended records, from the update's
+    generator as the descent left it (``descend`` saves it beside the records); module constants
+    as ``NAME=value``. The gate from the records written as equal copies to the release's rows
+    (copies rounded with a fixed generator, as ``diagnose``), before and after."""
+    import dataclasses
+
+    from benchmarks.sds_expand import _gate
+    from dpsynth.methods.sds import expand, lastpass as lp
+
+    for k, v in sets.items():
+        cur = getattr(lp, k)
+        setattr(lp, k, int(float(v)) if isinstance(cur, int) else type(cur)(float(v)))
+    cap = _load(path)
+    scaled, schema, m, n = (cap[k] for k in ("scaled", "schema", "m", "n"))
+    if "pool_share" not in scaled.meta:  # a capture from before the pass: the share from the noise scales
+        orig = {nm.attrs: nm.stddev for nm in m.measured}
+        nm = scaled.measured[0]
+        scaled = dataclasses.replace(scaled, meta={**scaled.meta, "pool_share": nm.stddev / orig[nm.attrs]})
+    codes = np.load(recs)
+    rng = np.random.default_rng()
+    with open(recs + ".rng.pkl", "rb") as f:
+        rng.bit_generator.state = pickle.load(f)
+    c = expand.copies(np.ones(codes.shape[0]), n, np.random.default_rng(0)).astype(float)
+    before = _gate(np.asfortranarray(codes), c, m, schema)
+    c0 = time.process_time()
+    tables = lp.gate_tables(scaled, schema)
+    new, info = lp.last_pass(codes.copy(), tables, rng)
+    cpu = time.process_time() - c0
+    if out:
+        np.save(out, new)
+    after = _gate(np.asfortranarray(new), c, m, schema)
+    return {"table": cap["kind"], "rows": cap["rows"], "seed": cap["seed"], "settings": sets,
+            "constants": {k: getattr(lp, k) for k in ("MARGIN", "BATCH", "SEEN", "PARTNERS", "MAX_BATCHES", "STALL")},
+            "pass": info, "gate_before": before, "gate_after": after, "pass_cpu_s": round(cpu, 1),
+            "moved_records": int((new != codes).any(axis=1).sum()),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
 _GateCheck = _gate_check_class()
 _GateObjective = _gate_objective_class()
 
@@ -241,9 +285,17 @@ def main() -> None:
     g.add_argument("path")
     g.add_argument("records")
     g.add_argument("--label", default="")
+    lp = sub.add_parser("lastpass")
+    lp.add_argument("path")
+    lp.add_argument("records")
+    lp.add_argument("sets", nargs="*", help="lastpass constants, NAME=value")
+    lp.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.cmd == "descend":
         res = descend(args.path, args.out, args.variant)
+    elif args.cmd == "lastpass":
+        res = lastpass(args.path, args.records, dict(a.split("=", 1) for a in args.sets), args.out)
+        res["loadavg"] = list(os.getloadavg())
     else:
         res = diagnose(args.path, args.records)
         res["label"] = args.label
