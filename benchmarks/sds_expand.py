@@ -113,6 +113,11 @@ def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict
     from dpsynth.rows.encoding import EncodedTable
 
     guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0  # what would the gate say?
+    from dpsynth.methods.sds import lastpass
+
+    passes: list = []  # what the last pass did (recorded; the same call, the same bytes)
+    real_pass = lastpass.last_pass
+    lastpass.last_pass = lambda *a: (lambda r: passes.append(r[1]) or r)(real_pass(*a))
     schema, real = _table(kind, rows, seed, table_seed)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)
@@ -131,6 +136,8 @@ def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict
     c = s.counts
     pool = np.asfortranarray(s.pool)
     out = {"table": kind, "rows": int(real.shape[0]), "seed": seed}
+    if passes:
+        out["lastpass"] = passes[-1]
     if table_seed is not None:
         out["table_seed"] = int(table_seed)
     return {**out, **s.info,
