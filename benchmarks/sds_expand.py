@@ -117,7 +117,13 @@ def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict
 
     passes: list = []  # what the last pass did (recorded; the same call, the same bytes)
     real_pass = lastpass.last_pass
-    lastpass.last_pass = lambda *a: (lambda r: passes.append(r[1]) or r)(real_pass(*a))
+    def recorded(*a):
+        c0 = time.process_time()
+        out = real_pass(*a)
+        passes.append({**out[1], "cpu_s": round(time.process_time() - c0, 1)})
+        return out
+
+    lastpass.last_pass = recorded
     schema, real = _table(kind, rows, seed, table_seed)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)
