@@ -15,6 +15,14 @@ draws them). One cell per process; results merge into results/sds_expand.json by
 
     python benchmarks/sds_expand.py --table scale --rows 1000000 --seed 0
     python benchmarks/sds_expand.py --table int6
+    python benchmarks/sds_expand.py --table int7 --table-seed 9101 --rows 3000000 --seed 3 --label lastpass
+
+Held-out half of the sixteenth round (the last pass, dpsynth/methods/sds/lastpass.py; named
+before any tuning run, nothing set on them; run once each after tuning, in this order):
+H1 int7's shape, generator seed 9101, 3,000,000 rows, release seed 3; H2 int6's shape,
+generator seed 9102, 5,000,000 rows, release seed 4; H3 int7's shape, generator seed 9103,
+10,000,000 rows, release seed 5. Tuning half: the captures of int7's generator at 5M seed 0
+and int6's at 3M seed 1 (benchmarks/sds_descent.py capture).
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import RESULTS, print_table, write_json  # noqa: E402
 
 
-def _table(kind: str, rows: int, seed: int):
-    """(schema, codes) of the benchmark table."""
+def _table(kind: str, rows: int, seed: int, table_seed: int | None = None):
+    """(schema, codes) of the benchmark table; ``table_seed``: int6 / int7's generator drawn
+    with that seed (a fresh structure of the same shape) instead of the matrix's 8000 + index."""
     if kind == "scale":
         from benchmarks.scale import FILE_ROWS, _piece, schema as scale_schema
         from dpsynth.rows.encoding import encode
@@ -47,11 +56,12 @@ def _table(kind: str, rows: int, seed: int):
     from benchmarks.sds_matrix import INTERACTIONS, interaction_table, make_table
 
     index = int(kind.removeprefix("int"))
-    if rows == INTERACTIONS[index][0]:
+    if rows == INTERACTIONS[index][0] and table_seed is None:
         t = interaction_table(index)
         return t.schema, t.codes
     _, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]  # the same generator, another size
-    return make_table(rows, p, cmax, num_share, miss_share, seed=8000 + index, name=kind, interactions=inter)
+    gen = 8000 + index if table_seed is None else int(table_seed)
+    return make_table(rows, p, cmax, num_share, miss_share, seed=gen, name=kind, interactions=inter)
 
 
 def _gate(pool: np.ndarray, copies: np.ndarray, m, schema) -> dict:
@@ -93,7 +103,7 @@ def _tvds(real: np.ndarray, pool: np.ndarray, copies: np.ndarray, cards, ks=(1, 
     return out
 
 
-def cell(kind: str, rows: int, seed: int) -> dict:
+def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict:
     """One cell in this process."""
     import dpsynth.methods.sds.guard as guard
     from benchmarks.sds_matrix import DELTA
@@ -103,7 +113,18 @@ def cell(kind: str, rows: int, seed: int) -> dict:
     from dpsynth.rows.encoding import EncodedTable
 
     guard.MIN_PAIR_THRESHOLD = guard.MIN_PAIR_THRESHOLD_EXPANDED = 0.0  # what would the gate say?
-    schema, real = _table(kind, rows, seed)
+    from dpsynth.methods.sds import lastpass
+
+    passes: list = []  # what the last pass did (recorded; the same call, the same bytes)
+    real_pass = lastpass.last_pass
+    def recorded(*a):
+        c0 = time.process_time()
+        out = real_pass(*a)
+        passes.append({**out[1], "cpu_s": round(time.process_time() - c0, 1)})
+        return out
+
+    lastpass.last_pass = recorded
+    schema, real = _table(kind, rows, seed, table_seed)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)
     r_measure, r_synth, _ = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 17]).spawn(3))
@@ -120,7 +141,12 @@ def cell(kind: str, rows: int, seed: int) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     c = s.counts
     pool = np.asfortranarray(s.pool)
-    return {"table": kind, "rows": int(real.shape[0]), "seed": seed, **s.info,
+    out = {"table": kind, "rows": int(real.shape[0]), "seed": seed}
+    if passes:
+        out["lastpass"] = passes[-1]
+    if table_seed is not None:
+        out["table_seed"] = int(table_seed)
+    return {**out, **s.info,
             "ess": round(float(c.sum()) ** 2 / float((c.astype(float) ** 2).sum())), "distinct": int((c > 0).sum()),
             "max_copies": int(c.max()), "fit_cpu_s": round(fit, 1), "copy_cpu_s": round(copy, 1),
             "peak_rss_mb": round(peak / 1024), **_gate(pool, c.astype(float), m, schema),
@@ -134,19 +160,21 @@ def main() -> None:
     ap.add_argument("--table", default="scale", choices=["scale", "int6", "int7"])
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (int6/int7: their generator at another size; 1,000,000 is the matrix table itself)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--table-seed", type=int, default=None,
+                    help="int6/int7: draw the generator's structure with this seed (default: the matrix's 8000 + index)")
     ap.add_argument("--label", default="latent", help="kept beside older cells of the same table (twelfth: before)")
     args = ap.parse_args()
-    res = {"label": args.label, **cell(args.table, args.rows, args.seed)}
+    res = {"label": args.label, **cell(args.table, args.rows, args.seed, args.table_seed)}
     print(json.dumps(res), flush=True)
     path = RESULTS / "sds_expand.json"
     old = json.loads(path.read_text()).get("cells", []) if path.exists() else []
     def key(c: dict) -> tuple:
-        return c.get("label", "twelfth"), c["table"], c["rows"], c["seed"], c["pool_rows"]
+        return c.get("label", "twelfth"), c["table"], c.get("table_seed"), c["rows"], c["seed"], c["pool_rows"]
 
     cells = [c for c in old if key(c) != key(res)] + [res]
-    print_table(["label", "table", "rows", "seed", "pool", "ess latent", "published", "k1", "k2", "k3", "tvd1", "tvd2", "tvd3", "fit cpu s",
+    print_table(["label", "table", "gen", "rows", "seed", "pool", "ess latent", "published", "k1", "k2", "k3", "tvd1", "tvd2", "tvd3", "fit cpu s",
                  "ess", "peak MB", "load"],
-                [[c.get("label", "twelfth"), c["table"], c["rows"], c["seed"], c["pool_rows"],
+                [[c.get("label", "twelfth"), c["table"], c.get("table_seed", "-"), c["rows"], c["seed"], c["pool_rows"],
                   c.get("ess_latent", "-") if c.get("ess_latent", 0) > c.get("ess_sampler", 0) else "-", c.get("published"), c.get("max_ratio_k1"),
                   c.get("max_ratio_k2"), c.get("max_ratio_k3"), c.get("tvd1"), c.get("tvd2"), c.get("tvd3"), c.get("fit_cpu_s"),
                   c.get("ess"), c.get("peak_rss_mb"), f"{c['loadavg'][0]:.1f}"] for c in cells])

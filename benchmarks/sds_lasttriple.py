@@ -11,6 +11,10 @@ gate triple's cells. Results go to results/sds_lasttriple.json. No raw rows are 
 
     python benchmarks/sds_lasttriple.py descend /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy
     python benchmarks/sds_lasttriple.py diagnose /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy
+    python benchmarks/sds_lasttriple.py lastpass /tmp/sdsd/int7_5m.pkl /tmp/lt/base.npy MARGIN=0.95
+
+``lastpass`` (session 39, the sixteenth round's tuning): the last pass on the descended records;
+``rounding``: how much the copies' rounding moves the tables' gate ratios (the pass's margin).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ def descend(path: str, out: str, variant: str) -> dict:
     codes, info = descent.descend(records, checks, ones, total, schema.cardinalities, rng)
     cpu = time.process_time() - c0
     np.save(out, codes)
+    with open(out + ".rng.pkl", "wb") as f:  # the update's generator after the descent: the last pass's
+        pickle.dump(rng.bit_generator.state, f)
     return {"variant": variant, "descent": {k: v for k, v in info.items() if not k.startswith(("cpu_", "n_", "acc_"))},
             "update_cpu_s": round(cpu, 1), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "loadavg": list(os.getloadavg())}
@@ -226,6 +232,78 @@ def _cells(c, nm, cc, codes, total, records, gate, schema) -> dict:
             "cells": lst}
 
 
+def lastpass(path: str, recs: str, sets: dict[str, str], out: str | None) -> dict:
+    """The last pass (dpsynth/methods/sds/lastpass.py) on descended records, from the update's
+    generator as the descent left it (``descend`` saves it beside the records); module constants
+    as ``NAME=value``. The gate from the records written as equal copies to the release's rows
+    (copies rounded with a fixed generator, as ``diagnose``), before and after."""
+    import dataclasses
+
+    from benchmarks.sds_expand import _gate
+    from dpsynth.methods.sds import expand, lastpass as lp
+
+    for k, v in sets.items():
+        cur = getattr(lp, k)
+        setattr(lp, k, int(float(v)) if isinstance(cur, int) else type(cur)(float(v)))
+    cap = _load(path)
+    scaled, schema, m, n = (cap[k] for k in ("scaled", "schema", "m", "n"))
+    if "pool_share" not in scaled.meta:  # a capture from before the pass: the share from the noise scales
+        orig = {nm.attrs: nm.stddev for nm in m.measured}
+        nm = scaled.measured[0]
+        scaled = dataclasses.replace(scaled, meta={**scaled.meta, "pool_share": nm.stddev / orig[nm.attrs]})
+    codes = np.load(recs)
+    rng = np.random.default_rng()
+    with open(recs + ".rng.pkl", "rb") as f:
+        rng.bit_generator.state = pickle.load(f)
+    c = expand.copies(np.ones(codes.shape[0]), n, np.random.default_rng(0)).astype(float)
+    before = _gate(np.asfortranarray(codes), c, m, schema)
+    c0 = time.process_time()
+    tables = lp.gate_tables(scaled, schema)
+    new, info = lp.last_pass(codes.copy(), tables, rng)
+    cpu = time.process_time() - c0
+    if out:
+        np.save(out, new)
+    after = _gate(np.asfortranarray(new), c, m, schema)
+    return {"table": cap["kind"], "rows": cap["rows"], "seed": cap["seed"], "settings": sets,
+            "constants": {k: getattr(lp, k) for k in ("MARGIN", "BATCH", "SEEN", "PARTNERS", "MAX_BATCHES", "STALL")},
+            "pass": info, "gate_before": before, "gate_after": after, "pass_cpu_s": round(cpu, 1),
+            "moved_records": int((new != codes).any(axis=1).sum()),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def rounding(path: str, recs: str, draws: int = 12, least: float = 0.6) -> dict:
+    """How much the copies' rounding (``expand.copies``, drawn after the update: the last pass
+    cannot see it) moves each table's gate ratio from the pass's view (records written equally
+    often), over ``draws`` roundings, for the tables at ``least`` of their threshold or more."""
+    import dataclasses
+
+    from dpsynth.methods.sds import expand, lastpass as lp
+
+    cap = _load(path)
+    scaled, schema, m, n = (cap[k] for k in ("scaled", "schema", "m", "n"))
+    if "pool_share" not in scaled.meta:
+        orig = {nm.attrs: nm.stddev for nm in m.measured}
+        nm = scaled.measured[0]
+        scaled = dataclasses.replace(scaled, meta={**scaled.meta, "pool_share": nm.stddev / orig[nm.attrs]})
+    codes = np.asfortranarray(np.load(recs))
+    tabs = lp.gate_tables(scaled, schema)
+    view = lp.gate_ratios(codes, tabs)
+    top = np.flatnonzero(view >= least)
+    cells = {i: np.ravel_multi_index(tuple(codes[:, j].astype(np.int64) for j in tabs[i].cols), tabs[i].shape) for i in top}
+    rises, worst = [], []
+    for s in range(draws):
+        c = expand.copies(np.ones(codes.shape[0]), n, np.random.default_rng(100 + s)).astype(float)
+        g = np.array([0.5 * float(np.abs(np.bincount(cells[i], weights=c, minlength=tabs[i].q.size) / c.sum()
+                                         - tabs[i].q).sum()) / tabs[i].limit for i in top])
+        rises.append(g - view[top])
+        worst.append(round(float(g.max()), 4))
+    r = np.array(rises)
+    return {"table": cap["kind"], "rows": cap["rows"], "seed": cap["seed"], "copies_per_record": round(n / codes.shape[0], 3),
+            "tables": int(top.size), "view_worst": round(float(view.max()), 4), "rise_max": round(float(r.max()), 4),
+            "rise_p99": round(float(np.quantile(r, 0.99)), 4), "rise_mean": round(float(r.mean()), 4),
+            "rise_sd": round(float(r.std()), 4), "worst_after_rounding": worst}
+
+
 _GateCheck = _gate_check_class()
 _GateObjective = _gate_objective_class()
 
@@ -241,9 +319,23 @@ def main() -> None:
     g.add_argument("path")
     g.add_argument("records")
     g.add_argument("--label", default="")
+    lp = sub.add_parser("lastpass")
+    lp.add_argument("path")
+    lp.add_argument("records")
+    lp.add_argument("sets", nargs="*", help="lastpass constants, NAME=value")
+    lp.add_argument("--out", default=None)
+    ro = sub.add_parser("rounding")
+    ro.add_argument("path")
+    ro.add_argument("records")
     args = ap.parse_args()
-    if args.cmd == "descend":
+    if args.cmd == "rounding":
+        res = rounding(args.path, args.records)
+        res["loadavg"] = list(os.getloadavg())
+    elif args.cmd == "descend":
         res = descend(args.path, args.out, args.variant)
+    elif args.cmd == "lastpass":
+        res = lastpass(args.path, args.records, dict(a.split("=", 1) for a in args.sets), args.out)
+        res["loadavg"] = list(os.getloadavg())
     else:
         res = diagnose(args.path, args.records)
         res["label"] = args.label

@@ -29,7 +29,7 @@ from . import chunked
 from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS",
-           "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
+           "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
            "misfit_ratios", "update_pool", "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
@@ -69,6 +69,10 @@ UPDATE_MAX_TABLES = 270
 #: the table-by-table update (update.py), which diverged with ~1,000 tables off
 #: (docs/sds-generalisation.md, fifteenth round).
 POOL_DESCENT = True
+#: Whether the descent's records then go through the last pass on the gate's own ratio
+#: (lastpass.py: swaps for the tables whose exact gate ratio is above its margin; a no-op where
+#: none is; docs/sds-generalisation.md, sixteenth round).
+LAST_PASS = True
 
 
 def pool_rows_for(columns: int) -> int:
@@ -84,12 +88,13 @@ def expands(rows: int, columns: int) -> bool:
 def scaled_measurement(m: Measurement, share: float, rows: int) -> Measurement:
     """``m``'s k-way tables (k >= 2) scaled to a pool of ``share`` x ``rows`` records: counts,
     noise scale and threshold times ``share``; the tables' checks then allow the sampling
-    variance of a ``rows``-record release (``sample_rows``), not the pool's own."""
+    variance of a ``rows``-record release (``sample_rows``), not the pool's own; ``share`` is
+    kept as ``pool_share`` (the last pass rebuilds the gate's thresholds from it: lastpass.py)."""
     tables = tuple(dataclasses.replace(
         nm, counts=np.asarray(nm.counts, dtype=np.float64) * share, stddev=float(nm.stddev) * share,
         threshold=None if nm.threshold is None else float(nm.threshold) * share)
         for nm in m.measured if len(nm.attrs) >= 2)
-    return dataclasses.replace(m, measured=tables, meta={**m.meta, "sample_rows": float(rows)})
+    return dataclasses.replace(m, measured=tables, meta={**m.meta, "sample_rows": float(rows), "pool_share": float(share)})
 
 
 def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
@@ -192,8 +197,11 @@ def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, sche
     The weights can only move mass between records the sampler drew; the update moves
     records, copying one of the new cell's records where it holds some and writing the
     table's values into a record where it holds too few, so it reaches cells the pool
-    misses. Post-processing of the measurement only."""
+    misses. After the descent, with :data:`LAST_PASS` on, the tables the gate would read above
+    its margin are worked on by :func:`.lastpass.last_pass` (swaps on the gate's own ratio).
+    Post-processing of the measurement only."""
     from .descent import descend
+    from .lastpass import gate_tables, last_pass
     from .update import update_tables
 
     pool = np.asfortranarray(pool)
@@ -205,7 +213,9 @@ def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, sche
         return None
     records = np.repeat(np.asarray(pool), copies(weights, pool.shape[0], rng), axis=0)
     if POOL_DESCENT:
-        return descend(records, checks, one_way, total, schema.cardinalities, rng)[0]
+        codes = descend(records, checks, one_way, total, schema.cardinalities, rng)[0]
+        tables = gate_tables(scaled, schema) if LAST_PASS and scaled is not None else None
+        return codes if tables is None else last_pass(codes, tables, rng)[0]
     out = update_tables(records, scaled, schema, one_way, total, rng)
     return None if out is None else out[0]
 
