@@ -279,8 +279,12 @@ def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *
 # --- running a method ----------------------------------------------------------------
 
 
-def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None):
-    """Measure and synthesise as a release does (same stages, same rng streams)."""
+def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None,
+               release_path: bool = False):
+    """Measure and synthesise as a release does (same stages, same rng streams). Synthesis is
+    the method's whole-table ``synthesize``; with ``release_path``, for a method that streams
+    its synthesis, the records its ``sampler`` hands the release's writer instead (what the
+    pipeline writes: chunked, or above sds's switch an expanded pool with its update)."""
     from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import METHODS
     from dpsynth.privacy.budget import Budget, Ledger
@@ -299,7 +303,11 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
         exc.spent = {"stages": [c.stage for c in ledger.spent],
                      "epsilon": round(ledger.epsilon_spent(), 5) if ledger.spent else 0.0}
         raise
-    synth = m.synthesize(meas, table.schema, None, r_synth)
+    if release_path and getattr(m, "streams_synthesis", False):
+        sampler = m.sampler(meas, table.schema, None, r_synth)
+        synth = EncodedTable(schema=table.schema, codes=sampler.sample(sampler.rows, r_synth))
+    else:
+        synth = m.synthesize(meas, table.schema, None, r_synth)
     wall = time.perf_counter() - t0
     return meas, synth, r_decode, wall
 
@@ -446,12 +454,12 @@ def assess(meas, schema):
 
 
 def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge: bool,
-             params: dict[str, Any] | None = None) -> dict[str, Any]:
+             params: dict[str, Any] | None = None, release_path: bool = False) -> dict[str, Any]:
     runs = []
     for seed in seeds:
         cpu0 = time.process_time()
         try:
-            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params, release_path)
         except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
             forecast = getattr(exc, "forecast", None)
             runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
@@ -471,7 +479,8 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
                      "pair_noise_ratio": meas.meta.get("pair_noise_ratio"), "refused": False,
                      "forecast": _forecast(meas, table.schema, method),
                      "levels": meas.meta.get("reporting_length"),
-                     "choice": meas.meta.get("synthesis_choice")})
+                     "choice": meas.meta.get("synthesis_choice"),
+                     "synthesis": "sampler" if release_path else "synthesize"})
     return summarise(method, table.name, table.half, eps, runs)
 
 
@@ -568,7 +577,7 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
         indep, ceiling = table_references(table, args.table_cache)
         for eps in t_eps:
             for method in args.methods:
-                c = run_cell(method, table, eps, t_seeds, args.ge)
+                c = run_cell(method, table, eps, t_seeds, args.ge, release_path=args.release_path)
                 c["independent"] = dict(indep)
                 c["ceiling"] = ceiling
                 c["loadavg"] = list(os.getloadavg())
@@ -692,6 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="sds_matrix")
     ap.add_argument("--refit", choices=["reweight", "update", "finish"], default=None,
                     help="sds's refit (dpsynth.methods.sds.method.REFIT_MODE): reweight a pool or update the records")
+    ap.add_argument("--release-path", action="store_true",
+                    help="synthesise with the method's sampler, as the pipeline writes a release (chunked or, "
+                         "above sds's switch, expanded), instead of the whole-table synthesize")
     ap.add_argument("--table-cache", default=None,
                     help="results/<name>.json keeping each table's baseline and ceilings, so one-cell "
                          "processes over the same table compute them once")

@@ -30,3 +30,36 @@ def test_table_cache_reuses_the_baseline_and_ceilings_with_the_same_values(tmp_p
     assert sm.table_references(table, "refs") == fresh
     with pytest.raises(AssertionError, match="not used"):  # another table is not in it
         sm.table_references(sm.Table("other", "generated", "tuning", schema, codes), "refs")
+
+
+def test_release_path_synthesises_with_the_methods_sampler(monkeypatch):
+    """``--release-path``: the records scored and gated are those ``SdsMethod.sampler`` hands the
+    release's writer (the pipeline's call), not the whole-table ``synthesize`` (which at 1M x 20
+    never expands)."""
+    import numpy as np
+
+    import benchmarks.sds_matrix as sm
+    from dpsynth.methods.sds import SdsMethod
+
+    schema, codes = sm.make_table(800, 5, 4, 0.0, 0.0, seed=5, name="release")
+    table = sm.Table("release-table", "generated", "tuning", schema, codes)
+    handed: list[np.ndarray] = []
+    real_sampler = SdsMethod.sampler
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.rows = inner, inner.rows
+
+        def sample(self, n, rng):
+            out = self.inner.sample(n, rng)
+            handed.append(np.array(out, copy=True))
+            return out
+
+    def spy(self, m, schema, rows, rng):
+        return Spy(real_sampler(self, m, schema, rows, rng))
+
+    monkeypatch.setattr(SdsMethod, "sampler", spy)
+    _meas, synth, _r, _wall = sm.run_method("sds", table, 2.0, 0, release_path=True)
+    assert len(handed) == 1 and np.array_equal(synth.codes, handed[0])
+    sm.run_method("sds", table, 2.0, 0)  # the default path is unchanged: no sampler
+    assert len(handed) == 1
