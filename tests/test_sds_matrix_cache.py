@@ -1,5 +1,7 @@
-"""benchmarks/sds_matrix.py's ``--table-cache``: one-cell processes over the same table read
-its baseline and ceilings from the cache instead of scoring them again, with the same values."""
+"""benchmarks/sds_matrix.py's flags for one-cell runs over the 1M interaction tables:
+``--table-cache`` (one-cell processes over the same table read its baseline and ceilings from
+the cache instead of scoring them again, with the same values) and ``--release-path`` (the
+records scored are those the method's sampler hands the release's writer)."""
 
 from __future__ import annotations
 
