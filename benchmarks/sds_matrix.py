@@ -50,6 +50,10 @@ Usage::
     python benchmarks/sds_matrix.py --nist --generated --interactions 1 3 5 --methods sds
                                                      # held-out interaction tables up to 200k
     python benchmarks/sds_matrix.py --ceilings-only  # adds every table's ceilings to the JSON, runs no method
+    python benchmarks/sds_matrix.py --nist --generated --interactions 7 --epsilons 1 --seeds 0 \
+        --methods sds --out sds_matrix_int7_e1_s0 --table-cache sds_matrix_int7_tables
+                                                     # one cell per process; the 1M table's baseline
+                                                     # and ceilings scored once (results/<cache>.json)
 
 The full matrix: NIST at every epsilon with 3 seeds; generated tables at epsilon 1 and 4
 with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU.
@@ -275,8 +279,12 @@ def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *
 # --- running a method ----------------------------------------------------------------
 
 
-def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None):
-    """Measure and synthesise as a release does (same stages, same rng streams)."""
+def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None,
+               release_path: bool = False):
+    """Measure and synthesise as a release does (same stages, same rng streams). Synthesis is
+    the method's whole-table ``synthesize``; with ``release_path``, for a method that streams
+    its synthesis, the records its ``sampler`` hands the release's writer instead (what the
+    pipeline writes: chunked, or above sds's switch an expanded pool with its update)."""
     from dpsynth.rows.encoding import EncodedTable
     from dpsynth.methods import METHODS
     from dpsynth.privacy.budget import Budget, Ledger
@@ -295,7 +303,11 @@ def run_method(method: str, table: Table, epsilon: float, seed: int, params: dic
         exc.spent = {"stages": [c.stage for c in ledger.spent],
                      "epsilon": round(ledger.epsilon_spent(), 5) if ledger.spent else 0.0}
         raise
-    synth = m.synthesize(meas, table.schema, None, r_synth)
+    if release_path and getattr(m, "streams_synthesis", False):
+        sampler = m.sampler(meas, table.schema, None, r_synth)
+        synth = EncodedTable(schema=table.schema, codes=sampler.sample(sampler.rows, r_synth))
+    else:
+        synth = m.synthesize(meas, table.schema, None, r_synth)
     wall = time.perf_counter() - t0
     return meas, synth, r_decode, wall
 
@@ -442,12 +454,12 @@ def assess(meas, schema):
 
 
 def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge: bool,
-             params: dict[str, Any] | None = None) -> dict[str, Any]:
+             params: dict[str, Any] | None = None, release_path: bool = False) -> dict[str, Any]:
     runs = []
     for seed in seeds:
         cpu0 = time.process_time()
         try:
-            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params)
+            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params, release_path)
         except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
             forecast = getattr(exc, "forecast", None)
             runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
@@ -467,7 +479,8 @@ def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge
                      "pair_noise_ratio": meas.meta.get("pair_noise_ratio"), "refused": False,
                      "forecast": _forecast(meas, table.schema, method),
                      "levels": meas.meta.get("reporting_length"),
-                     "choice": meas.meta.get("synthesis_choice")})
+                     "choice": meas.meta.get("synthesis_choice"),
+                     "synthesis": "sampler" if release_path else "synthesize"})
     return summarise(method, table.name, table.half, eps, runs)
 
 
@@ -520,6 +533,26 @@ def _forecast(meas, schema, method: str) -> dict[str, Any] | None:
     return None if f is None else f.to_dict()
 
 
+def table_references(table: Table, cache: str | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """The table's exact-independent baseline (mean and spread of 5 seeded draws) and its
+    ceilings. Both are functions of the table alone (fixed seeds), so with ``cache`` they are
+    read from results/<cache>.json when a run wrote them there, else computed and added to it:
+    one-cell processes over a 1M-row table then score its baseline once, not once each."""
+    path = RESULTS / f"{cache}.json" if cache else None
+    stored = json.loads(path.read_text()) if path is not None and path.is_file() else {"tables": {}}
+    if table.name in stored["tables"]:
+        hit = stored["tables"][table.name]
+        return hit["independent"], hit["ceiling"]
+    base = [baseline(table, s) for s in range(5)]  # the exact baseline's own spread: 5 draws
+    indep = {**{k: float(np.mean([b[k] for b in base])) for k in base[0]},
+             **{f"{k}_sd": float(np.std([b[k] for b in base], ddof=1)) for k in base[0]}}
+    ceiling = table_ceiling(table)
+    if path is not None:
+        stored["tables"][table.name] = {"independent": indep, "ceiling": ceiling}
+        path.write_text(json.dumps(stored, indent=2) + "\n")
+    return indep, ceiling
+
+
 def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every requested cell, printed as it finishes."""
     epsilons = tuple(args.epsilons) if args.epsilons else ((1.0, 4.0) if args.quick else EPSILONS)
@@ -541,14 +574,11 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
                  else epsilons)
         t_seeds = ((INT_SEEDS if inter else GEN_SEEDS) if generated and not (args.seeds or args.quick)
                    else seeds)
-        base = [baseline(table, s) for s in range(5)]  # the exact baseline's own spread: 5 draws
-        bmean = {k: float(np.mean([b[k] for b in base])) for k in base[0]}
-        bsd = {f"{k}_sd": float(np.std([b[k] for b in base], ddof=1)) for k in base[0]}
-        ceiling = table_ceiling(table)
+        indep, ceiling = table_references(table, args.table_cache)
         for eps in t_eps:
             for method in args.methods:
-                c = run_cell(method, table, eps, t_seeds, args.ge)
-                c["independent"] = {**bmean, **bsd}
+                c = run_cell(method, table, eps, t_seeds, args.ge, release_path=args.release_path)
+                c["independent"] = dict(indep)
                 c["ceiling"] = ceiling
                 c["loadavg"] = list(os.getloadavg())
                 cells.append(c)
@@ -671,6 +701,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="sds_matrix")
     ap.add_argument("--refit", choices=["reweight", "update", "finish"], default=None,
                     help="sds's refit (dpsynth.methods.sds.method.REFIT_MODE): reweight a pool or update the records")
+    ap.add_argument("--release-path", action="store_true",
+                    help="synthesise with the method's sampler, as the pipeline writes a release (chunked or, "
+                         "above sds's switch, expanded), instead of the whole-table synthesize")
+    ap.add_argument("--table-cache", default=None,
+                    help="results/<name>.json keeping each table's baseline and ceilings, so one-cell "
+                         "processes over the same table compute them once")
     ap.add_argument("--ceilings-only", action="store_true", help="add the tables' ceilings to results/<out>.json")
     args = ap.parse_args(argv)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
