@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -94,6 +94,33 @@ class _Group:
             return None
         sub = _Group(ids=self.ids[keep], cols=self.cols[keep], mult=self.mult[keep], offset=self.offset[keep])
         return sub, (self.mult[keep] * at[keep]).sum(axis=1)
+
+
+def swap_term_changes(groups: Sequence[_Group], one: np.ndarray, two: np.ndarray, j: int, counts: np.ndarray,
+                      current: np.ndarray, term) -> Iterator[tuple[_Group, np.ndarray]]:
+    """For records ``one[b]`` and ``two[b]`` exchanging their values of column ``j``: per group
+    of tables holding ``j``, those tables (a :class:`_Group`) and the exact change (T, B) of
+    the sum of each one's per-cell terms, ``term(count, cell)`` against ``current`` at
+    ``counts`` (a cell both records leave or enter, or one leaves and the other enters, is
+    counted once, with its net change). Shared by the descent and the last pass."""
+    a, b = one.copy(), two.copy()
+    a[:, j], b[:, j] = two[:, j], one[:, j]
+    sign = (-1, 1, -1, 1)
+    for g in groups:
+        sub = g.having(j)
+        if sub is None:
+            continue
+        h = sub[0]
+        pos = [h.cells(one), h.cells(a), h.cells(two), h.cells(b)]  # leave, enter, leave, enter
+        delta = np.zeros(pos[0].shape)
+        for k in range(4):
+            net = sum(sign[m] * (pos[m] == pos[k]) for m in range(4))
+            first = np.ones(pos[k].shape, dtype=bool)
+            for m in range(k):
+                first &= pos[m] != pos[k]
+            d = term(counts[pos[k]] + net, pos[k]) - current[pos[k]]
+            delta += np.where(first & (net != 0), d, 0.0)
+        yield h, delta
 
 
 class Objective:
@@ -197,23 +224,7 @@ class Objective:
         """The exact change of J for records ``one[b]`` and ``two[b]`` exchanging their
         values of column ``j`` (the 1-way tables unchanged), against the current counts."""
         out = np.zeros(one.shape[0])
-        a, b = one.copy(), two.copy()
-        a[:, j], b[:, j] = two[:, j], one[:, j]
-        for g in self.groups:
-            sub = g.having(j)
-            if sub is None:
-                continue
-            h = sub[0]
-            pos = [h.cells(one), h.cells(a), h.cells(two), h.cells(b)]  # leave, enter, leave, enter
-            sign = (-1, 1, -1, 1)
-            delta = np.zeros(pos[0].shape)
-            for k in range(4):
-                net = sum(sign[m] * (pos[m] == pos[k]) for m in range(4))
-                first = np.ones(pos[k].shape, dtype=bool)
-                for m in range(k):
-                    first &= pos[m] != pos[k]
-                d = self.term(self.counts[pos[k]] + net, pos[k]) - self.terms[pos[k]]
-                delta += np.where(first & (net != 0), d, 0.0)
+        for h, delta in swap_term_changes(self.groups, one, two, j, self.counts, self.terms, self.term):
             out += self.change(h.ids, delta).sum(axis=0)
         return out
 

@@ -39,7 +39,7 @@ from ...evaluation.metrics import clipped_distributions
 from ...evaluation.predicted import allowed_tvd, dp_row_estimate, predicted_tvds
 from ...measurement import Measurement
 from ...schema import Schema
-from .descent import _Group
+from .descent import _Group, swap_term_changes
 
 __all__ = ["MARGIN", "BATCH", "SEEN", "PARTNERS", "MAX_BATCHES", "STALL", "GateTable", "gate_tables", "gate_ratios",
            "last_pass"]
@@ -151,24 +151,8 @@ class _State:
         """For records ``one[b]`` and ``two[b]`` exchanging column ``j``'s values: the ids of
         the tables holding ``j`` (U,) and the exact change of each one's ratio (U, B),
         against the current counts."""
-        a, b = one.copy(), two.copy()
-        a[:, j], b[:, j] = two[:, j], one[:, j]
         ids, out = [], []
-        for g in self.groups:
-            sub = g.having(j)
-            if sub is None:
-                continue
-            h = sub[0]
-            pos = [h.cells(one), h.cells(a), h.cells(two), h.cells(b)]  # leave, enter, leave, enter
-            sign = (-1, 1, -1, 1)
-            delta = np.zeros(pos[0].shape)
-            for k in range(4):
-                net = sum(sign[m] * (pos[m] == pos[k]) for m in range(4))
-                first = np.ones(pos[k].shape, dtype=bool)
-                for m in range(k):
-                    first &= pos[m] != pos[k]
-                d = self.term(self.counts[pos[k]] + net, pos[k]) - self.dev[pos[k]]
-                delta += np.where(first & (net != 0), d, 0.0)
+        for h, delta in swap_term_changes(self.groups, one, two, j, self.counts, self.dev, self.term):
             ids.append(h.ids)
             out.append(0.5 * delta / self.limit[h.ids][:, None])
         if not ids:
