@@ -3,8 +3,8 @@
 A release of ``rows`` records is cut into :func:`chunk_count` chunks (a function of the
 row count and the schema's width only, so a seed gives the same bytes whatever
 ``chunk_rows`` or runner). The sampler's model is learnt once from the whole
-measurement; each chunk draws its records from it, then runs the pair refit and the
-raking against its own share of the measured 2-way and 1-way tables, split exactly
+measurement; each chunk draws its records from it, then runs the refit and the raking
+against its own share of the measured k-way (k >= 2) and 1-way tables, split exactly
 (the chunks' tables sum to the measured ones, :class:`ExactSplit`). Chunks are produced
 in order, one at a time, and handed out block by block. Design and figures: docs/scale.md.
 """
@@ -29,6 +29,10 @@ _BLOCK_ROWS = 1 << 16
 CHUNK_BYTES = 768 << 20
 #: The smallest chunk, in blocks.
 MIN_CHUNK_BLOCKS = 1
+#: Whether a chunk's share carries every measured k >= 2 table (else the 2-way ones only,
+#: as before the sixteenth round's fix: docs/sds-generalisation.md). A module setting for
+#: benchmarks, not a parameter.
+SHARE_ALL_TABLES = True
 
 
 def chunk_bytes_per_row(columns: int) -> int:
@@ -149,7 +153,7 @@ class ChunkedSampler(PartStream):
     """Draws a release of ``rows`` records chunk by chunk (see the module docstring).
 
     ``draw_chunk(n, measurement, one_way, total, rng)`` draws one chunk's ``n`` records
-    given the chunk's share of the measurement's 2-way tables, of the 1-way targets and of
+    given the chunk's share of the measurement's k-way tables, of the 1-way targets and of
     the record total. ``sample(n, rng)`` hands the records out in order and ignores its
     generator: chunk ``i`` uses ``SeedSequence(key, spawn_key=(i,))``."""
 
@@ -163,7 +167,7 @@ class ChunkedSampler(PartStream):
     key: list[int]
     draw_chunk: Callable[[int, Measurement, dict[int, np.ndarray], float, np.random.Generator], np.ndarray]
     sizes: list[int] = field(init=False)
-    _pairs: list[tuple[NoisyMarginal, ExactSplit]] = field(init=False)
+    _tables: list[tuple[NoisyMarginal, ExactSplit]] = field(init=False)
     _ones: dict[int, ExactSplit] = field(init=False)
     _drawn: int = field(init=False, default=0)
     _left: int = field(init=False, default=0)
@@ -171,7 +175,8 @@ class ChunkedSampler(PartStream):
 
     def __post_init__(self) -> None:
         self.sizes = chunk_sizes(self.rows, chunk_count(self.rows, self.columns))
-        self._pairs = [(nm, ExactSplit(nm.counts)) for nm in self.measurement.measured if len(nm.attrs) == 2]
+        self._tables = [(nm, ExactSplit(nm.counts)) for nm in self.measurement.measured
+                       if len(nm.attrs) >= 2 and (SHARE_ALL_TABLES or len(nm.attrs) == 2)]
         self._ones = {j: ExactSplit(t) for j, t in self.one_way.items()}
         self._left = self.rows
         self._buffer = np.zeros((0, self.columns), dtype=np.int64)
@@ -181,18 +186,18 @@ class ChunkedSampler(PartStream):
         return part_rng(self.key, i)
 
     def shares(self, i: int, rng: np.random.Generator) -> tuple[Measurement, dict[int, np.ndarray], float]:
-        """Chunk ``i``'s share of the 2-way tables (noise and threshold scaled by its share
+        """Chunk ``i``'s share of the k-way tables (noise and threshold scaled by its share
         of the rows), of the 1-way targets and of the total; call once per chunk, in order."""
         n = self.sizes[i]
         q = n / self._left if self._left else 1.0
         s = n / self.rows if self.rows else 0.0
-        pairs = tuple(dataclasses.replace(
+        tables = tuple(dataclasses.replace(
             nm, counts=split.take(q, rng), stddev=float(nm.stddev) * s,
-            threshold=None if nm.threshold is None else float(nm.threshold) * s) for nm, split in self._pairs)
+            threshold=None if nm.threshold is None else float(nm.threshold) * s) for nm, split in self._tables)
         ones = {j: split.take(q, rng) for j, split in self._ones.items()}
         self._left -= n
         meta = {**self.measurement.meta, "chunk_share": s}  # the refit's allowance per chunk (refit.py)
-        return dataclasses.replace(self.measurement, measured=pairs, meta=meta), ones, self.total * s
+        return dataclasses.replace(self.measurement, measured=tables, meta=meta), ones, self.total * s
 
     def _next_part(self) -> np.ndarray:
         i = self._drawn

@@ -35,6 +35,13 @@ from .update import update_tables
 #: docs/sds-generalisation.md, tenth round). A module setting for benchmarks, not a parameter:
 #: it does not enter the release key.
 REFIT_MODE = "finish"
+#: The k of the tables a chunk's reweighting (honour_tables) fits; None: every k (its cost
+#: grows about 15 times on int5's 364 triples). The finishing update fits every table of the
+#: chunk's share (docs/sds-generalisation.md, sixteenth round, third part).
+CHUNK_REWEIGHT_LENGTHS: tuple[int, ...] | None = (2,)
+#: Whether a chunk's finish ends with an update on its 2-way tables alone (the pairs its
+#: k >= 3 moves left off: int5 at epsilon 4, worst pair 1.71 without it).
+CHUNK_PAIRS_AGAIN = True
 
 
 class SdsMethod(MethodBase):
@@ -177,7 +184,9 @@ class SdsMethod(MethodBase):
                        targets: dict[int, np.ndarray], total: float, rng: np.random.Generator) -> np.ndarray:
         """``n`` records from the complete sampler, refitted to the measured k-way tables of
         ``m`` (k >= 2) and raked to ``targets``: a whole release, or one chunk with its share
-        of the 2-way and 1-way tables (a chunk's share carries no 3-way table)."""
+        of the k-way and 1-way tables. A chunk's reweighting fits only
+        :data:`CHUNK_REWEIGHT_LENGTHS`; its finishing update fits every k, then (with
+        :data:`CHUNK_PAIRS_AGAIN`) the 2-way tables once more."""
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
         ones = targets if self.params.rake_one_way else {}
@@ -187,8 +196,9 @@ class SdsMethod(MethodBase):
             if refit is not None:  # the update matched the 1-way targets itself
                 return refit[0]
         elif self.params.fit_pairs:
+            only = {"lengths": CHUNK_REWEIGHT_LENGTHS} if "chunk_share" in m.meta and CHUNK_REWEIGHT_LENGTHS else {}
             refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
-                                  ones, total, rng)
+                                  ones, total, rng, **only)
         if refit is not None:
             raw = refit[0]
         if self.params.rake_one_way and n > 0:  # after a refit too: its draw from the pool moves them
@@ -199,6 +209,10 @@ class SdsMethod(MethodBase):
             finished = update_tables(raw, m, schema, ones, total, rng)
             if finished is not None:
                 raw = finished[0]
+            if CHUNK_PAIRS_AGAIN and "chunk_share" in m.meta:  # the pairs the k >= 3 moves left off
+                again = update_tables(raw, m, schema, ones, total, rng, lengths=(2,))
+                if again is not None:
+                    raw = again[0]
         return raw
 
     def synthesis_chunk_rows(self, schema: Schema) -> int | None:
