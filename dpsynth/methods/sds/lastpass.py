@@ -30,13 +30,14 @@ rows. Design and figures: docs/sds-generalisation.md, sixteenth round.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ...evaluation.metrics import clipped_distributions
-from ...evaluation.predicted import allowed_tvd, dp_row_estimate, predicted_tvds
+from ...evaluation.predicted import allowed_tvds
 from ...measurement import Measurement
 from ...schema import Schema
 from .descent import _Group, swap_term_changes
@@ -86,16 +87,17 @@ def gate_tables(scaled: Measurement, schema: Schema) -> list[GateTable] | None:
     tables = [nm for nm in scaled.measured if len(nm.attrs) >= 2]
     if not share > 0 or rows <= 0 or scaled.records is None or not tables or any(nm.groups for nm in tables):
         return None
-    records = dp_row_estimate(scaled).value  # the measured record count: not scaled
-    pred, spread = predicted_tvds([nm.counts for nm in tables], rows, records, [nm.stddev / share for nm in tables])
+    # the gate's thresholds of the unscaled noise (the record count is not scaled)
+    limits = allowed_tvds(dataclasses.replace(scaled, measured=tuple(
+        dataclasses.replace(nm, stddev=float(nm.stddev) / share) for nm in tables)), rows)
     sizes = np.array([nm.counts.size for nm in tables], dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     q = clipped_distributions(np.concatenate([np.asarray(nm.counts, dtype=np.float64).ravel() for nm in tables]),
                               starts, sizes)
     return [GateTable(cols=tuple(schema.index(a) for a in nm.attrs), shape=tuple(schema.cardinalities[schema.index(a)]
                                                                                  for a in nm.attrs),
-                      q=q[s:s + z], limit=max(_MIN_THRESHOLD, allowed_tvd(float(pred[i]), float(spread[i]))))
-            for i, (nm, s, z) in enumerate(zip(tables, starts, sizes))]
+                      q=q[s:s + z], limit=max(_MIN_THRESHOLD, limits[tuple(nm.attrs)]))
+            for nm, s, z in zip(tables, starts, sizes)]
 
 
 class _State:
