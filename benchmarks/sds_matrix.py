@@ -62,7 +62,8 @@ The script is split by job: the tables (generators, halves, NIST files) are in
 ``benchmarks/sds_matrix_tables.py``, one cell's run, gate verdict and scores in
 ``benchmarks/sds_matrix_cells.py``; this script keeps the matrix (which cells, the table
 cache), the report and the command line, and re-exports every name of both modules, so
-``from benchmarks.sds_matrix import ...`` is unchanged.
+``from benchmarks.sds_matrix import ...`` is unchanged. A name replaced in this module (a
+test's monkeypatch) changes what this module calls, not what the two modules call inside.
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ def table_references(table: Table, cache: str | None = None) -> tuple[dict[str, 
     """The table's exact-independent baseline (mean and spread of 5 seeded draws) and its
     ceilings. Both are functions of the table alone (fixed seeds), so with ``cache`` they are
     read from results/<cache>.json when a run wrote them there, else computed and added to it:
-    one-cell processes over a 1M-row table then score its baseline once, not once each."""
+    one-cell processes over a 1M-row table then score its baseline once, not once each.
+    (Kept in this module: it calls this module's ``baseline``, ``table_ceiling`` and ``RESULTS``,
+    which tests/test_sds_matrix_cache.py replaces here.)"""
     path = RESULTS / f"{cache}.json" if cache else None
     stored = json.loads(path.read_text()) if path is not None and path.is_file() else {"tables": {}}
     if table.name in stored["tables"]:
