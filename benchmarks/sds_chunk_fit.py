@@ -76,7 +76,7 @@ def run(kind: str, rows: int, refits: list[str]) -> list[dict]:
             codes = _sample_complete(model, n, method.params, rng)
         else:
             sds_method.REFIT_MODE = refit
-            codes = method._draw_complete(model, n, mk, table.schema, ones, tk, rng)
+            codes = method._draw_complete(model, n, mk, table.schema, ones, tk, rng, chunk=True)
         cpu = time.process_time() - c0
         e = excess(np.asarray(codes, dtype=np.int64), checks, tk)
         top = np.argsort(-e)[:3]

@@ -57,32 +57,38 @@ Usage::
 
 The full matrix: NIST at every epsilon with 3 seeds; generated tables at epsilon 1 and 4
 with 2 seeds (``GEN_EPSILONS``, ``GEN_SEEDS``), to stay within 20 minutes of CPU.
+
+The script is split by job: the tables (generators, halves, NIST files) are in
+``benchmarks/sds_matrix_tables.py``, one cell's run, gate verdict and scores in
+``benchmarks/sds_matrix_cells.py``; this script keeps the matrix (which cells, the table
+cache), the report and the command line, and re-exports every name of both modules, so
+``from benchmarks.sds_matrix import ...`` is unchanged. A name replaced in this module (a
+test's monkeypatch) changes what this module calls, not what the two modules call inside.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpsynth.privacy.budget import RefusedMidPlan  # noqa: E402
-from benchmarks._common import (RESULTS, SHARED_DATA as _DEFAULT_DATA, add_ceilings, ceiling_text,  # noqa: E402
-                                ceilings, print_table, write_json)
-
-import os  # noqa: E402
-
-SHARED_DATA = Path(os.environ.get("DPSYNTH_SHARED_DATA", "/work/shared/data" if Path("/work/shared/data").is_dir() else _DEFAULT_DATA))
+from benchmarks._common import RESULTS, add_ceilings, ceiling_text, print_table, write_json  # noqa: E402
+# Re-exported: other benchmarks and the tests import these names from benchmarks.sds_matrix.
+from benchmarks.sds_matrix_cells import (DELTA, _forecast, _nist_text, assess, baseline,  # noqa: E402,F401
+                                         gate_margins, gate_verdict, pool_cells, run_cell, run_method,
+                                         score, summarise, table_ceiling, within_noise)
+from benchmarks.sds_matrix_tables import (GENERATED, INTERACTIONS, INTERACTIONS_TUNING,  # noqa: E402,F401
+                                          SHARED_DATA, Table, generated_table, interaction_half,
+                                          interaction_table, make_table, nist_tables)
 
 NIST_FILES = ("national2019", "tx2019", "ma2019")
 EPSILONS = (0.5, 1.0, 4.0, 10.0)
@@ -90,328 +96,13 @@ SEEDS = (0, 1, 2)
 #: Generated tables: fewer cells, so the whole matrix stays under 20 minutes here.
 GEN_EPSILONS = (1.0, 4.0)
 GEN_SEEDS = (0, 1)
-DELTA = 1e-6  # the pipeline's default release delta
-PREVIOUS_NATIONAL = {("demographic", 1.0): 957.0, ("all", 1.0): 682.0}  # PEERS.md, sds at epsilon 1
-
-
-# --- tables --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    kind: str  # "nist" or "generated"
-    half: str  # "nist", "tuning" or "held-out"
-    schema: Any
-    codes: np.ndarray
-    raw: pd.DataFrame | None = None  # NIST: raw text, for the k-marginal score
-    features: tuple[str, ...] = ()
-
-
-def nist_tables(files: Sequence[str], colsets: Sequence[str]) -> list[Table]:
-    from dpsynth.rows.encoding import encode, read_table
-    from dpsynth.evaluation.metrics import NIST_DEMOGRAPHIC_FEATURES
-    from dpsynth.schema import load_schema, schema_from_dict
-
-    schema = load_schema(ROOT / "schemas" / "nist.yaml")
-    out = []
-    for f in files:
-        csv = SHARED_DATA / "nist" / f"{f}.csv"
-        if not csv.is_file():
-            print(f"skipping {f}: {csv} absent")
-            continue
-        codes = encode(read_table(csv, schema), schema).codes
-        raw = pd.read_csv(csv, dtype=str, keep_default_na=False)
-        for cs in colsets:
-            names = list(NIST_DEMOGRAPHIC_FEATURES) if cs == "demographic" else schema.names
-            idx = [schema.index(c) for c in names]
-            sub = schema_from_dict({"name": f"{f}-{cs}", "columns": [schema.columns[i].to_dict() for i in idx]})
-            out.append(Table(f"{f}/{cs}", "nist", "nist", sub, np.ascontiguousarray(codes[:, idx]),
-                             raw[names], tuple(names)))
-    return out
-
-
-#: Shapes of the generated tables: (n, columns, max cardinality, numeric share, missing share).
-#: Even index: tuning half; odd index: held-out half. Shapes alternate so both halves
-#: span the same range.
-GENERATED = (
-    (8_000, 20, 12, 0.2, 0.25),
-    (6_000, 16, 10, 0.25, 0.25),
-    (1_000, 8, 6, 0.0, 0.0),
-    (1_500, 10, 8, 0.3, 0.1),
-    (30_000, 15, 12, 0.0, 0.0),
-    (40_000, 12, 16, 0.3, 0.3),
-    (3_000, 24, 20, 0.3, 0.4),
-    (4_000, 30, 8, 0.1, 0.2),
-    (200_000, 10, 50, 0.2, 0.1),
-    (120_000, 14, 40, 0.2, 0.15),
-    (6_000, 40, 4, 0.2, 0.15),
-    (5_000, 36, 6, 0.0, 0.35),
-)
-
-
-#: Generated tables with strong 3-way interactions (issue 27 section 3): (n, columns, max
-#: cardinality, numeric share, missing share, interaction share). Even index: tuning half,
-#: odd: held-out; generator seed 8000 + index.
-INTERACTIONS = (
-    (5_000, 10, 6, 0.0, 0.0, 0.6),
-    (8_000, 12, 8, 0.2, 0.2, 0.6),
-    (60_000, 12, 10, 0.2, 0.1, 0.5),
-    (60_000, 12, 12, 0.0, 0.2, 0.5),
-    (200_000, 16, 12, 0.2, 0.1, 0.5),
-    (200_000, 14, 10, 0.1, 0.15, 0.5),
-    (1_000_000, 20, 10, 0.2, 0.1, 0.4),
-    (1_000_000, 20, 12, 0.1, 0.1, 0.4),
-)
 #: Epsilons and seeds of the interaction tables (the hidden tables' failures were at 1, 2 and 4).
 INT_EPSILONS = (1.0, 2.0, 4.0)
 INT_SEEDS = (0, 1, 2)
-#: More TUNING tables of the same family, added to place sds's pre-spend floor (issue 27
-#: section 3, docs/sds-generalisation.md "Eighth round"): 100,000-150,000 rows, whose
-#: tightest predicted pair thresholds fall between int4's (.0055-.0061) and int2's (.0101).
-#: (n, columns, max cardinality, numeric share, missing share, interaction share, generator
-#: seed); indices follow INTERACTIONS' (int8, int9, int10); all in the tuning half.
-INTERACTIONS_TUNING = (
-    (150_000, 16, 10, 0.1, 0.1, 0.6, 8111),
-    (130_000, 12, 10, 0.2, 0.1, 0.6, 8106),
-    (100_000, 14, 10, 0.1, 0.15, 0.5, 8101),
-)
+PREVIOUS_NATIONAL = {("demographic", 1.0): 957.0, ("all", 1.0): 682.0}  # PEERS.md, sds at epsilon 1
 
 
-def interaction_half(index: int) -> str:
-    """The half of interaction table ``index``: INTERACTIONS alternate (even: tuning, odd:
-    held-out); every INTERACTIONS_TUNING table is tuning."""
-    return "tuning" if index >= len(INTERACTIONS) or index % 2 == 0 else "held-out"
-
-
-def interaction_table(index: int) -> Table:
-    """Table ``index`` of :data:`INTERACTIONS` then :data:`INTERACTIONS_TUNING` (see
-    :func:`interaction_half`)."""
-    if index < len(INTERACTIONS):
-        n, p, cmax, num_share, miss_share, inter = INTERACTIONS[index]
-        seed = 8000 + index
-    else:
-        n, p, cmax, num_share, miss_share, inter, seed = INTERACTIONS_TUNING[index - len(INTERACTIONS)]
-    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=seed, name=f"int{index}",
-                               interactions=inter)
-    half = interaction_half(index)
-    name = f"int{index}:{n}x{p},c<={cmax},miss{miss_share:.0%},3way{inter:.0%}"
-    return Table(name, "generated", half, schema, codes)
-
-
-def generated_table(index: int) -> Table:
-    """Table ``index`` of :data:`GENERATED` (even index: tuning half, odd: held-out)."""
-    n, p, cmax, num_share, miss_share = GENERATED[index]
-    schema, codes = make_table(n, p, cmax, num_share, miss_share, seed=7000 + index, name=f"gen{index}")
-    half = "tuning" if index % 2 == 0 else "held-out"
-    name = f"gen{index}:{n}x{p},c<={cmax},miss{miss_share:.0%}"
-    return Table(name, "generated", half, schema, codes)
-
-
-def make_table(n: int, p: int, cmax: int, num_share: float, miss_share: float, *, seed: int,
-               name: str = "generated", interactions: float = 0.0,
-               structure: list[tuple[int, tuple[int, ...], bool]] | None = None) -> tuple[Any, np.ndarray]:
-    """A random Bayesian network (up to 2 parents per column) with structural missingness.
-
-    Cardinalities 2..cmax; a share ``num_share`` of the columns is numeric (binned);
-    about ``miss_share`` of the cells are empty: column j is empty wherever an earlier
-    "gate" column takes some of its values. With ``interactions`` > 0, that share of the
-    columns with two parents is a 3-way interaction: (a + b) mod card with probability
-    0.9 (else uniform), a dependence each parent alone barely shows. Returns (schema, codes);
-    ``structure``, when given, receives (column, its parents, whether it is an interaction)
-    for every column (the draws and the bytes are the same either way).
-    """
-    from dpsynth.schema import schema_from_dict
-
-    rng = np.random.default_rng(seed)
-    cards = [int(c) for c in rng.integers(2, cmax + 1, size=p)]
-    numeric = set(rng.choice(p, size=int(round(num_share * p)), replace=False).tolist())
-    codes = np.empty((n, p), dtype=np.int64)
-    for j in range(p):
-        parents = sorted(rng.choice(j, size=min(j, 2), replace=False).tolist()) if j else []
-        size = int(np.prod([cards[q] for q in parents])) if parents else 1
-        cpt = rng.dirichlet(np.full(cards[j], 0.6), size=size)
-        idx = np.zeros(n, dtype=np.int64)
-        for q in parents:
-            idx = idx * cards[q] + codes[:, q]
-        cdf = np.cumsum(cpt, axis=1)[idx]
-        codes[:, j] = np.minimum((cdf < rng.random(n)[:, None]).sum(axis=1), cards[j] - 1)
-        if interactions > 0 and len(parents) == 2 and rng.random() < interactions:
-            a, b = parents
-            tied = (codes[:, a] + codes[:, b]) % cards[j]
-            codes[:, j] = np.where(rng.random(n) < 0.9, tied, rng.integers(0, cards[j], size=n))
-            if structure is not None:
-                structure.append((j, (a, b), True))
-        elif structure is not None:
-            structure.append((j, tuple(parents), False))
-    nullable = np.zeros(p, dtype=bool)
-    empty = np.zeros((n, p), dtype=bool)
-    if miss_share > 0:
-        for j in rng.permutation(np.arange(1, p)):
-            if empty.mean() >= miss_share:
-                break
-            g = int(rng.integers(0, j))
-            vals = rng.choice(cards[g], size=max(1, cards[g] // 2), replace=False)
-            mask = np.isin(codes[:, g], vals) | empty[:, g]
-            if mask.mean() > 0.9:
-                continue
-            empty[:, j] = mask
-            nullable[j] = True
-    cols = []
-    for j in range(p):
-        if j in numeric:
-            edges = sorted(set(np.round(np.cumsum(rng.uniform(1, 10, size=cards[j] + 1)), 1).tolist()))
-            col: dict[str, Any] = {"name": f"x{j}", "type": "numeric", "edges": edges[: cards[j] + 1]}
-            cards[j] = len(col["edges"]) - 1
-            codes[:, j] = np.minimum(codes[:, j], cards[j] - 1)
-        else:
-            col = {"name": f"x{j}", "type": "categorical", "values": [f"v{v}" for v in range(cards[j])]}
-        if nullable[j]:
-            col["missing"] = [""]
-        cols.append(col)
-    schema = schema_from_dict({"name": name, "columns": cols})
-    for j, c in enumerate(schema.columns):
-        if c.missing_code is not None:
-            codes[empty[:, j], j] = c.missing_code
-    return schema, codes.astype(np.uint8 if max(schema.cardinalities) < 256 else np.uint16)
-
-
-# --- running a method ----------------------------------------------------------------
-
-
-def run_method(method: str, table: Table, epsilon: float, seed: int, params: dict[str, Any] | None = None,
-               release_path: bool = False):
-    """Measure and synthesise as a release does (same stages, same rng streams). Synthesis is
-    the method's whole-table ``synthesize``; with ``release_path``, for a method that streams
-    its synthesis, the records its ``sampler`` hands the release's writer instead (what the
-    pipeline writes: chunked, or above sds's switch an expanded pool with its update)."""
-    from dpsynth.rows.encoding import EncodedTable
-    from dpsynth.methods import METHODS
-    from dpsynth.privacy.budget import Budget, Ledger
-
-    cls = METHODS[method]
-    m = cls(cls.params_type(**(params or {})))
-    budget = Budget(epsilon=epsilon, delta=DELTA)
-    ledger = Ledger(budget, m.plan(table.schema, budget))
-    enc = EncodedTable(schema=table.schema, codes=table.codes)
-    ss = np.random.SeedSequence([seed, 17])
-    r_measure, r_synth, r_decode = (np.random.default_rng(s) for s in ss.spawn(3))
-    t0 = time.perf_counter()
-    try:
-        meas = m.measure(enc, ledger, r_measure)
-    except RefusedMidPlan as exc:  # what the refusal cost: the ledger's spent charges
-        exc.spent = {"stages": [c.stage for c in ledger.spent],
-                     "epsilon": round(ledger.epsilon_spent(), 5) if ledger.spent else 0.0}
-        raise
-    if release_path and getattr(m, "streams_synthesis", False):
-        sampler = m.sampler(meas, table.schema, None, r_synth)
-        synth = EncodedTable(schema=table.schema, codes=sampler.sample(sampler.rows, r_synth))
-    else:
-        synth = m.synthesize(meas, table.schema, None, r_synth)
-    wall = time.perf_counter() - t0
-    return meas, synth, r_decode, wall
-
-
-def gate_margins(synth, meas, decode_rng) -> dict[str, float]:
-    """The gate's worst TVD / threshold per marginal size (``max_ratio_k<k>``; above 1 the gate
-    refuses): how close a release came to failing. Same decode as :func:`gate_verdict`."""
-    from dpsynth.rows.encoding import decode
-    from dpsynth.gate.checks import prepare
-
-    plan = prepare(decode(synth, decode_rng), synth, meas, None, None)
-    out: dict[str, Any] = {}
-    for k in sorted({e["k"] for e in plan.marginal_errors}):
-        errs = [e for e in plan.marginal_errors if e["k"] == k]
-        worst = max(errs, key=lambda e: e["tvd"] / e["threshold"])
-        out[f"max_ratio_k{k}"] = round(worst["tvd"] / worst["threshold"], 4)
-        out[f"worst_k{k}"] = {"marginal": worst["marginal"], "tvd": round(worst["tvd"], 5),
-                              "threshold": round(worst["threshold"], 5)}
-        out[f"min_threshold_k{k}"] = round(min(e["threshold"] for e in errs), 5)
-    return out
-
-
-def gate_verdict(synth, meas, decode_rng, use_ge: bool = False) -> tuple[bool, list[str]]:
-    """The validation gate's verdict on a release (``expected_rows=None``, default thresholds)."""
-    from dpsynth import gate
-    from dpsynth.rows.encoding import decode
-    from dpsynth.gate.checks import prepare
-
-    table = decode(synth, decode_rng)
-    if use_ge:
-        s = gate.run_gate(table, synth, meas, None, None)
-        return bool(s["success"]), list(s["failed"])
-    plan = prepare(table, synth, meas, None, None)
-    failed = []
-    stats = plan.stats
-    for c in plan.checks:
-        kw, obs = c.kwargs, c.observed
-        if c.name == "columns_match_schema":
-            ok = list(plan.table.columns) == kw["column_list"]
-        elif c.name == "row_count":
-            ok = kw["min_value"] <= obs["rows"] and (kw["max_value"] is None or obs["rows"] <= kw["max_value"])
-        elif c.name == "codes_match_table":
-            ok = float(stats["code_mismatch"].max()) <= kw["max_value"]
-        elif c.name.startswith("max_tvd_k"):
-            v = stats[kw["column"]].dropna()
-            ok = bool((v <= kw["max_value"]).all())
-        elif c.name.startswith("mean_tvd_k"):
-            ok = float(stats[kw["column"]].dropna().mean()) <= kw["max_value"]
-        elif c.name == "not_null":
-            ok = not plan.table[c.column].isna().any()
-        elif c.name == "in_domain":
-            s = plan.table[c.column].dropna()
-            if "value_set" in kw:
-                ok = bool(s.isin(kw["value_set"]).all())
-            else:
-                ok = bool(((s >= kw["min_value"]) & (s <= kw["max_value"])).all())
-        else:  # exists, type: structural, right by construction of decode
-            ok = True
-        if not ok:
-            failed.append(c.label)
-    return not failed, failed
-
-
-# --- scores --------------------------------------------------------------------------
-
-
-def _nist_text(table: Table, codes: np.ndarray) -> pd.DataFrame:
-    from dpsynth.rows.encoding import EncodedTable, decode
-
-    df = decode(EncodedTable(schema=table.schema, codes=codes), np.random.default_rng(0))
-    out = {}
-    for c in table.schema.columns:
-        token = c.missing[0] if c.missing else "N"
-        out[c.name] = df[c.name].astype("string").fillna(token).astype(str)
-    return pd.DataFrame(out)
-
-
-def score(table: Table, codes: np.ndarray) -> dict[str, float]:
-    from dpsynth.evaluation import metrics
-
-    if table.kind == "nist":
-        return {"kmarginal": float(metrics.nist_kmarginal_score(table.raw, _nist_text(table, codes),
-                                                                list(table.features)))}
-    ks = (1, 2, 3)
-    res = metrics.tvd_by_k(table.codes, codes, table.schema.cardinalities, ks)
-    return {f"tvd{k}": float(res[k]["mean"]) for k in ks}
-
-
-def baseline(table: Table, seed: int) -> dict[str, float]:
-    """The exact-independent baseline's scores; for NIST tables also its mean 2-way TVD
-    (``tvd2``), the distance the noise rule of :func:`within_noise` compares."""
-    from dpsynth.evaluation import metrics
-
-    rows = metrics.independent_baseline(table.codes, table.schema.cardinalities, table.codes.shape[0],
-                                        np.random.default_rng(9000 + seed)).astype(np.int64)
-    out = score(table, rows)
-    if "tvd2" not in out:
-        out["tvd2"] = float(metrics.tvd_by_k(table.codes, rows, table.schema.cardinalities, (2,))[2]["mean"])
-    return out
-
-
-def table_ceiling(table: Table) -> dict[str, Any]:
-    """The table's ceilings (binned, i.i.d. resample) on the scale its cells are scored on."""
-    return ceilings(table.codes, lambda real, other: score(table, other))
+# --- the matrix ----------------------------------------------------------------------
 
 
 def add_ceilings_only(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -431,113 +122,14 @@ def add_ceilings_only(args: argparse.Namespace) -> list[dict[str, Any]]:
     return payload["cells"]
 
 
-def within_noise(sds_cell: dict[str, Any]) -> bool | None:
-    """Issue 9's exemption: is the exact-independent baseline already within the noise of the
-    truth? True when the TVD that sds's planned 2-way noise alone adds to a 2-way table
-    (``pair_noise_ratio``: public, from the schema, budget and DP record count; mean over
-    seeds) is at least the baseline's own mean 2-way TVD from the truth: no 2-way table
-    measured at that budget can tell the truth from independence. None when unknown."""
-    ratios = [r["pair_noise_ratio"] for r in sds_cell.get("runs", []) if r.get("pair_noise_ratio") is not None]
-    indep = sds_cell.get("independent", {}).get("tvd2")
-    if not ratios or indep is None:
-        return None
-    return float(np.mean(ratios)) >= float(indep)
-
-
-# --- the matrix ----------------------------------------------------------------------
-
-
-def assess(meas, schema):
-    from dpsynth.methods.guidance import assess as _assess
-
-    return _assess(meas, schema)
-
-
-def run_cell(method: str, table: Table, eps: float, seeds: Sequence[int], use_ge: bool,
-             params: dict[str, Any] | None = None, release_path: bool = False) -> dict[str, Any]:
-    runs = []
-    for seed in seeds:
-        cpu0 = time.process_time()
-        try:
-            meas, synth, r_dec, wall = run_method(method, table, eps, seed, params, release_path)
-        except RefusedMidPlan as exc:  # sds's pre-spend refusal: only the record count was spent
-            forecast = getattr(exc, "forecast", None)
-            runs.append({"seed": seed, "published": False, "refused": True, "failed": ["refused before measuring"],
-                         "cpu_s": round(time.process_time() - cpu0, 2), "spent": getattr(exc, "spent", None),
-                         "forecast": None if forecast is None else forecast.to_dict()})
-            continue
-        cpu = time.process_time() - cpu0
-        margins = gate_margins(synth, meas, copy.deepcopy(r_dec))
-        ok, failed = gate_verdict(synth, meas, r_dec, use_ge)
-        s = score(table, synth.codes.astype(np.int64))
-        advice = assess(meas, table.schema)
-        runs.append({"seed": seed, "published": ok, "failed": failed, "wall_s": round(wall, 2),
-                     "cpu_s": round(cpu, 2), **s,
-                     **margins,
-                     "guard_warns": None if advice is None else advice.below_baseline,
-                     "signal_to_noise": None if advice is None else round(advice.signal_to_noise, 3),
-                     "pair_noise_ratio": meas.meta.get("pair_noise_ratio"), "refused": False,
-                     "forecast": _forecast(meas, table.schema, method),
-                     "levels": meas.meta.get("reporting_length"),
-                     "choice": meas.meta.get("synthesis_choice"),
-                     "synthesis": "sampler" if release_path else "synthesize"})
-    return summarise(method, table.name, table.half, eps, runs)
-
-
-def summarise(method: str, table: str, half: str, eps: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One cell from its runs: publish rate (refused runs count as not published), refusals,
-    mean scores and their spread over the runs that measured, CPU seconds summed."""
-    done = [r for r in runs if not r.get("refused")] or [{}]
-    keys = [k for k in done[0] if k.startswith(("kmarginal", "tvd"))]
-    return {"method": method, "table": table, "half": half, "epsilon": eps,
-            "publish_rate": sum(r["published"] for r in runs) / len(runs),
-            "refused": sum(bool(r.get("refused")) for r in runs),
-            **{k: float(np.mean([r[k] for r in done])) for k in keys},
-            **{f"{k}_sd": float(np.std([r[k] for r in done], ddof=1)) if len(done) > 1 else 0.0 for k in keys},
-            "wall_s": float(np.mean([r.get("wall_s", 0.0) for r in runs])),
-            "cpu_s": float(np.sum([r["cpu_s"] for r in runs])), "runs": runs}
-
-
-def pool_cells(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cells of the same (method, table, epsilon) from partial runs (one seed each) as one
-    cell with all their runs; a cell's load averages are kept per part (``loadavg_parts``)."""
-    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
-    for c in cells:
-        groups.setdefault((c["method"], c["table"], c["epsilon"]), []).append(c)
-    out = []
-    for (method, table, eps), parts in groups.items():
-        if len(parts) == 1:
-            out.append(parts[0])
-            continue
-        runs = sorted((r for c in parts for r in c["runs"]), key=lambda r: r["seed"])
-        cell = summarise(method, table, parts[0]["half"], eps, runs)
-        cell.update({k: parts[0][k] for k in ("independent", "ceiling") if k in parts[0]})
-        cell["loadavg_parts"] = [c.get("loadavg") for c in parts]
-        out.append(cell)
-    return out
-
-
-def _forecast(meas, schema, method: str) -> dict[str, Any] | None:
-    """sds's pre-spend rule on this release (:func:`dpsynth.methods.sds.guard.forecast`) from
-    its public inputs: the parameters, the budget split and the DP record count."""
-    if method != "sds" or int(meas.meta.get("reporting_length", 1)) < 2:
-        return None
-    from dpsynth.methods.sds import SdsParams, noise_split
-    from dpsynth.methods.sds.guard import forecast
-    from dpsynth.privacy.budget import Budget
-
-    params = SdsParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in meas.params.items()})
-    split = noise_split(params, schema, Budget(epsilon=float(meas.meta["epsilon"]), delta=DELTA))
-    count = (meas.meta.get("dp_record_count") or {}).get("value", meas.records.value)
-    f = forecast(params, schema.cardinalities, split, float(count))
-    return None if f is None else f.to_dict()
-
 
 def table_references(table: Table, cache: str | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """The table's exact-independent baseline (mean and spread of 5 seeded draws) and its
     ceilings. Both are functions of the table alone (fixed seeds), so with ``cache`` they are
     read from results/<cache>.json when a run wrote them there, else computed and added to it:
-    one-cell processes over a 1M-row table then score its baseline once, not once each."""
+    one-cell processes over a 1M-row table then score its baseline once, not once each.
+    (Kept in this module: it calls this module's ``baseline``, ``table_ceiling`` and ``RESULTS``,
+    which tests/test_sds_matrix_cache.py replaces here.)"""
     path = RESULTS / f"{cache}.json" if cache else None
     stored = json.loads(path.read_text()) if path is not None and path.is_file() else {"tables": {}}
     if table.name in stored["tables"]:

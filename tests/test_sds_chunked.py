@@ -270,3 +270,50 @@ def test_a_planted_triple_passes_the_gate_in_chunks(monkeypatch):
     gate = _marginal_checks(EncodedTable(schema, out.astype(np.uint8)), m, float(m.records.value), {})
     ratios = {e["marginal"]: e["tvd"] / e["threshold"] for e in gate.errors}
     assert ratios["c0|c1|c2"] < 1.0, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_the_caller_says_whether_a_draw_is_a_chunk(sds_measured, monkeypatch):
+    """A chunk's refit (its reweighting on :data:`CHUNK_REWEIGHT_LENGTHS` alone, the finishing
+    update, then the 2-way update once more) is chosen by the caller of ``_draw_complete``,
+    not by ``chunk_share`` in the measurement's meta: a chunk's share drawn with
+    ``chunk=False`` takes the whole-table path, a whole measurement with ``chunk=True`` the
+    chunk's; the chunked sampler's draw says chunk, ``synthesize`` does not. (Before, the
+    meta key decided: ``_draw_complete`` took no ``chunk``.)"""
+    from dpsynth.methods.sds import method as sds_method
+
+    plan, m = sds_measured
+    _small_chunks(monkeypatch)
+    monkeypatch.setattr(sds_method, "REFIT_MODE", "finish")
+    monkeypatch.setattr(sds_method, "CHUNK_REWEIGHT_LENGTHS", (2,))
+    monkeypatch.setattr(sds_method, "CHUNK_PAIRS_AGAIN", True)
+    calls: list[tuple[str, object]] = []
+    # the refit's two steps, recorded with the tables they were told to fit (None: every k);
+    # returning None leaves the drawn records as they are
+    monkeypatch.setattr(sds_method, "honour_tables", lambda *a, **k: calls.append(("reweight", k.get("lengths"))))
+    monkeypatch.setattr(sds_method, "update_tables", lambda *a, **k: calls.append(("update", k.get("lengths"))))
+    method = plan.method()
+    s = method.sampler(m, plan.schema, 1234, np.random.default_rng(5))
+    assert isinstance(s, chunked.ChunkedSampler)
+    model, targets, total = method._complete_model(m, plan.schema)
+    mk, ones, tk = s.shares(0, s.chunk_rng(0))
+    assert "chunk_share" in mk.meta and "chunk_share" not in m.meta
+
+    def path(meas, one_way, tot, **kw) -> list[tuple[str, object]]:
+        calls.clear()
+        method._draw_complete(model, 50, meas, plan.schema, one_way, tot, np.random.default_rng(0), **kw)
+        return list(calls)
+
+    whole = [("reweight", None), ("update", None)]
+    chunk = [("reweight", (2,)), ("update", None), ("update", (2,))]
+    assert path(mk, ones, tk) == whole  # the default is the whole table, whatever the meta
+    assert path(mk, ones, tk, chunk=False) == whole  # a share, drawn as a whole table
+    assert path(m, targets, total, chunk=True) == chunk  # the whole measurement, drawn as a chunk
+    assert path(m, targets, total) == whole and path(mk, ones, tk, chunk=True) == chunk
+
+    calls.clear()  # the callers: each of the 5 chunks is drawn as a chunk ...
+    fresh = method.sampler(m, plan.schema, 1234, np.random.default_rng(5))
+    fresh.sample(1234, np.random.default_rng(0))
+    assert calls == chunk * 5
+    calls.clear()  # ... and synthesize draws the whole table
+    method.synthesize(m, plan.schema, 1234, np.random.default_rng(0))
+    assert calls == whole

@@ -141,7 +141,7 @@ def _first_chunk_off(method, m, schema, mode: str, monkeypatch) -> int:
     model, _, _ = method._complete_model(m, schema)
     rng = s.chunk_rng(0)
     mk, ones, tk = s.shares(0, rng)
-    out = method._draw_complete(model, s.sizes[0], mk, schema, ones, tk, rng).astype(np.int64)
+    out = method._draw_complete(model, s.sizes[0], mk, schema, ones, tk, rng, chunk=True).astype(np.int64)
     return len(misfit_tables(table_checks(mk, schema, lengths=(2,)), np.ones(out.shape[0]), tk,
                              pool=np.asfortranarray(out)))
 

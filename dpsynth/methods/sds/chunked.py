@@ -154,8 +154,10 @@ class ChunkedSampler(PartStream):
 
     ``draw_chunk(n, measurement, one_way, total, rng)`` draws one chunk's ``n`` records
     given the chunk's share of the measurement's k-way tables, of the 1-way targets and of
-    the record total. ``sample(n, rng)`` hands the records out in order and ignores its
-    generator: chunk ``i`` uses ``SeedSequence(key, spawn_key=(i,))``."""
+    the record total; it is called for chunks only, so it runs a chunk's refit (``sds``'s
+    passes ``chunk=True`` to ``SdsMethod._draw_complete``). ``sample(n, rng)`` hands the
+    records out in order and ignores its generator: chunk ``i`` uses
+    ``SeedSequence(key, spawn_key=(i,))``."""
 
     #: Chunks are drawn in order: the writer must not split it across processes.
     sequential: ClassVar[bool] = True
@@ -196,7 +198,9 @@ class ChunkedSampler(PartStream):
             threshold=None if nm.threshold is None else float(nm.threshold) * s) for nm, split in self._tables)
         ones = {j: split.take(q, rng) for j, split in self._ones.items()}
         self._left -= n
-        meta = {**self.measurement.meta, "chunk_share": s}  # the refit's allowance per chunk (refit.py)
+        # the share of the rows, for the refit's allowance per chunk (refit.py); it does not tell
+        # a chunk apart: the draw callback does (draw_chunk above)
+        meta = {**self.measurement.meta, "chunk_share": s}
         return dataclasses.replace(self.measurement, measured=tables, meta=meta), ones, self.total * s
 
     def _next_part(self) -> np.ndarray:

@@ -162,7 +162,7 @@ class SdsMethod(MethodBase):
                 raw[:, j] = np.where(raw[:, j] < 0, empty, raw[:, j])
         else:
             model, targets, total = self._complete_model(m, schema)
-            raw = self._draw_complete(model, n, m, schema, targets, total, rng)
+            raw = self._draw_complete(model, n, m, schema, targets, total, rng, chunk=False)
         codes = raw.astype(code_dtype(cards))
         return EncodedTable(schema=schema, codes=codes)
 
@@ -181,12 +181,16 @@ class SdsMethod(MethodBase):
         return model, targets, total
 
     def _draw_complete(self, model: _Model, n: int, m: Measurement, schema: Schema,
-                       targets: dict[int, np.ndarray], total: float, rng: np.random.Generator) -> np.ndarray:
+                       targets: dict[int, np.ndarray], total: float, rng: np.random.Generator, *,
+                       chunk: bool = False) -> np.ndarray:
         """``n`` records from the complete sampler, refitted to the measured k-way tables of
-        ``m`` (k >= 2) and raked to ``targets``: a whole release, or one chunk with its share
-        of the k-way and 1-way tables. A chunk's reweighting fits only
+        ``m`` (k >= 2) and raked to ``targets``: a whole release, or with ``chunk`` one chunk
+        with its share of the k-way and 1-way tables (``m``, ``targets`` and ``total`` are then
+        :meth:`ChunkedSampler.shares`'s). A chunk's reweighting fits only
         :data:`CHUNK_REWEIGHT_LENGTHS`; its finishing update fits every k, then (with
-        :data:`CHUNK_PAIRS_AGAIN`) the 2-way tables once more."""
+        :data:`CHUNK_PAIRS_AGAIN`) the 2-way tables once more. The caller says which: the
+        chunked sampler's draw passes ``chunk=True``, :meth:`synthesize` does not (the
+        measurement's meta does not decide)."""
         raw = _sample_complete(model, n, self.params, rng)
         refit = None
         ones = targets if self.params.rake_one_way else {}
@@ -196,7 +200,7 @@ class SdsMethod(MethodBase):
             if refit is not None:  # the update matched the 1-way targets itself
                 return refit[0]
         elif self.params.fit_pairs:
-            only = {"lengths": CHUNK_REWEIGHT_LENGTHS} if "chunk_share" in m.meta and CHUNK_REWEIGHT_LENGTHS else {}
+            only = {"lengths": CHUNK_REWEIGHT_LENGTHS} if chunk and CHUNK_REWEIGHT_LENGTHS else {}
             refit = honour_tables(raw, lambda k: _sample_complete(model, k, self.params, rng), m, schema,
                                   ones, total, rng, **only)
         if refit is not None:
@@ -209,7 +213,7 @@ class SdsMethod(MethodBase):
             finished = update_tables(raw, m, schema, ones, total, rng)
             if finished is not None:
                 raw = finished[0]
-            if CHUNK_PAIRS_AGAIN and "chunk_share" in m.meta:  # the pairs the k >= 3 moves left off
+            if CHUNK_PAIRS_AGAIN and chunk:  # the pairs the k >= 3 moves left off
                 again = update_tables(raw, m, schema, ones, total, rng, lengths=(2,))
                 if again is not None:
                     raw = again[0]
@@ -269,8 +273,9 @@ class SdsMethod(MethodBase):
             return self._expanded(model, n, m, schema, targets, total, key, rng)
 
         def draw(k: int, mk: Measurement, ones: dict[int, np.ndarray], tk: float,
-                 g: np.random.Generator) -> np.ndarray:
-            return self._draw_complete(model, k, mk, schema, ones, tk, g).astype(code_dtype(schema.cardinalities))
+                 g: np.random.Generator) -> np.ndarray:  # one chunk, with its share: the chunk's refit
+            return self._draw_complete(model, k, mk, schema, ones, tk, g,
+                                       chunk=True).astype(code_dtype(schema.cardinalities))
 
         return ChunkedSampler(rows=n, columns=p, measurement=m, one_way=dict(targets), total=total, key=key,
                               draw_chunk=draw)
