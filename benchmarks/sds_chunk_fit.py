@@ -66,7 +66,7 @@ def run(kind: str, rows: int, refits: list[str]) -> list[dict]:
     for refit in ["raw", *refits]:
         rng = sampler.chunk_rng(0)
         sampler._left = sampler.rows  # the first chunk's shares again (same splits, same rng)
-        sampler._pairs = [(nm, type(s)(nm.counts)) for nm, s in sampler._pairs]
+        sampler._tables = [(nm, type(s)(nm.counts)) for nm, s in sampler._tables]
         sampler._ones = {j: type(s)(sampler.one_way[j]) for j, s in sampler._ones.items()}
         mk, ones, tk = sampler.shares(0, rng)
         n = sampler.sizes[0]
