@@ -324,6 +324,8 @@ def _gate_and_fit(res: dict, scratch: Path) -> None:
             worst = max((e for e in errors if e["k"] == k), key=lambda e: e["tvd"] / e["threshold"])
             res[f"worst_k{k}"] = {"ratio": round(worst["tvd"] / worst["threshold"], 4), "tvd": worst["tvd"],
                                   "threshold": worst["threshold"], "marginal": worst["marginal"]}
+            of_k = [e["tvd"] / e["threshold"] for e in errors if e["k"] == k]  # every table's, not only the worst
+            res[f"mean_ratio_k{k}"] = round(sum(of_k) / len(of_k), 4)
     fits = sorted(scratch.glob("**/fit.json"))
     manifest = scratch / "out" / "scale" / "manifest.json"
     if manifest.exists():
