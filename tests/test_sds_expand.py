@@ -158,9 +158,9 @@ def test_an_expanded_release_of_tied_pairs_passes_the_gate(monkeypatch):
     """200,000 records from a pool of 20,000 (a sampler that draws every column alone, two
     tied pairs): the fitted pool, expanded ten times, passes the gate on every table.
     Seventeenth round, second part: the weighted pool's gate view has a triple at .985, so the
-    pool is rounded to equal records and given the last pass (worst .98 -> .87); the rounding
-    costs the tied pair c0|c1 its room (.63 -> .87 of its threshold), which the pass keeps
-    under its margin. Without the pass both tied pairs are under .8."""
+    pool is rounded to equal records, its columns set and passed (worst .98 -> .88); the
+    rounding costs the tied pair c0|c1 its room (.63 -> .88 of its threshold), under the
+    pass's margin. Without the pass both tied pairs are under .8."""
     _small_chunks(monkeypatch, 2_500)
     sampler, ratios = tied_pairs_ratios(monkeypatch, expand.ExpandedSampler)
     assert sampler.pool.shape[0] == 20_000 and sampler.info["pool_passed"] == 1

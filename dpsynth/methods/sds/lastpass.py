@@ -63,6 +63,10 @@ MAX_BATCHES = 400
 STALL = 6
 #: Records tried per record to rewrite, when :func:`set_columns` gives a column its 1-way table.
 COLUMN_CANDIDATES = 4
+#: Rounds of rewrites per column: the first half each take an equal share of what is left off
+#: (the costs are re-read between rounds, so the cheapest rewrites do not all pile into one
+#: cell), the others the rest.
+COLUMN_ROUNDS = 8
 #: The gate's smallest threshold (:mod:`dpsynth.gate.thresholds`).
 _MIN_THRESHOLD = 1e-9
 
@@ -208,18 +212,19 @@ def set_columns(codes: np.ndarray, tables: Sequence[GateTable], goals: dict[int,
     table ``goals[j]`` (whole records summing to the records) by rewriting it in as many records
     as it is off, choosing among :data:`COLUMN_CANDIDATES` records per rewrite (drawn from the
     over-filled values) the records and new values that raise the sum of the gate ratios of the
-    tables holding ``j`` the least (each rewrite alone, against the counts before the column's
-    rewrites); what is left after a few rounds is rewritten in random records of the over-filled
+    tables holding ``j`` the least (each rewrite alone, against the counts before the round's
+    rewrites; :data:`COLUMN_ROUNDS`); what is left after them is rewritten in random records of the over-filled
     values. How many records were rewritten. The columns are set in order: rewriting one keeps
     the others."""
     st = _State(codes, tables)
     moved = 0
     for j, goal in goals.items():
         holding = [(i, t.cols.index(j)) for i, t in enumerate(st.tables) if j in t.cols]
-        for _ in range(4):
+        for step in range(COLUMN_ROUNDS):
             gap = np.bincount(codes[:, j], minlength=goal.size)[:goal.size] - goal
             if not gap.any():
                 break
+            size = -(-int(gap.clip(0).sum()) // max(1, COLUMN_ROUNDS // 2 - step))  # a share, then the rest
             over = np.flatnonzero(gap[codes[:, j]] > 0)
             r = np.sort(over[rng.choice(over.size, size=min(over.size, COLUMN_CANDIDATES * int(gap.clip(0).sum())),
                                         replace=False)])
@@ -243,7 +248,7 @@ def set_columns(codes: np.ndarray, tables: Sequence[GateTable], goals: dict[int,
                 give[x] -= 1
                 pick.append(int(r[b]))
                 vals.append(v)
-                if not need.any():
+                if not need.any() or len(pick) >= size:
                     break
             if not pick:
                 break
