@@ -10,9 +10,9 @@ where a table is still far off, the pool is rounded to equal records and updated
 pass's margin, the pool is rounded to equal records and given the last pass alone, kept
 where it lowers the worst table: :func:`pass_pool`), and each pool record is then written
 about ``weight x rows / m`` times (:func:`copies`, a systematic rounding: floor or ceiling
-of its share, summing exactly to ``rows``). The copies are dealt to groups of records (:func:`.chunked.chunk_count` of them, so a seed
-gives the same bytes whatever ``chunk_rows`` or runner) by conditional binomials and
-shuffled within each group with the group's own generator. Cost: the pool's fit, then a
+of its share, summing exactly to ``rows``). The copies are dealt to groups of records
+(:func:`.chunked.chunk_count` of them, so a seed gives the same bytes whatever ``chunk_rows``
+or runner) by conditional binomials and shuffled within each group with the group's own generator. Cost: the pool's fit, then a
 copy per released record; memory: the pool. The release repeats records (about rows / m
 times each): docs/scale.md, "sds above the switch".
 """
@@ -231,10 +231,12 @@ def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema
     did not edit (no table more than :data:`UPDATE_RATIO` times off, or none off at all):
     where the gate's view of ``pool`` weighted by ``weights`` (the release's tables before the
     copies' rounding) has some table above :data:`.lastpass.MARGIN`, the pool rounded to as
-    many equally weighted records (:func:`copies`, from ``rng``), its columns given the weighted
-    pool's 1-way tables (:func:`_weighted_columns`) and passed, and what the pass did; the records are None (the caller keeps the weighted pool) unless the pass leaves the
-    worst table lower than the weighted pool has it: the rounding to ``pool``'s size adds the
-    sampling error of that many records, which the pass cannot always take back. None
+    many equally weighted records (:func:`copies`, from ``rng``), its columns given the
+    weighted pool's 1-way tables (:func:`_weighted_columns`, :func:`.lastpass.set_columns`)
+    and passed, and what was done; the records are None (the caller keeps the weighted pool)
+    unless the pass leaves the worst table lower than the weighted pool has it: the rounding
+    to ``pool``'s size adds the sampling error of that many records, which the pass takes back
+    only for the tables above the margin. None
     where no table is above the margin, nothing drawn from ``rng`` (the same bytes); None too
     with :data:`LAST_PASS` off or where the gate's view cannot be rebuilt.
     Post-processing of the measurement only (docs/sds-generalisation.md, seventeenth round,

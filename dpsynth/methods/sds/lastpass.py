@@ -23,6 +23,12 @@ batches in a row is left. Bounded work: at most :data:`MAX_BATCHES` batches; det
 the generator (never a clock). Nothing is drawn from the generator when no table is above the
 margin: the records come back unchanged.
 
+On an expanded pool the update left alone (:func:`.expand.pass_pool`), the gate's view of the
+weighted pool is read first (:func:`weighted_gate_ratios`); where a table is above the margin
+the pool is rounded to equal records and :func:`set_columns` gives each column back the weighted
+pool's 1-way table (swaps cannot), choosing the rewrites that raise the gate ratios least,
+before the pass (docs/sds-generalisation.md, seventeenth round, second part).
+
 Post-processing of the measurement only: it reads the noisy tables, their public noise
 scales and the DP record count (the thresholds), the records and the generator; never the real
 rows. Design and figures: docs/sds-generalisation.md, sixteenth round.
