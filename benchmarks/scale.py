@@ -19,7 +19,8 @@ every 0.1 s and reports each one's peak and the peak of their sum.
     python benchmarks/scale.py --rows 100000000 --modes serial    # one locked run each
 
 Whole releases (``--modes release-pgm,release-sds``, issue 25; ``release-sds+noguard``: sds's
-pre-spend guard off, to measure what it refuses): the CLI's ``dpsynth release
+pre-spend guard off, to measure what it refuses; ``release-sds+noguard.nopass``: the expanded
+release's last pass off too): the CLI's ``dpsynth release
 --engine local`` from the raw Parquet folder through encode, measure, synthesize (streamed
 to Parquet and CSV), validate (the gate worker, a child process), publish and report, at
 epsilon 1 with a fixed seed, in a fresh process under ``nice``. Wall time, the manifest's
@@ -290,12 +291,17 @@ def _release_cmd(rows: int, mode: str, data: Path, work: Path) -> tuple[list[str
         cmd += ["--dask-address", "local:2"]
     if extra == "noguard":  # release-sds+noguard: sds's pre-spend guard off (a measurement, never the product)
         cmd[2:4] = ["-c", _NO_GUARD]
+    if extra == "noguard.nopass":  # ... and the expanded release's last pass off (main before session 40)
+        cmd[2:4] = ["-c", _NO_GUARD.replace("from dpsynth.cli", _NO_PASS + "from dpsynth.cli")]
     return cmd, scratch
 
 
 #: The CLI with sds's expanded-release floor at 0: what the guard would let through if it did not refuse.
 _NO_GUARD = ("import sys; import dpsynth.methods.sds.guard as g; g.MIN_PAIR_THRESHOLD_EXPANDED = 0.0; "
              "from dpsynth.cli import main; sys.exit(main(sys.argv[1:]))")
+#: ... and with sds's last pass off (expand.LAST_PASS): the expanded release as it was before the
+#: pass ran on pools the update leaves alone (docs/sds-generalisation.md, seventeenth round, second part).
+_NO_PASS = "import dpsynth.methods.sds.expand as e; e.LAST_PASS = False; "
 
 
 def _release_result(res: dict, scratch: Path, stdout: str, stderr: str) -> None:
@@ -324,6 +330,8 @@ def _gate_and_fit(res: dict, scratch: Path) -> None:
             worst = max((e for e in errors if e["k"] == k), key=lambda e: e["tvd"] / e["threshold"])
             res[f"worst_k{k}"] = {"ratio": round(worst["tvd"] / worst["threshold"], 4), "tvd": worst["tvd"],
                                   "threshold": worst["threshold"], "marginal": worst["marginal"]}
+            of_k = [e["tvd"] / e["threshold"] for e in errors if e["k"] == k]  # every table's, not only the worst
+            res[f"mean_ratio_k{k}"] = round(sum(of_k) / len(of_k), 4)
     fits = sorted(scratch.glob("**/fit.json"))
     manifest = scratch / "out" / "scale" / "manifest.json"
     if manifest.exists():

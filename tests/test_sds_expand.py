@@ -156,11 +156,18 @@ def test_same_bytes_whatever_chunk_rows_and_runner(sds_measured, tmp_path, monke
 @pytest.mark.slow
 def test_an_expanded_release_of_tied_pairs_passes_the_gate(monkeypatch):
     """200,000 records from a pool of 20,000 (a sampler that draws every column alone, two
-    tied pairs): the fitted pool, expanded ten times, passes the gate on every table."""
+    tied pairs): the fitted pool, expanded ten times, passes the gate on every table.
+    Seventeenth round, second part: the weighted pool's gate view has a triple at .985, so the
+    pool is rounded to equal records, its columns set and passed (worst .98 -> .88); the
+    rounding costs the tied pair c0|c1 its room (.63 -> .88 of its threshold), under the
+    pass's margin. Without the pass both tied pairs are under .8."""
     _small_chunks(monkeypatch, 2_500)
     sampler, ratios = tied_pairs_ratios(monkeypatch, expand.ExpandedSampler)
-    assert sampler.pool.shape[0] == 20_000
-    assert max(ratios.values()) < 1.0, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
+    assert sampler.pool.shape[0] == 20_000 and sampler.info["pool_passed"] == 1
+    assert max(ratios.values()) < 0.9, sorted(ratios.items(), key=lambda kv: -kv[1])[:3]
+    monkeypatch.setattr(expand, "LAST_PASS", False)
+    sampler, ratios = tied_pairs_ratios(monkeypatch, expand.ExpandedSampler)
+    assert "pool_passed" not in sampler.info and max(ratios.values()) < 1.0
     assert ratios["c0|c1"] < 0.8 and ratios["c4|c5"] < 0.8
 
 

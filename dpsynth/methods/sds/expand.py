@@ -6,11 +6,13 @@ a pool of ``m = pool_rows_for(columns)`` records is drawn once from the sampler'
 weights: latent.py), reweighted against the whole measurement scaled by ``m / rows`` (every measured k-way
 table, the sampling allowance of a ``rows``-record release: :func:`scaled_measurement`;
 where a table is still far off, the pool is rounded to equal records and updated:
-:func:`update_pool`), and each pool record is then written about ``weight x rows / m`` times (:func:`copies`, a
-systematic rounding: floor or ceiling of its share, summing exactly to ``rows``). The
-copies are dealt to groups of records (:func:`.chunked.chunk_count` of them, so a seed
-gives the same bytes whatever ``chunk_rows`` or runner) by conditional binomials and
-shuffled within each group with the group's own generator. Cost: the pool's fit, then a
+:func:`update_pool`; where none is, but the gate would read some table above the last
+pass's margin, the pool is rounded to equal records and given the last pass alone, kept
+where it lowers the worst table: :func:`pass_pool`), and each pool record is then written
+about ``weight x rows / m`` times (:func:`copies`, a systematic rounding: floor or ceiling
+of its share, summing exactly to ``rows``). The copies are dealt to groups of records
+(:func:`.chunked.chunk_count` of them, so a seed gives the same bytes whatever ``chunk_rows``
+or runner) by conditional binomials and shuffled within each group with the group's own generator. Cost: the pool's fit, then a
 copy per released record; memory: the pool. The release repeats records (about rows / m
 times each): docs/scale.md, "sds above the switch".
 """
@@ -18,6 +20,7 @@ times each): docs/scale.md, "sds above the switch".
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -28,9 +31,9 @@ from ...schema import Schema
 from . import chunked
 from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, table_checks
 
-__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "OFF_ROUNDS", "OFF_RATIO", "HOLD_ROUNDS",
-           "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
-           "misfit_ratios", "update_pool", "copies", "ExpandedSampler"]
+__all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "PASS_PART", "OFF_ROUNDS", "OFF_RATIO",
+           "HOLD_ROUNDS", "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
+           "misfit_ratios", "update_pool", "pass_pool", "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
 #: are expanded from one pool; smaller ones are drawn chunk by chunk as before.
@@ -42,6 +45,8 @@ POOL_CHUNKS = 8
 LATENT_PART = (1 << 32) - 1
 #: The part number of the generator of the pool's record update (:func:`update_pool`).
 UPDATE_PART = (1 << 32) - 2
+#: The part number of the generator of the last pass on a pool the update left alone (:func:`pass_pool`).
+PASS_PART = (1 << 32) - 3
 #: Rounds of :func:`fit_off_tables`, the last pass of :func:`fit_pool` (0: no such pass), the
 #: tables it targets (misfit above this many times their allowance) and the rounds after them
 #: to the pairs held (tuning: the 10M scale table, seed 0; docs/sds-generalisation.md,
@@ -220,6 +225,61 @@ def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, sche
     return None if out is None else out[0]
 
 
+def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,
+              rng: np.random.Generator) -> tuple[np.ndarray | None, dict[str, Any]] | None:
+    """The last pass (:func:`.lastpass.last_pass`) on a fitted pool that :func:`update_pool`
+    did not edit (no table more than :data:`UPDATE_RATIO` times off, or none off at all):
+    where the gate's view of ``pool`` weighted by ``weights`` (the release's tables before the
+    copies' rounding) has some table above :data:`.lastpass.MARGIN`, the pool rounded to as
+    many equally weighted records (:func:`copies`, from ``rng``), its columns given the
+    weighted pool's 1-way tables (:func:`_weighted_columns`, :func:`.lastpass.set_columns`)
+    and passed, and what was done; the records are None (the caller keeps the weighted pool)
+    unless the pass leaves the worst table lower than the weighted pool has it: the rounding
+    to ``pool``'s size adds the sampling error of that many records, which the pass takes back
+    only for the tables above the margin. None
+    where no table is above the margin, nothing drawn from ``rng`` (the same bytes); None too
+    with :data:`LAST_PASS` off or where the gate's view cannot be rebuilt.
+    Post-processing of the measurement only (docs/sds-generalisation.md, seventeenth round,
+    second part)."""
+    from . import lastpass
+
+    tables = lastpass.gate_tables(scaled, schema) if LAST_PASS and scaled is not None else None
+    if not tables:
+        return None
+    start = time.process_time()
+    ratios = lastpass.weighted_gate_ratios(pool, weights, tables)
+    if not (ratios > lastpass.MARGIN).any():
+        return None
+    records = np.repeat(np.asarray(pool), copies(weights, pool.shape[0], rng), axis=0)
+    goals = _weighted_columns(pool, weights, schema.cardinalities, records.shape[0], rng)
+    moved = lastpass.set_columns(records, tables, goals, rng)
+    codes, done = lastpass.last_pass(records, tables, rng)  # swaps: the columns stay as set
+    kept = done["worst_after"] < float(ratios.max())
+    info = {"pool_passed": int(kept), "pass_above_weighted": int((ratios > lastpass.MARGIN).sum()),
+            "pass_worst_weighted": round(float(ratios.max()), 4), "pass_column_moves": moved,
+            **{f"pass_{k}": round(v, 4) if isinstance(v, float) else v for k, v in done.items()},
+            "pass_cpu_s": round(time.process_time() - start, 1)}
+    return codes if kept else None, info
+
+
+def _weighted_columns(pool: np.ndarray, weights: np.ndarray, cards, rows: int,
+                      rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Each column's 1-way table of ``pool`` weighted by ``weights``, rounded to ``rows`` whole
+    records (:func:`.update.integer_target`): what the pool rounded to equal records is given
+    back (:func:`.lastpass.set_columns`; the rounding alone leaves the 1-way tables the sampling
+    error of the pool's size: the 10M scale table, a column at .995 of its gate threshold,
+    .49 weighted)."""
+    from .update import integer_target
+
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
+    goals = {}
+    for j, card in enumerate(cards):
+        goal = integer_target(np.bincount(pool[:, j], weights=w, minlength=int(card)), rows, rng)
+        if goal is not None and goal.size == int(card):
+            goals[j] = goal
+    return goals
+
+
 def copies(weights: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarray:
     """How many times each pool record is written: ``rows`` x its share of ``weights``,
     rounded systematically (floor or ceiling each, summing exactly to ``rows``; one
@@ -248,6 +308,12 @@ class ExpandedSampler(chunked.PartStream):
     _left: np.ndarray = field(init=False)
     _drawn: int = field(init=False, default=0)
     _buffer: Any = field(init=False, default=None)
+
+    @property
+    def fit(self) -> dict[str, Any]:
+        """What the pool's fit, update and last pass did (``info``), as the manifest's
+        ``synthesis.fit`` states it (:func:`dpsynth.pipeline.synthetic.write_fit_record`)."""
+        return {k: v.item() if isinstance(v, np.generic) else v for k, v in self.info.items()}
 
     def __post_init__(self) -> None:
         if int(self.counts.sum()) != self.rows:

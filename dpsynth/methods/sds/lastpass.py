@@ -23,6 +23,12 @@ batches in a row is left. Bounded work: at most :data:`MAX_BATCHES` batches; det
 the generator (never a clock). Nothing is drawn from the generator when no table is above the
 margin: the records come back unchanged.
 
+On an expanded pool the update left alone (:func:`.expand.pass_pool`), the gate's view of the
+weighted pool is read first (:func:`weighted_gate_ratios`); where a table is above the margin
+the pool is rounded to equal records and :func:`set_columns` gives each column back the weighted
+pool's 1-way table (swaps cannot), choosing the rewrites that raise the gate ratios least,
+before the pass (docs/sds-generalisation.md, seventeenth round, second part).
+
 Post-processing of the measurement only: it reads the noisy tables, their public noise
 scales and the DP record count (the thresholds), the records and the generator; never the real
 rows. Design and figures: docs/sds-generalisation.md, sixteenth round.
@@ -43,7 +49,7 @@ from ...schema import Schema
 from .descent import _Group, swap_term_changes
 
 __all__ = ["MARGIN", "BATCH", "SEEN", "PARTNERS", "MAX_BATCHES", "STALL", "GateTable", "gate_tables", "gate_ratios",
-           "last_pass"]
+           "weighted_gate_ratios", "set_columns", "last_pass"]
 
 #: Tables whose exact gate ratio is above this are worked on (and no move may push another
 #: table above it). Below 1 for the copies' rounding (:func:`.expand.copies`), which the pass
@@ -61,6 +67,12 @@ PARTNERS = 4
 MAX_BATCHES = 400
 #: A table is left after this many batches in a row kept none of its pairs.
 STALL = 6
+#: Records tried per record to rewrite, when :func:`set_columns` gives a column its 1-way table.
+COLUMN_CANDIDATES = 4
+#: Rounds of rewrites per column: the first half each take an equal share of what is left off
+#: (the costs are re-read between rounds, so the cheapest rewrites do not all pile into one
+#: cell), the others the rest.
+COLUMN_ROUNDS = 8
 #: The gate's smallest threshold (:mod:`dpsynth.gate.thresholds`).
 _MIN_THRESHOLD = 1e-9
 
@@ -180,6 +192,91 @@ class _State:
 def gate_ratios(codes: np.ndarray, tables: Sequence[GateTable]) -> np.ndarray:
     """Each table's exact gate ratio for ``codes`` written equally often."""
     return _State(np.asarray(codes), tables).ratio
+
+
+def weighted_gate_ratios(pool: np.ndarray, weights: np.ndarray, tables: Sequence[GateTable]) -> np.ndarray:
+    """Each table's gate ratio for ``pool``'s records weighted by ``weights``: the release's
+    tables before the copies' rounding (:func:`.expand.copies` writes record i about
+    rows x its share of the weights). Reads the records, nothing drawn."""
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
+    w = w / max(float(w.sum()), 1e-300)
+    by_col = np.asfortranarray(pool)  # every table reads whole columns
+    out = np.zeros(len(tables))
+    for i, t in enumerate(tables):
+        cell = np.zeros(by_col.shape[0], dtype=np.int64)
+        for j, size in zip(t.cols, t.shape):
+            cell *= size
+            cell += by_col[:, j]
+        p = np.bincount(cell, weights=w, minlength=t.q.size)
+        out[i] = 0.5 * float(np.abs(p - t.q).sum()) / t.limit
+    return out
+
+
+def set_columns(codes: np.ndarray, tables: Sequence[GateTable], goals: dict[int, np.ndarray],
+                rng: np.random.Generator) -> int:
+    """Each column ``j`` of ``codes`` (equally weighted records, edited in place) given the 1-way
+    table ``goals[j]`` (whole records summing to the records) by rewriting it in as many records
+    as it is off, choosing among :data:`COLUMN_CANDIDATES` records per rewrite (drawn from the
+    over-filled values) the records and new values that raise the sum of the gate ratios of the
+    tables holding ``j`` the least (each rewrite alone, against the counts before the round's
+    rewrites; :data:`COLUMN_ROUNDS`); what is left after them is rewritten in random records of the over-filled
+    values. How many records were rewritten. The columns are set in order: rewriting one keeps
+    the others."""
+    st = _State(codes, tables)
+    moved = 0
+    for j, goal in goals.items():
+        holding = [(i, t.cols.index(j)) for i, t in enumerate(st.tables) if j in t.cols]
+        for step in range(COLUMN_ROUNDS):
+            gap = np.bincount(codes[:, j], minlength=goal.size)[:goal.size] - goal
+            if not gap.any():
+                break
+            size = -(-int(gap.clip(0).sum()) // max(1, COLUMN_ROUNDS // 2 - step))  # a share, then the rest
+            over = np.flatnonzero(gap[codes[:, j]] > 0)
+            r = np.sort(over[rng.choice(over.size, size=min(over.size, COLUMN_CANDIDATES * int(gap.clip(0).sum())),
+                                        replace=False)])
+            under = np.flatnonzero(gap < 0)
+            d = np.zeros((under.size, r.size))
+            rows = codes[r]
+            for i, a in holding:
+                old = st.start[i] + st.local(i, rows)
+                new = old[None, :] + (under[:, None] - rows[:, j].astype(np.int64)[None, :]) * int(st.mults[i][a])
+                leave = st.term(st.counts[old] - 1, old) - st.dev[old]
+                d += 0.5 * (leave[None, :] + st.term(st.counts[new] + 1, new) - st.dev[new]) / st.limit[i]
+            need, give = np.clip(-gap, 0, None), np.clip(gap, 0, None)
+            used = np.zeros(r.size, dtype=bool)
+            pick, vals = [], []
+            for u, b in zip(*np.unravel_index(np.argsort(d.ravel(), kind="stable"), d.shape)):
+                v, x = int(under[u]), int(rows[b, j])
+                if used[b] or need[v] == 0 or give[x] == 0:
+                    continue
+                used[b] = True
+                need[v] -= 1
+                give[x] -= 1
+                pick.append(int(r[b]))
+                vals.append(v)
+                if not need.any() or len(pick) >= size:
+                    break
+            if not pick:
+                break
+            moved += _rewrite(st, codes, np.array(pick), j, np.array(vals))
+        gap = np.bincount(codes[:, j], minlength=goal.size)[:goal.size] - goal
+        if gap.any():  # what the rounds left: random records of the over-filled values
+            over = np.flatnonzero(gap[codes[:, j]] > 0)
+            out = over[rng.permutation(over.size)]
+            out = np.concatenate([out[codes[out, j] == x][:int(g)] for x, g in enumerate(gap) if g > 0])
+            vals = np.repeat(np.arange(goal.size), np.clip(-gap, 0, None))
+            moved += _rewrite(st, codes, np.sort(out), j, vals[rng.permutation(vals.size)])
+    return moved
+
+
+def _rewrite(st: _State, codes: np.ndarray, rows: np.ndarray, j: int, vals: np.ndarray) -> int:
+    """Records ``rows`` get ``vals`` in column ``j`` (codes and counts); how many."""
+    old = codes[rows].copy()
+    new = old.copy()
+    new[:, j] = vals
+    st.apply(old, new)
+    codes[rows] = new
+    return int(rows.size)
 
 
 def _proposals(st: _State, codes: np.ndarray, t: int, size: int,

@@ -20,8 +20,8 @@ from .aggregation import aggregate, aggregates_frame, tables_from_frame
 from .budget import NoiseSplit, noise_split, plan_charges
 from .chunked import ChunkedSampler, WholeTableSampler, chunk_count, chunk_rows_for, part_rng
 from . import expand as _expand
-from .expand import (LATENT_PART, UPDATE_PART, ExpandedSampler, copies, expands, fit_pool, pool_rows_for,
-                     scaled_measurement, update_pool)
+from .expand import (LATENT_PART, PASS_PART, UPDATE_PART, ExpandedSampler, copies, expands, fit_pool, pass_pool,
+                     pool_rows_for, scaled_measurement, update_pool)
 from .latent import latent_pool
 from .complete import _Model, _rake_to_one_way, _sample_complete, pooled_total, public_one_way
 from .measured import one_way_marginals, tree_view, tuple_marginals
@@ -228,7 +228,9 @@ class SdsMethod(MethodBase):
         """A pool of :func:`~dpsynth.methods.sds.expand.pool_rows_for` records drawn from
         the model (or from a latent-class mixture fitted to it where that fits the measured
         pairs with flatter weights, :mod:`.latent`), reweighted to the whole measurement
-        scaled to its size, each record then written about weight x ``n`` / pool times
+        scaled to its size, updated where a table is still far off (``update_pool``) or else
+        given the last pass where the gate would read a table above its margin
+        (``pass_pool``), each record then written about weight x ``n`` / pool times
         (:mod:`.expand`)."""
         size = pool_rows_for(len(schema.columns))
         share = size / max(float(total), 1.0)
@@ -245,6 +247,12 @@ class SdsMethod(MethodBase):
             updated = update_pool(pool, weights, scaled, schema, ones, total * share, part_rng(key, UPDATE_PART))
             if updated is not None:
                 pool, weights, info["pool_updated"] = updated, np.ones(updated.shape[0]), 1
+        if self.params.fit_pairs and "pool_updated" not in info:  # the gate's view above the margin: the last pass
+            passed = pass_pool(pool, weights, scaled, schema, part_rng(key, PASS_PART))
+            if passed is not None:
+                info.update(passed[1])
+                if passed[0] is not None:
+                    pool, weights = passed[0], np.ones(passed[0].shape[0])
         counts = copies(weights, n, rng)
         return ExpandedSampler(rows=n, pool=pool.astype(code_dtype(schema.cardinalities)), counts=counts, key=key,
                                weights=weights, info=info)
