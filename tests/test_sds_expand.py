@@ -181,33 +181,37 @@ def _scale_forecast(records: float, eps: float = 1.0):
     return guard.forecast(SdsParams(), sch.cardinalities, split, records)
 
 
-def test_the_guard_accepts_the_1m_tables_and_refuses_int_like_tables_at_5m_and_the_10m_table():
-    """Fourteenth round: with the pool's record update the 1M tables publish with the guard off
-    (the scale table at a forecast of 0.00372, int6 at 0.00253, int7 at 0.00312), and the 10M
-    scale table (0.00107) too; but the held-out int7 generator at 5M rows (0.00133) was refused
-    by the gate after spending (52 triples over). The floor (0.0025) accepts the 1M tables and
-    refuses int7 at 5M and, since no floor on the forecast can tell them apart, the 10M table
-    (the floor of 0.00107 accepted int7 at 5M). Below the switch the chunked floor is unchanged."""
+def test_the_guard_accepts_the_10m_scale_table_and_int_like_tables_to_7_5m_and_refuses_int_like_tables_at_10m():
+    """Seventeenth round: with the descent's rounds growing with the copies per pool record and
+    the last pass on every expanded release, the 10M scale table (forecast 0.00107) published on
+    both draws, int7's shape at 7.5M (generator 9106, 0.00115, held out) and int7's generator at
+    5M (0.00133) published; int7's shape 9104 and int6's 9105 at 10M (0.00078) were refused by the
+    gate after spending. The floor (0.001) accepts the first, refuses the second (and int7's
+    generator 9103 at 10M, 0.00093, on which the rounds' cap was set). Below the switch the
+    chunked floor is unchanged."""
     from benchmarks.sds_matrix import INTERACTIONS, interaction_table, make_table
     from dpsynth.methods.sds import SdsParams, guard, noise_split
     from dpsynth.privacy.budget import Budget
 
+    assert guard.MIN_PAIR_THRESHOLD_EXPANDED == 0.001
     at_1m = _scale_forecast(1_000_000)
     assert at_1m is not None and at_1m.publishable and at_1m.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED
 
-    def int_forecast(index: int, rows: int):
-        sch = interaction_table(index).schema if rows == INTERACTIONS[index][0] else make_table(
-            2_000, *INTERACTIONS[index][1:5], seed=8000 + index, interactions=INTERACTIONS[index][5])[0]
+    def int_forecast(index: int, rows: int, gen: int | None = None):
+        gen = 8000 + index if gen is None else gen
+        sch = interaction_table(index).schema if rows == INTERACTIONS[index][0] and gen == 8000 + index else make_table(
+            2_000, *INTERACTIONS[index][1:5], seed=gen, interactions=INTERACTIONS[index][5])[0]
         split = noise_split(SdsParams(), sch, Budget(epsilon=1.0, delta=1e-6))
         return guard.forecast(SdsParams(), sch.cardinalities, split, rows)
 
-    for index in (6, 7):
-        f = int_forecast(index, 1_000_000)
-        assert f is not None and f.publishable and f.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED
-    at_5m = int_forecast(7, 5_000_000)  # refused by the gate after spending with the guard off
-    assert at_5m is not None and not at_5m.publishable and at_5m.min_pair_threshold > 0.0013
-    at_10m = _scale_forecast(10_000_000)
-    assert at_10m is not None and not at_10m.publishable
+    for index, rows, gen in ((6, 1_000_000, None), (7, 1_000_000, None), (7, 5_000_000, None), (7, 7_500_000, 9106)):
+        f = int_forecast(index, rows, gen)  # published with the guard off
+        assert f is not None and f.publishable and f.floor == guard.MIN_PAIR_THRESHOLD_EXPANDED, (index, rows, gen)
+    at_10m = _scale_forecast(10_000_000)  # published with the guard off, worst pair .898 and .688
+    assert at_10m is not None and at_10m.publishable and 0.001 < at_10m.min_pair_threshold < 0.0011
+    for index, gen in ((7, 9104), (6, 9105), (7, 9103)):  # refused by the gate after spending (9103: before the cap)
+        f = int_forecast(index, 10_000_000, gen)
+        assert f is not None and not f.publishable, (index, gen)
     below = _scale_forecast(400_000)  # below the switch: chunked, the chunked floor
     assert below is not None and below.floor == guard.MIN_PAIR_THRESHOLD == 0.0055
 
