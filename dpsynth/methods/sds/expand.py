@@ -20,7 +20,6 @@ times each): docs/scale.md, "sds above the switch".
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -246,7 +245,6 @@ def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema
     tables = lastpass.gate_tables(scaled, schema) if LAST_PASS and scaled is not None else None
     if not tables:
         return None
-    start = time.process_time()
     ratios = lastpass.weighted_gate_ratios(pool, weights, tables)
     if not (ratios > lastpass.MARGIN).any():
         return None
@@ -257,8 +255,7 @@ def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema
     kept = done["worst_after"] < float(ratios.max())
     info = {"pool_passed": int(kept), "pass_above_weighted": int((ratios > lastpass.MARGIN).sum()),
             "pass_worst_weighted": round(float(ratios.max()), 4), "pass_column_moves": moved,
-            **{f"pass_{k}": round(v, 4) if isinstance(v, float) else v for k, v in done.items()},
-            "pass_cpu_s": round(time.process_time() - start, 1)}
+            **{f"pass_{k}": round(v, 4) if isinstance(v, float) else v for k, v in done.items()}}
     return codes if kept else None, info
 
 
