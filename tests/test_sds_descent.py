@@ -170,3 +170,35 @@ def test_the_descent_ends_when_no_record_can_leave_a_table_off():
                        suppressed=np.zeros(4, dtype=bool), threshold=0.0, stddev=1.0)
     out, info = descent.descend(raw, [check], {}, 1000.0, (2, 2), np.random.default_rng(1))
     assert info["rounds"] == 1 and info["batches"] == 0 and np.array_equal(out, raw)
+
+
+def test_the_descent_trace_is_the_objective_recomputed_from_scratch_and_changes_nothing(chain_case):
+    """Each round's trace row (J, tables above ``STOP_RATIO`` and above 1, the worst ratio)
+    equals an :class:`~dpsynth.methods.sds.descent.Objective` built afresh on the records as
+    they are after that round; looking after each round leaves the same bytes; the stop that
+    fired is named."""
+    schema, m, ones, total, raw = chain_case
+    checks = table_checks(m, schema)
+    seen = []
+
+    def look(rnd, codes, obj, one_checks, rng):
+        fresh = descent.Objective([*checks, *one_checks], codes, total, len(checks))
+        r = fresh.ratio[: fresh.measured]
+        seen.append((rnd, fresh.value, int((r > descent.STOP_RATIO).sum()), int((r > 1).sum()), float(r.max())))
+
+    out, info = descent.descend(raw, checks, ones, total, schema.cardinalities, np.random.default_rng(2), after_round=look)
+    plain, plain_info = descent.descend(raw, checks, ones, total, schema.cardinalities, np.random.default_rng(2))
+    assert np.array_equal(out, plain) and info["j"] == plain_info["j"]
+    assert len(info["trace"]) == info["rounds"] == len(seen) >= 3
+    for row, (rnd, j, above, off, worst) in zip(info["trace"], seen):
+        assert row["round"] == rnd
+        assert abs(row["j"] - j) <= 1e-6 * max(j, 1.0)
+        assert row["above_stop"] == above and row["above_1"] == off
+        assert abs(row["worst"] - worst) <= 1e-9 * max(worst, 1.0)
+        assert row["accepted"] > 0 and row["cpu_s"] >= 0
+    js = [row["j"] for row in info["trace"]]
+    assert all(b <= a for a, b in zip(js, js[1:]))
+    assert sum(row["accepted"] for row in info["trace"]) == info["accepted"]
+    assert info["stop"] in ("rounds", "min_gain", "stop_ratio")
+    if info["rounds"] == descent.ROUNDS:
+        assert info["trace"][-1]["above_stop"] > 0  # the 8-round cap stops this case short

@@ -33,8 +33,9 @@ docs/sds-generalisation.md, fifteenth round.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -294,10 +295,16 @@ def _try(obj: Objective, codes: np.ndarray, r: np.ndarray, new: np.ndarray, d: n
 
 
 def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, np.ndarray], total: float,
-            cards: Sequence[int], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+            cards: Sequence[int], rng: np.random.Generator,
+            after_round: Callable[[int, np.ndarray, "Objective", list, np.random.Generator], None] | None = None
+            ) -> tuple[np.ndarray, dict]:
     """``codes`` (equally weighted records) edited by the descent on J (module docstring)
     against the measured ``checks`` and the 1-way targets ``ones`` (at ``total``), then with
-    exact 1-way tables; and what it did (rounds, J before and after, proposals accepted)."""
+    exact 1-way tables; and what it did (rounds, J before and after, proposals accepted, and
+    ``trace``: per round its J, the measured tables above :data:`STOP_RATIO` and above 1, the
+    worst measured ratio, moves accepted, batches undone and CPU seconds; recorded, never read).
+    ``after_round(round, codes, objective, one_checks, rng)``, if given, is called after each
+    round (a benchmark's look at the records; it must not change its arguments)."""
     codes = np.array(codes, dtype=np.int64, order="C")
     n, p = codes.shape
     sd = min((c.stddev for c in checks), default=1.0)
@@ -308,15 +315,18 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
                   for j, t in sorted(ones.items()) if int(codes[:, j].max(initial=0)) < np.asarray(t).size]
     _exact_one_way(codes, one_checks, rng)
     obj = Objective([*checks, *one_checks], codes, total, len(checks))
-    info = {"j_before": obj.value, "accepted": 0, "undone": 0, "rounds": 0, "batches": 0, "j": []}
+    info = {"j_before": obj.value, "accepted": 0, "undone": 0, "rounds": 0, "batches": 0, "j": [], "trace": []}
     top = max(1, int(n * FIRST_BATCH))
     batch = top
+    info["stop"] = "rounds"
     for _ in range(ROUNDS):
         ratios = obj.ratio[: obj.measured]
         if not ratios.size or ratios.max() <= STOP_RATIO:
+            info["stop"] = "stop_ratio"
             break
         info["rounds"] += 1
         start = obj.value
+        c0, acc0, und0 = time.process_time(), info["accepted"], info["undone"]
         budget = int(n * ROUND_PROPOSALS)
         empty = 0
         while budget > 0 and empty < EMPTY_DRAWS:
@@ -363,13 +373,27 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
         obj.ratio = np.bincount(obj.table, weights=obj.terms, minlength=len(obj.checks))
         obj.value = obj.j(obj.ratio)
         info["j"].append(round(obj.value, 3))
+        info["trace"].append(_trace_row(obj, info["rounds"], info["accepted"] - acc0, info["undone"] - und0,
+                                        time.process_time() - c0, empty >= EMPTY_DRAWS))
+        if after_round is not None:
+            after_round(info["rounds"], codes, obj, one_checks, rng)
         if start - obj.value < MIN_GAIN * start:
+            info["stop"] = "min_gain"
             break
     info["j_after"] = obj.value
     info["worst_ratio"] = float(obj.ratio[: obj.measured].max()) if obj.measured else 0.0
     _fit_one_way(obj, codes, one_checks, cards, rng)
     info["j_exact"] = obj.value
     return codes, info
+
+
+def _trace_row(obj: Objective, rnd: int, accepted: int, undone: int, cpu: float, starved: bool) -> dict:
+    """One round of the descent's trace (:func:`descend`); ``starved``: the round ended on
+    :data:`EMPTY_DRAWS` tables in a row with no record to move, not on its proposals."""
+    ratios = obj.ratio[: obj.measured]
+    return {"round": rnd, "j": float(obj.value), "above_stop": int((ratios > STOP_RATIO).sum()),
+            "above_1": int((ratios > 1.0).sum()), "worst": float(ratios.max(initial=0.0)),
+            "accepted": int(accepted), "undone": int(undone), "starved": bool(starved), "cpu_s": round(cpu, 2)}
 
 
 def _fit_one_way(obj: Objective, codes: np.ndarray, one_checks: Sequence[TableCheck], cards: Sequence[int],
