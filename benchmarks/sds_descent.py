@@ -135,6 +135,9 @@ def run(path: str, sets: dict[str, str], tvd: bool, at: list[int], lastpass_on: 
     wall0 = time.time()
 
     def look(rnd, codes, obj, one_checks, g):
+        r = obj.ratio[: obj.measured]
+        print("round", rnd, "J", round(obj.value, 1), "above stop", int((r > descent.STOP_RATIO).sum()), "above 1",
+              int((r > 1).sum()), "worst", round(float(r.max()), 3), "cpu", round(time.process_time() - c0, 1), flush=True)
         if rnd in at:
             snaps[rnd] = {k: v for k, v in _finish(cap, codes, obj, one_checks, g, schema.cardinalities, lastpass_on).items()
                           if k != "codes"}

@@ -202,3 +202,42 @@ def test_the_descent_trace_is_the_objective_recomputed_from_scratch_and_changes_
     assert info["stop"] in ("rounds", "min_gain", "stop_ratio")
     if info["rounds"] == descent.ROUNDS:
         assert info["trace"][-1]["above_stop"] > 0  # the 8-round cap stops this case short
+
+
+def test_the_round_cap_grows_with_the_square_of_the_copies_above_reach_copies():
+    """8 rounds up to ``REACH_COPIES`` release records per record (1M-5M releases from the
+    524,288-record pool: 1.9-9.5 copies), then 8 x (copies / REACH_COPIES)^2 rounds."""
+    assert descent.REACH_COPIES == 10.0
+    for copies in (1.0, 1.9, 5.7, 9.54, 10.0):
+        assert descent.round_cap(copies) == descent.ROUNDS == 8
+    assert descent.round_cap(10_000_000 / 524_288) == 30  # 19.07 copies: 29.1, up
+    assert descent.round_cap(7_500_000 / 524_288) == 17  # 14.3 copies: 16.4, up
+    assert descent.round_cap(20.0) == 32
+
+
+def test_records_standing_for_many_release_records_get_more_rounds(chain_case, monkeypatch):
+    """Records standing for 20 release records each (the checks' ``sample_rows``, as the
+    expanded pool's at 10M rows): the cap is 32 rounds, the descent goes past 8 and ends
+    with fewer tables off and a lower J than the same run capped at 8 (what it did before
+    the cap grew with the copies); at 5 copies it is the 8-round descent to the byte."""
+    import dataclasses
+
+    schema, m, ones, total, raw = chain_case
+    n = raw.shape[0]
+    many = [dataclasses.replace(c, sample_rows=20.0 * n) for c in table_checks(m, schema)]
+    out, info = descent.descend(raw, many, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert info["cap"] == 32 and info["rounds"] > descent.ROUNDS
+    with monkeypatch.context() as mp:
+        mp.setattr(descent, "REACH_COPIES", float("inf"))
+        short, sinfo = descent.descend(raw, many, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert sinfo["rounds"] == descent.ROUNDS and sinfo["stop"] == "rounds"
+    assert sinfo["trace"][-1]["above_1"] > 0
+    assert info["trace"][-1]["above_1"] < sinfo["trace"][-1]["above_1"]
+    assert info["j_after"] < 0.5 * sinfo["j_after"]
+    assert info["j"][: descent.ROUNDS] == sinfo["j"]  # the same first 8 rounds
+    few = [dataclasses.replace(c, sample_rows=5.0 * n) for c in table_checks(m, schema)]
+    a, ainfo = descent.descend(raw, few, ones, total, schema.cardinalities, np.random.default_rng(4))
+    with monkeypatch.context() as mp:
+        mp.setattr(descent, "REACH_COPIES", float("inf"))
+        b, _ = descent.descend(raw, few, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert ainfo["cap"] == descent.ROUNDS and np.array_equal(a, b)

@@ -42,10 +42,14 @@ import numpy as np
 from .refit import TableCheck
 from .update import integer_target, move_records
 
-__all__ = ["ROUNDS", "ROUND_PROPOSALS", "POWER", "STOP_RATIO", "MIN_GAIN", "SWAP_SHARE", "FIRST_BATCH", "SEEN", "Objective", "descend"]
+__all__ = ["ROUNDS", "REACH_COPIES", "round_cap", "ROUND_PROPOSALS", "POWER", "STOP_RATIO", "MIN_GAIN", "SWAP_SHARE", "FIRST_BATCH", "SEEN", "Objective", "descend"]
 
-#: Rounds at most (each: :data:`ROUND_PROPOSALS` x records proposals, in batches).
+#: Rounds at most (each: :data:`ROUND_PROPOSALS` x records proposals, in batches), where each
+#: record stands for at most :data:`REACH_COPIES` records of the release (:func:`round_cap`).
 ROUNDS = 8
+#: Above this many release records per record (the checks' ``sample_rows`` over the records),
+#: the cap on rounds grows with the square of the copies: :func:`round_cap`.
+REACH_COPIES = 10.0
 #: Proposals per round, as a share of the records.
 ROUND_PROPOSALS = 1.0
 #: J is the sum of the tables' misfit ratios to this power (above 1: the worst tables weigh most).
@@ -68,6 +72,14 @@ EMPTY_DRAWS = 64
 #: Passes of the 1-way tables' last fit, and candidate records per record to move.
 ONE_WAY_PASSES = 3
 ONE_WAY_CANDIDATES = 4
+
+
+def round_cap(copies: float) -> int:
+    """The descent's cap on rounds when each record stands for ``copies`` records of the
+    release: :data:`ROUNDS`, times (``copies`` / :data:`REACH_COPIES`) squared above it."""
+    if not copies > REACH_COPIES:
+        return ROUNDS
+    return max(ROUNDS, math.ceil(ROUNDS * (copies / REACH_COPIES) ** 2 - 1e-9))
 
 
 @dataclass
@@ -318,8 +330,10 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
     info = {"j_before": obj.value, "accepted": 0, "undone": 0, "rounds": 0, "batches": 0, "j": [], "trace": []}
     top = max(1, int(n * FIRST_BATCH))
     batch = top
+    rows = max((c.sample_rows for c in checks if math.isfinite(c.sample_rows) and c.sample_rows > 0), default=0.0)
+    info["cap"] = cap = round_cap(rows / n if rows and n else 1.0)
     info["stop"] = "rounds"
-    for _ in range(ROUNDS):
+    for _ in range(cap):
         ratios = obj.ratio[: obj.measured]
         if not ratios.size or ratios.max() <= STOP_RATIO:
             info["stop"] = "stop_ratio"
