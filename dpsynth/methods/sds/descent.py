@@ -20,14 +20,16 @@ computed against the current counts over every table it touches; those that lowe
 applied (one per record), and J is recomputed: if the batch raised it (accepted moves met in
 a cell), the batch is undone and the batches halved. J never rises. It stops when no
 measured table's misfit is above :data:`STOP_RATIO` of its allowance, when a round gains less
-than :data:`MIN_GAIN` of J, or after :data:`ROUNDS` rounds (never on a clock: a seed gives
+than :data:`MIN_GAIN` of J, or after :func:`round_cap` rounds (:data:`ROUNDS`; more where each
+record stands for more than :data:`REACH_COPIES` release records; never on a clock: a seed gives
 the same bytes). The 1-way tables are then made exact by rewriting, per column, the records
 whose rewrite raises J the least.
 
 Post-processing only: a function of the measurement, the records and the generator.
 Memory: the records, one count per table cell and a batch's cells; no table's cells for
 the whole pool. Design, constants (set on int7's generator at 5M and int6 at 1M) and figures:
-docs/sds-generalisation.md, fifteenth round.
+docs/sds-generalisation.md, fifteenth round; :data:`REACH_COPIES` (set on int7's shape at 10M,
+where 8 rounds stop far short): seventeenth round.
 """
 
 from __future__ import annotations
@@ -306,6 +308,36 @@ def _try(obj: Objective, codes: np.ndarray, r: np.ndarray, new: np.ndarray, d: n
     return int(good.size)
 
 
+def _propose(obj: Objective, codes: np.ndarray, r: np.ndarray, j: int, cards: Sequence[int],
+             rng: np.random.Generator, info: dict) -> int | None:
+    """One batch on records ``r`` and column ``j``: a swap of ``j``'s values between pairs of
+    them (:data:`SWAP_SHARE` of the batches) or each one's ``j`` rewritten to its best value,
+    tried by :func:`_try` (its count; None: too few records to pair)."""
+    kind = "swap" if rng.random() < SWAP_SHARE else "rewrite"
+    partner = pnew = None
+    if kind == "swap":  # two records exchange one column's values (every 1-way table kept)
+        both = np.unique(r)
+        both = both[rng.permutation(both.size)]
+        h = both.size // 2
+        if not h:
+            return None
+        r, partner = both[:h], both[h:2 * h]
+        k = int(rng.integers(0, codes.shape[1]))  # partners paired within the values of another column
+        r = r[np.argsort(codes[r, k], kind="stable")]
+        partner = partner[np.argsort(codes[partner, k], kind="stable")]
+        d = obj.swap_deltas(codes[r], codes[partner], j)
+        new, pnew = codes[r].copy(), codes[partner].copy()
+        new[:, j], pnew[:, j] = codes[partner, j], codes[r, j]
+    else:  # one column of each record, to its best value
+        v, d = obj.best_values(codes[r], j, int(cards[j]))
+        new = codes[r].copy()
+        new[:, j] = v
+    kept = _try(obj, codes, r, new, d, partner, pnew)
+    info["n_" + kind] = info.get("n_" + kind, 0) + r.size
+    info["acc_" + kind] = info.get("acc_" + kind, 0) + max(kept, 0)
+    return kept
+
+
 def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, np.ndarray], total: float,
             cards: Sequence[int], rng: np.random.Generator,
             after_round: Callable[[int, np.ndarray, "Objective", list, np.random.Generator], None] | None = None
@@ -318,7 +350,7 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
     ``after_round(round, codes, objective, one_checks, rng)``, if given, is called after each
     round (a benchmark's look at the records; it must not change its arguments)."""
     codes = np.array(codes, dtype=np.int64, order="C")
-    n, p = codes.shape
+    n = codes.shape[0]
     sd = min((c.stddev for c in checks), default=1.0)
     one_checks = [TableCheck(cols=(j,), shape=(int(np.asarray(t).size),), cells=np.zeros(0, dtype=np.int64),
                              noisy=np.clip(np.asarray(t, dtype=np.float64), 0.0, None),
@@ -356,28 +388,9 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
             empty = 0
             budget -= r.size
             info["batches"] += 1
-            kind = "swap" if rng.random() < SWAP_SHARE else "rewrite"
-            partner = pnew = None
-            if kind == "swap":  # two records exchange one column's values (every 1-way table kept)
-                both = np.unique(r)
-                both = both[rng.permutation(both.size)]
-                h = both.size // 2
-                if not h:
-                    continue
-                r, partner = both[:h], both[h:2 * h]
-                k = int(rng.integers(0, p))  # partners paired within the values of another column
-                r = r[np.argsort(codes[r, k], kind="stable")]
-                partner = partner[np.argsort(codes[partner, k], kind="stable")]
-                d = obj.swap_deltas(codes[r], codes[partner], j)
-                new, pnew = codes[r].copy(), codes[partner].copy()
-                new[:, j], pnew[:, j] = codes[partner, j], codes[r, j]
-            else:  # one column of each record, to its best value
-                v, d = obj.best_values(codes[r], j, int(cards[j]))
-                new = codes[r].copy()
-                new[:, j] = v
-            kept = _try(obj, codes, r, new, d, partner, pnew)
-            info["n_" + kind] = info.get("n_" + kind, 0) + r.size
-            info["acc_" + kind] = info.get("acc_" + kind, 0) + max(kept, 0)
+            kept = _propose(obj, codes, r, j, cards, rng, info)
+            if kept is None:
+                continue
             if kept < 0:
                 info["undone"] += 1
                 batch = max(1, batch // 2)
