@@ -124,6 +124,19 @@ def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict
         return out
 
     lastpass.last_pass = recorded
+    from dpsynth.methods.sds import descent
+
+    descents: list = []  # what the descent did (recorded; the same call, the same bytes)
+    real_descend = descent.descend
+    def watched(*a, **k):
+        c0 = time.process_time()
+        out = real_descend(*a, **k)
+        descents.append({**{key: v for key, v in out[1].items() if key != "trace"},
+                         "trace": [{key: r[key] for key in ("round", "j", "above_1", "worst", "cpu_s")} for r in out[1].get("trace", [])],
+                         "cpu_s": round(time.process_time() - c0, 1)})
+        return out
+
+    descent.descend = watched
     schema, real = _table(kind, rows, seed, table_seed)
     method = SdsMethod()
     budget = Budget(epsilon=1.0, delta=DELTA)
@@ -144,6 +157,13 @@ def cell(kind: str, rows: int, seed: int, table_seed: int | None = None) -> dict
     out = {"table": kind, "rows": int(real.shape[0]), "seed": seed}
     if passes:
         out["lastpass"] = passes[-1]
+    if descents:
+        out["descent"] = descents[-1]
+    from benchmarks.sds_matrix import _forecast
+
+    f = _forecast(m, schema, "sds")  # the guard's, off here: what it would have said
+    if f is not None:
+        out["forecast"] = f["min_pair_threshold"]
     if table_seed is not None:
         out["table_seed"] = int(table_seed)
     return {**out, **s.info,

@@ -170,3 +170,74 @@ def test_the_descent_ends_when_no_record_can_leave_a_table_off():
                        suppressed=np.zeros(4, dtype=bool), threshold=0.0, stddev=1.0)
     out, info = descent.descend(raw, [check], {}, 1000.0, (2, 2), np.random.default_rng(1))
     assert info["rounds"] == 1 and info["batches"] == 0 and np.array_equal(out, raw)
+
+
+def test_the_descent_trace_is_the_objective_recomputed_from_scratch_and_changes_nothing(chain_case):
+    """Each round's trace row (J, tables above ``STOP_RATIO`` and above 1, the worst ratio)
+    equals an :class:`~dpsynth.methods.sds.descent.Objective` built afresh on the records as
+    they are after that round; looking after each round leaves the same bytes; the stop that
+    fired is named."""
+    schema, m, ones, total, raw = chain_case
+    checks = table_checks(m, schema)
+    seen = []
+
+    def look(rnd, codes, obj, one_checks, rng):
+        fresh = descent.Objective([*checks, *one_checks], codes, total, len(checks))
+        r = fresh.ratio[: fresh.measured]
+        seen.append((rnd, fresh.value, int((r > descent.STOP_RATIO).sum()), int((r > 1).sum()), float(r.max())))
+
+    out, info = descent.descend(raw, checks, ones, total, schema.cardinalities, np.random.default_rng(2), after_round=look)
+    plain, plain_info = descent.descend(raw, checks, ones, total, schema.cardinalities, np.random.default_rng(2))
+    assert np.array_equal(out, plain) and info["j"] == plain_info["j"]
+    assert len(info["trace"]) == info["rounds"] == len(seen) >= 3
+    for row, (rnd, j, above, off, worst) in zip(info["trace"], seen):
+        assert row["round"] == rnd
+        assert abs(row["j"] - j) <= 1e-6 * max(j, 1.0)
+        assert row["above_stop"] == above and row["above_1"] == off
+        assert abs(row["worst"] - worst) <= 1e-9 * max(worst, 1.0)
+        assert row["accepted"] > 0 and row["cpu_s"] >= 0
+    js = [row["j"] for row in info["trace"]]
+    assert all(b <= a for a, b in zip(js, js[1:]))
+    assert sum(row["accepted"] for row in info["trace"]) == info["accepted"]
+    assert info["stop"] in ("rounds", "min_gain", "stop_ratio")
+    if info["rounds"] == descent.ROUNDS:
+        assert info["trace"][-1]["above_stop"] > 0  # the 8-round cap stops this case short
+
+
+def test_the_round_cap_grows_with_the_square_of_the_copies_above_reach_copies():
+    """8 rounds up to ``REACH_COPIES`` release records per record (1M-5M releases from the
+    524,288-record pool: 1.9-9.5 copies), then 8 x (copies / REACH_COPIES)^2 rounds."""
+    assert descent.REACH_COPIES == 10.0
+    for copies in (1.0, 1.9, 5.7, 9.54, 10.0):
+        assert descent.round_cap(copies) == descent.ROUNDS == 8
+    assert descent.round_cap(10_000_000 / 524_288) == 30  # 19.07 copies: 29.1, up
+    assert descent.round_cap(7_500_000 / 524_288) == 17  # 14.3 copies: 16.4, up
+    assert descent.round_cap(20.0) == 32
+
+
+def test_records_standing_for_many_release_records_get_more_rounds(chain_case, monkeypatch):
+    """Records standing for 20 release records each (the checks' ``sample_rows``, as the
+    expanded pool's at 10M rows): the cap is 32 rounds, the descent goes past 8 and ends
+    with fewer tables off and a lower J than the same run capped at 8 (what it did before
+    the cap grew with the copies); at 5 copies it is the 8-round descent to the byte."""
+    import dataclasses
+
+    schema, m, ones, total, raw = chain_case
+    n = raw.shape[0]
+    many = [dataclasses.replace(c, sample_rows=20.0 * n) for c in table_checks(m, schema)]
+    out, info = descent.descend(raw, many, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert info["cap"] == 32 and info["rounds"] > descent.ROUNDS
+    with monkeypatch.context() as mp:
+        mp.setattr(descent, "REACH_COPIES", float("inf"))
+        short, sinfo = descent.descend(raw, many, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert sinfo["rounds"] == descent.ROUNDS and sinfo["stop"] == "rounds"
+    assert sinfo["trace"][-1]["above_1"] > 0
+    assert info["trace"][-1]["above_1"] < sinfo["trace"][-1]["above_1"]
+    assert info["j_after"] < 0.5 * sinfo["j_after"]
+    assert info["j"][: descent.ROUNDS] == sinfo["j"]  # the same first 8 rounds
+    few = [dataclasses.replace(c, sample_rows=5.0 * n) for c in table_checks(m, schema)]
+    a, ainfo = descent.descend(raw, few, ones, total, schema.cardinalities, np.random.default_rng(4))
+    with monkeypatch.context() as mp:
+        mp.setattr(descent, "REACH_COPIES", float("inf"))
+        b, _ = descent.descend(raw, few, ones, total, schema.cardinalities, np.random.default_rng(4))
+    assert ainfo["cap"] == descent.ROUNDS and np.array_equal(a, b)

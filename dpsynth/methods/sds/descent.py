@@ -20,31 +20,38 @@ computed against the current counts over every table it touches; those that lowe
 applied (one per record), and J is recomputed: if the batch raised it (accepted moves met in
 a cell), the batch is undone and the batches halved. J never rises. It stops when no
 measured table's misfit is above :data:`STOP_RATIO` of its allowance, when a round gains less
-than :data:`MIN_GAIN` of J, or after :data:`ROUNDS` rounds (never on a clock: a seed gives
+than :data:`MIN_GAIN` of J, or after :func:`round_cap` rounds (:data:`ROUNDS`; more where each
+record stands for more than :data:`REACH_COPIES` release records; never on a clock: a seed gives
 the same bytes). The 1-way tables are then made exact by rewriting, per column, the records
 whose rewrite raises J the least.
 
 Post-processing only: a function of the measurement, the records and the generator.
 Memory: the records, one count per table cell and a batch's cells; no table's cells for
 the whole pool. Design, constants (set on int7's generator at 5M and int6 at 1M) and figures:
-docs/sds-generalisation.md, fifteenth round.
+docs/sds-generalisation.md, fifteenth round; :data:`REACH_COPIES` (set on int7's shape at 10M,
+where 8 rounds stop far short): seventeenth round.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .refit import TableCheck
 from .update import integer_target, move_records
 
-__all__ = ["ROUNDS", "ROUND_PROPOSALS", "POWER", "STOP_RATIO", "MIN_GAIN", "SWAP_SHARE", "FIRST_BATCH", "SEEN", "Objective", "descend"]
+__all__ = ["ROUNDS", "REACH_COPIES", "round_cap", "ROUND_PROPOSALS", "POWER", "STOP_RATIO", "MIN_GAIN", "SWAP_SHARE", "FIRST_BATCH", "SEEN", "Objective", "descend"]
 
-#: Rounds at most (each: :data:`ROUND_PROPOSALS` x records proposals, in batches).
+#: Rounds at most (each: :data:`ROUND_PROPOSALS` x records proposals, in batches), where each
+#: record stands for at most :data:`REACH_COPIES` records of the release (:func:`round_cap`).
 ROUNDS = 8
+#: Above this many release records per record (the checks' ``sample_rows`` over the records),
+#: the cap on rounds grows with the square of the copies: :func:`round_cap`.
+REACH_COPIES = 10.0
 #: Proposals per round, as a share of the records.
 ROUND_PROPOSALS = 1.0
 #: J is the sum of the tables' misfit ratios to this power (above 1: the worst tables weigh most).
@@ -67,6 +74,14 @@ EMPTY_DRAWS = 64
 #: Passes of the 1-way tables' last fit, and candidate records per record to move.
 ONE_WAY_PASSES = 3
 ONE_WAY_CANDIDATES = 4
+
+
+def round_cap(copies: float) -> int:
+    """The descent's cap on rounds when each record stands for ``copies`` records of the
+    release: :data:`ROUNDS`, times (``copies`` / :data:`REACH_COPIES`) squared above it."""
+    if not copies > REACH_COPIES:
+        return ROUNDS
+    return max(ROUNDS, math.ceil(ROUNDS * (copies / REACH_COPIES) ** 2 - 1e-9))
 
 
 @dataclass
@@ -293,13 +308,49 @@ def _try(obj: Objective, codes: np.ndarray, r: np.ndarray, new: np.ndarray, d: n
     return int(good.size)
 
 
+def _propose(obj: Objective, codes: np.ndarray, r: np.ndarray, j: int, cards: Sequence[int],
+             rng: np.random.Generator, info: dict) -> int | None:
+    """One batch on records ``r`` and column ``j``: a swap of ``j``'s values between pairs of
+    them (:data:`SWAP_SHARE` of the batches) or each one's ``j`` rewritten to its best value,
+    tried by :func:`_try` (its count; None: too few records to pair)."""
+    kind = "swap" if rng.random() < SWAP_SHARE else "rewrite"
+    partner = pnew = None
+    if kind == "swap":  # two records exchange one column's values (every 1-way table kept)
+        both = np.unique(r)
+        both = both[rng.permutation(both.size)]
+        h = both.size // 2
+        if not h:
+            return None
+        r, partner = both[:h], both[h:2 * h]
+        k = int(rng.integers(0, codes.shape[1]))  # partners paired within the values of another column
+        r = r[np.argsort(codes[r, k], kind="stable")]
+        partner = partner[np.argsort(codes[partner, k], kind="stable")]
+        d = obj.swap_deltas(codes[r], codes[partner], j)
+        new, pnew = codes[r].copy(), codes[partner].copy()
+        new[:, j], pnew[:, j] = codes[partner, j], codes[r, j]
+    else:  # one column of each record, to its best value
+        v, d = obj.best_values(codes[r], j, int(cards[j]))
+        new = codes[r].copy()
+        new[:, j] = v
+    kept = _try(obj, codes, r, new, d, partner, pnew)
+    info["n_" + kind] = info.get("n_" + kind, 0) + r.size
+    info["acc_" + kind] = info.get("acc_" + kind, 0) + max(kept, 0)
+    return kept
+
+
 def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, np.ndarray], total: float,
-            cards: Sequence[int], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+            cards: Sequence[int], rng: np.random.Generator,
+            after_round: Callable[[int, np.ndarray, "Objective", list, np.random.Generator], None] | None = None
+            ) -> tuple[np.ndarray, dict]:
     """``codes`` (equally weighted records) edited by the descent on J (module docstring)
     against the measured ``checks`` and the 1-way targets ``ones`` (at ``total``), then with
-    exact 1-way tables; and what it did (rounds, J before and after, proposals accepted)."""
+    exact 1-way tables; and what it did (rounds, J before and after, proposals accepted, and
+    ``trace``: per round its J, the measured tables above :data:`STOP_RATIO` and above 1, the
+    worst measured ratio, moves accepted, batches undone and CPU seconds; recorded, never read).
+    ``after_round(round, codes, objective, one_checks, rng)``, if given, is called after each
+    round (a benchmark's look at the records; it must not change its arguments)."""
     codes = np.array(codes, dtype=np.int64, order="C")
-    n, p = codes.shape
+    n = codes.shape[0]
     sd = min((c.stddev for c in checks), default=1.0)
     one_checks = [TableCheck(cols=(j,), shape=(int(np.asarray(t).size),), cells=np.zeros(0, dtype=np.int64),
                              noisy=np.clip(np.asarray(t, dtype=np.float64), 0.0, None),
@@ -308,15 +359,20 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
                   for j, t in sorted(ones.items()) if int(codes[:, j].max(initial=0)) < np.asarray(t).size]
     _exact_one_way(codes, one_checks, rng)
     obj = Objective([*checks, *one_checks], codes, total, len(checks))
-    info = {"j_before": obj.value, "accepted": 0, "undone": 0, "rounds": 0, "batches": 0, "j": []}
+    info = {"j_before": obj.value, "accepted": 0, "undone": 0, "rounds": 0, "batches": 0, "j": [], "trace": []}
     top = max(1, int(n * FIRST_BATCH))
     batch = top
-    for _ in range(ROUNDS):
+    rows = max((c.sample_rows for c in checks if math.isfinite(c.sample_rows) and c.sample_rows > 0), default=0.0)
+    info["cap"] = cap = round_cap(rows / n if rows and n else 1.0)
+    info["stop"] = "rounds"
+    for _ in range(cap):
         ratios = obj.ratio[: obj.measured]
         if not ratios.size or ratios.max() <= STOP_RATIO:
+            info["stop"] = "stop_ratio"
             break
         info["rounds"] += 1
         start = obj.value
+        c0, acc0, und0 = time.process_time(), info["accepted"], info["undone"]
         budget = int(n * ROUND_PROPOSALS)
         empty = 0
         while budget > 0 and empty < EMPTY_DRAWS:
@@ -332,28 +388,9 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
             empty = 0
             budget -= r.size
             info["batches"] += 1
-            kind = "swap" if rng.random() < SWAP_SHARE else "rewrite"
-            partner = pnew = None
-            if kind == "swap":  # two records exchange one column's values (every 1-way table kept)
-                both = np.unique(r)
-                both = both[rng.permutation(both.size)]
-                h = both.size // 2
-                if not h:
-                    continue
-                r, partner = both[:h], both[h:2 * h]
-                k = int(rng.integers(0, p))  # partners paired within the values of another column
-                r = r[np.argsort(codes[r, k], kind="stable")]
-                partner = partner[np.argsort(codes[partner, k], kind="stable")]
-                d = obj.swap_deltas(codes[r], codes[partner], j)
-                new, pnew = codes[r].copy(), codes[partner].copy()
-                new[:, j], pnew[:, j] = codes[partner, j], codes[r, j]
-            else:  # one column of each record, to its best value
-                v, d = obj.best_values(codes[r], j, int(cards[j]))
-                new = codes[r].copy()
-                new[:, j] = v
-            kept = _try(obj, codes, r, new, d, partner, pnew)
-            info["n_" + kind] = info.get("n_" + kind, 0) + r.size
-            info["acc_" + kind] = info.get("acc_" + kind, 0) + max(kept, 0)
+            kept = _propose(obj, codes, r, j, cards, rng, info)
+            if kept is None:
+                continue
             if kept < 0:
                 info["undone"] += 1
                 batch = max(1, batch // 2)
@@ -363,13 +400,27 @@ def descend(codes: np.ndarray, checks: Sequence[TableCheck], ones: Mapping[int, 
         obj.ratio = np.bincount(obj.table, weights=obj.terms, minlength=len(obj.checks))
         obj.value = obj.j(obj.ratio)
         info["j"].append(round(obj.value, 3))
+        info["trace"].append(_trace_row(obj, info["rounds"], info["accepted"] - acc0, info["undone"] - und0,
+                                        time.process_time() - c0, empty >= EMPTY_DRAWS))
+        if after_round is not None:
+            after_round(info["rounds"], codes, obj, one_checks, rng)
         if start - obj.value < MIN_GAIN * start:
+            info["stop"] = "min_gain"
             break
     info["j_after"] = obj.value
     info["worst_ratio"] = float(obj.ratio[: obj.measured].max()) if obj.measured else 0.0
     _fit_one_way(obj, codes, one_checks, cards, rng)
     info["j_exact"] = obj.value
     return codes, info
+
+
+def _trace_row(obj: Objective, rnd: int, accepted: int, undone: int, cpu: float, starved: bool) -> dict:
+    """One round of the descent's trace (:func:`descend`); ``starved``: the round ended on
+    :data:`EMPTY_DRAWS` tables in a row with no record to move, not on its proposals."""
+    ratios = obj.ratio[: obj.measured]
+    return {"round": rnd, "j": float(obj.value), "above_stop": int((ratios > STOP_RATIO).sum()),
+            "above_1": int((ratios > 1.0).sum()), "worst": float(ratios.max(initial=0.0)),
+            "accepted": int(accepted), "undone": int(undone), "starved": bool(starved), "cpu_s": round(cpu, 2)}
 
 
 def _fit_one_way(obj: Objective, codes: np.ndarray, one_checks: Sequence[TableCheck], cards: Sequence[int],
