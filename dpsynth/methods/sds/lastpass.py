@@ -112,6 +112,15 @@ def gate_tables(scaled: Measurement, schema: Schema) -> list[GateTable] | None:
             for nm, s, z in zip(tables, starts, sizes)]
 
 
+def _cells(t: GateTable, rows: np.ndarray) -> np.ndarray:
+    """Each of ``rows``' cell in table ``t`` (row-major over its columns)."""
+    out = np.zeros(rows.shape[0], dtype=np.int64)
+    for j, size in zip(t.cols, t.shape):
+        out *= size
+        out += rows[:, j]
+    return out
+
+
 class _State:
     """Every table's cells in one flat array: counts of the records, ``q``, each table's TVD
     (exact, from the counts) and threshold; tables grouped by length as the descent groups them."""
@@ -152,10 +161,7 @@ class _State:
 
     def local(self, i: int, rows: np.ndarray) -> np.ndarray:
         """Cells (within table ``i``) of ``rows``."""
-        out = np.zeros(rows.shape[0], dtype=np.int64)
-        for j, m in zip(self.tables[i].cols, self.mults[i]):
-            out += rows[:, j].astype(np.int64) * m
-        return out
+        return _cells(self.tables[i], rows)
 
     def term(self, counts: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """``|count / records - q|`` of ``cells`` at ``counts``."""
@@ -203,11 +209,7 @@ def weighted_gate_ratios(pool: np.ndarray, weights: np.ndarray, tables: Sequence
     by_col = np.asfortranarray(pool)  # every table reads whole columns
     out = np.zeros(len(tables))
     for i, t in enumerate(tables):
-        cell = np.zeros(by_col.shape[0], dtype=np.int64)
-        for j, size in zip(t.cols, t.shape):
-            cell *= size
-            cell += by_col[:, j]
-        p = np.bincount(cell, weights=w, minlength=t.q.size)
+        p = np.bincount(_cells(t, by_col), weights=w, minlength=t.q.size)
         out[i] = 0.5 * float(np.abs(p - t.q).sum()) / t.limit
     return out
 
