@@ -243,11 +243,12 @@ class SdsMethod(MethodBase):
                                        part_rng(key, LATENT_PART))
         weights, tables = fit_pool(pool, scaled, schema, ones, total * share, fit_tables=self.params.fit_pairs)
         info = {"pool_rows": size, **chosen, **{f"tables_{k}": v for k, v in tables.items()}}
+        updated = None
         if _expand.POOL_UPDATE and self.params.fit_pairs and tables["left"]:  # tables still off: move records (expand.update_pool)
             updated = update_pool(pool, weights, scaled, schema, ones, total * share, part_rng(key, UPDATE_PART))
             if updated is not None:
                 pool, weights, info["pool_updated"] = updated, np.ones(updated.shape[0]), 1
-        if self.params.fit_pairs and "pool_updated" not in info:  # the gate's view above the margin: the last pass
+        if self.params.fit_pairs and updated is None:  # the gate's view above the margin: the last pass
             passed = pass_pool(pool, weights, scaled, schema, part_rng(key, PASS_PART))
             if passed is not None:
                 info.update(passed[1])
