@@ -184,3 +184,61 @@ def test_a_serial_scan_merges_each_partition_before_reading_the_next(released):
     assert Counting.widest == 1
     _assert_same(found, _one_pass(plan, measurement, folder))
 
+
+def _witness_table(schema, rows: int):
+    rng = np.random.default_rng(11)
+    codes = np.stack([rng.integers(0, c, rows) for c in schema.cardinalities], axis=1).astype(np.uint8)
+    table = decode(EncodedTable(schema=schema, codes=codes), np.random.default_rng(12))
+    return table, codes
+
+
+def test_a_chunk_reduced_first_gives_the_one_pass_witness_and_counts(demo_paths, monkeypatch):
+    """Each chunk is reduced to its own witness before it joins the scan's, and codes are
+    counted in batches of COUNT_ROWS rows: the witness values (down to which of 0.0 and -0.0
+    is kept, and which missing value) and the counts are those of the table in one chunk."""
+    from dpsynth.gate import scan as gscan
+
+    schema = load_schema(demo_paths[1])
+    table, codes = _witness_table(schema, 240)
+    num = next(c.name for c in schema.columns if column_domain(c).values is None and not column_domain(c).time)
+    cat = next(c.name for c in schema.columns if column_domain(c).values is not None)
+    x = table[num].astype(np.float64).to_numpy(copy=True)
+    x[:] = 1.0
+    x[[5, 130]] = 0.0
+    x[[7, 60, 131]] = -0.0  # ties of the smallest value: the first one (0.0 at row 5) is kept
+    x[[9, 200]] = np.nan
+    x[[100, 239]] = 3.0
+    table[num] = x
+    table.loc[[2, 150], cat] = None
+    subsets = measured_subsets(schema, _FakeMeasurement())
+    whole = scan_table([(table, codes)], schema, subsets)
+    assert not np.signbit(whole.witness[num].dropna()).any()
+    monkeypatch.setattr(gscan, "COUNT_ROWS", 50)  # batches flushed, and chunks as large as a batch
+    for size in (1, 7, 49, 50, 120):
+        chunks = [(table.iloc[s:s + size].reset_index(drop=True), codes[s:s + size]) for s in range(0, 240, size)]
+        found = scan_table(chunks, schema, subsets)
+        _assert_same(found, whole)
+        for name in table.columns:
+            a, b = found.witness[name], whole.witness[name]
+            assert a.astype(object).isna().tolist() == b.astype(object).isna().tolist()
+            if a.dtype.kind == "f":
+                assert np.array_equal(np.signbit(a.to_numpy()), np.signbit(b.to_numpy()))
+    want = {s: np.zeros(tuple(schema.cardinalities[j] for j in s), dtype=np.int64) for s in whole.counts}
+    for s, arr in want.items():
+        np.add.at(arr, tuple(codes[:, j] for j in s), 1)
+    assert all(np.array_equal(whole.counts[s], want[s]) for s in want)
+
+
+def test_a_column_of_mixed_objects_keeps_its_distinct_values_in_first_seen_order(demo_paths):
+    """A numeric column holding numbers in one chunk and text in the next cannot be reduced
+    chunk by chunk (its smallest and largest values are not defined): its witness is the
+    first distinct values of the whole column, in the order they first appear."""
+    schema = load_schema(demo_paths[1])
+    table, codes = _witness_table(schema, 6)
+    num = next(c.name for c in schema.columns if column_domain(c).values is None and not column_domain(c).time)
+    table = table.astype(object)
+    table[num] = [1, 5, 3, "b", "a", "b"]
+    subsets = measured_subsets(schema, _FakeMeasurement())
+    chunks = [(table.iloc[:3].reset_index(drop=True), codes[:3]), (table.iloc[3:].reset_index(drop=True), codes[3:])]
+    found = scan_table(chunks, schema, subsets)
+    assert found.witness[num].tolist() == [1, 5, "b", "a"]  # not [1, 5, "a", "b"]

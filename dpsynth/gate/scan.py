@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ..rows.counting import Subset, column_major, count_marginals
+from ..rows.counting import DEFAULT_MAX_CELLS, Subset, column_major, count_blocks, count_marginals, plan_blocks_cached
 from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
 from ..rows.footer import FooterMap, FooterSlice, footer_map, sliced_metadata
 from ..schema import Schema
@@ -156,6 +156,57 @@ class Scan:
         return frame
 
 
+#: Codes of consecutive chunks are counted together up to this many rows: the count of a
+#: batch costs a pass over its rows plus a read-off per block of the plan (which does not
+#: shrink with the batch), so row groups of 65,536 rows counted one by one cost 2-3 times more.
+COUNT_ROWS = 1 << 20
+
+
+class _Counter:
+    """Exact counts of ``keys`` (sorted column-index subsets) over code chunks added in row
+    order, counted in batches of up to :data:`COUNT_ROWS` rows with one block plan."""
+
+    def __init__(self, cards: Sequence[int], keys: tuple[Subset, ...]):
+        self.cards = tuple(int(c) for c in cards)
+        self.keys = keys
+        self.counts = {s: np.zeros(tuple(self.cards[j] for j in s), dtype=np.int64) for s in keys}
+        self.buffer: np.ndarray | None = None  # column-major codes not yet counted
+        self.held = 0
+
+    def add(self, codes: np.ndarray) -> None:
+        """Adds a chunk of row-major codes (checked against the cardinalities)."""
+        if not len(codes) or not self.keys:
+            return
+        cm = column_major(codes, self.cards)
+        n = cm.shape[1]
+        if n >= COUNT_ROWS:  # a chunk as large as a batch is counted as it is
+            self._count(cm)
+            return
+        if self.held + n > COUNT_ROWS:
+            self.flush()
+        if self.buffer is None:
+            self.buffer = np.empty((len(self.cards), COUNT_ROWS), dtype=cm.dtype)
+        self.buffer[:, self.held : self.held + n] = cm
+        self.held += n
+
+    def flush(self) -> None:
+        """Counts the codes held."""
+        if self.held:
+            self._count(self.buffer[:, : self.held])
+            self.held = 0
+
+    def _count(self, cm: np.ndarray) -> None:
+        plan = plan_blocks_cached(self.keys, self.cards, DEFAULT_MAX_CELLS)
+        for s, c in count_blocks(cm, self.cards, plan).items():
+            self.counts[s] += c
+
+    def result(self) -> dict[Subset, np.ndarray]:
+        """The counts of every chunk added (the buffer is let go)."""
+        self.flush()
+        self.buffer = None
+        return self.counts
+
+
 def _reduce(col_kind: str, s: pd.Series, limit: int) -> pd.Series:
     """The witness values of ``s``: distinct values (categorical), or min, max and one null."""
     nulls = s[s.isna()].iloc[:1]
@@ -169,6 +220,21 @@ def _reduce(col_kind: str, s: pd.Series, limit: int) -> pd.Series:
     except TypeError:  # values of mixed kinds: keep them all (the type check fails anyway)
         ends = present.drop_duplicates().iloc[:limit]
     return pd.concat([ends, nulls], ignore_index=True)
+
+
+def _reducible_alone(col_kind: str, s: pd.Series, prev: pd.Series | None) -> bool:
+    """Whether ``_reduce(prev + s) == _reduce(prev + _reduce(s))`` holds for sure, so that a
+    chunk can be reduced before it joins the witness (the same values, from the same rows):
+    the first distinct labels of a categorical column; the first smallest and largest value
+    of a numeric or datetime dtype, which compares without error (a column of mixed objects
+    keeps its distinct values instead, which only the whole concatenation decides)."""
+    if col_kind == "values":
+        return True
+    dtype = s.dtype
+    if prev is not None and prev.dtype != dtype:
+        return False
+    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)) and \
+        not pd.api.types.is_object_dtype(dtype)
 
 
 def _outside_count(s: pd.Series, dom: Any) -> int | None:
@@ -191,9 +257,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
     from .checks import _for_ge, _mismatch_counts
 
     out = Scan(schema=schema)
-    cards = schema.cardinalities
     keys = tuple(dict.fromkeys(tuple(sorted(s)) for s in subsets))
-    out.counts = {s: np.zeros(tuple(cards[j] for j in s), dtype=np.int64) for s in keys}
+    counter = _Counter(schema.cardinalities, keys)
     domains = {c.name: dataclasses.replace(column_domain(c), integer=False) for c in schema.columns}
     kinds = {name: ("values" if d.values is not None else "range") for name, d in domains.items()}
     first = True
@@ -213,7 +278,11 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
             s = table[name]
             limit = schema.column(name).cardinality + _EXTRA_LABELS
             prev = out.witness.get(name)
-            joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
+            if _reducible_alone(kinds[name], s, prev):  # the chunk's own witness stands for it
+                s_witness = _reduce(kinds[name], s, limit)
+                joined = s_witness if prev is None else pd.concat([prev, s_witness], ignore_index=True)
+            else:
+                joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
             out.witness[name] = _reduce(kinds[name], joined, limit)
             out.nulls[name] = out.nulls.get(name, 0) + int(s.isna().sum())
             out.outside[name] = _add(out.outside.get(name, 0), _outside_count(s, domains[name]))
@@ -221,9 +290,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
         if mm is None:  # a chunk whose values and codes differ in length: every column mismatched
             out.misaligned = True
         out.mismatch = mm if out.mismatch is None or mm is None else out.mismatch + mm
-        if len(codes) and keys:
-            for s, c in count_marginals(column_major(codes, cards), cards, list(keys)).items():
-                out.counts[s] += c
+        counter.add(codes)
+    out.counts = counter.result()
     return out
 
 
