@@ -47,10 +47,13 @@ def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, c
                    runner: Runner | None = None) -> Any:
     """One pass over the synthetic folder's table, partition by partition on ``runner``
     (default: this process): what the gate needs (:class:`dpsynth.gate.scan.Scan`)."""
+    return _scan(schema, synthetic_dir, Measurement.load(measurement_dir), chunk_rows, runner)
+
+
+def _scan(schema: Schema, synthetic_dir: Path, m: Measurement, chunk_rows: int, runner: Runner | None) -> Any:
     from ..gate.checks import measured_subsets
     from ..gate.scan import scan_files
 
-    m = Measurement.load(measurement_dir)
     return scan_files(synthetic_pairs(synthetic_dir), schema, measured_subsets(schema, m), chunk_rows=chunk_rows,
                       runner=runner)
 
@@ -58,10 +61,14 @@ def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, c
 def gate_scan(found: Any, measurement_dir: Path, rows: int | None, thresholds: Mapping[str, float] | None,
               docs: Path | None, run_name: str) -> dict[str, Any]:
     """The gate's GE run on a finished scan (:func:`scan_synthetic`); returns its summary."""
+    return _gate(found, Measurement.load(measurement_dir), rows, thresholds, docs, run_name)
+
+
+def _gate(found: Any, m: Measurement, rows: int | None, thresholds: Mapping[str, float] | None,
+          docs: Path | None, run_name: str) -> dict[str, Any]:
     from ..gate import run_gate_scan
 
-    summary, _ = run_gate_scan(found, Measurement.load(measurement_dir), rows, thresholds, docs=docs,
-                               run_name=run_name)
+    summary, _ = run_gate_scan(found, m, rows, thresholds, docs=docs, run_name=run_name)
     return summary
 
 
@@ -70,9 +77,10 @@ def gate_files(schema: Schema, synthetic_dir: Path, measurement_dir: Path, rows:
                chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, Any]:
     """The gate on a synthetic folder and its measurement folder (what the validate stage
     sends to the gate worker when rows are read in this process), scanning the synthetic
-    files partition by partition (:func:`scan_synthetic`); returns the gate's summary."""
-    found = scan_synthetic(schema, synthetic_dir, measurement_dir, chunk_rows)
-    return gate_scan(found, measurement_dir, rows, thresholds, docs, run_name)
+    files partition by partition (:func:`scan_synthetic`); returns the gate's summary. The
+    measurement is loaded once for both (at 20 columns, sds's 1,350 marginals: 1-2 s of CPU)."""
+    m = Measurement.load(measurement_dir)
+    return _gate(_scan(schema, synthetic_dir, m, chunk_rows, None), m, rows, thresholds, docs, run_name)
 
 
 def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path) -> dict[str, Any]:
