@@ -242,3 +242,45 @@ def test_a_column_of_mixed_objects_keeps_its_distinct_values_in_first_seen_order
     chunks = [(table.iloc[:3].reset_index(drop=True), codes[:3]), (table.iloc[3:].reset_index(drop=True), codes[3:])]
     found = scan_table(chunks, schema, subsets)
     assert found.witness[num].tolist() == [1, 5, "b", "a"]  # not [1, 5, "a", "b"]
+
+
+def _reduce_reference(kind: str, s: pd.Series, limit: int) -> pd.Series:
+    """The witness as it was computed before rows were picked by position (masked copies)."""
+    nulls = s[s.isna()].iloc[:1]
+    present = s[s.notna()]
+    if kind == "values":
+        return pd.concat([present.drop_duplicates().iloc[:limit], nulls], ignore_index=True)
+    if len(present) == 0:
+        return nulls.reset_index(drop=True)
+    try:
+        ends = present.iloc[[present.argmin(), present.argmax()]]
+    except TypeError:
+        ends = present.drop_duplicates().iloc[:limit]
+    return pd.concat([ends, nulls], ignore_index=True)
+
+
+def test_witness_rows_picked_by_position_are_the_masked_copies_rows():
+    from dpsynth.gate.scan import _reduce
+
+    rng = np.random.default_rng(3)
+    x = rng.choice([0.0, -0.0, 1.5, -2.0, np.nan, 7.0], 500)
+    labels = rng.choice(np.array(["a", "b", "c", None], dtype=object), 500)
+    cases = [
+        ("range", pd.Series(x, name="x")),
+        ("range", pd.Series(np.full(5, np.nan))),
+        ("range", pd.Series(rng.integers(-3, 3, 50))),
+        ("range", pd.Series(pd.array(rng.integers(0, 9, 40), dtype="Int64")).where(rng.random(40) > 0.2)),
+        ("range", pd.Series(pd.to_datetime(rng.integers(0, 10**9, 30), unit="s")).where(rng.random(30) > 0.3)),
+        ("range", pd.Series([3, "b", None, 1, "a"], dtype=object)),
+        ("values", pd.Series(labels, dtype=pd.StringDtype())),
+        ("values", pd.Series(labels, dtype=object)),
+        ("values", pd.Series([None, None], dtype=object)),
+        ("values", pd.Series([], dtype=pd.StringDtype())),
+    ]
+    for kind, s in cases:
+        for limit in (1, 2, 1000):
+            got, want = _reduce(kind, s, limit), _reduce_reference(kind, s, limit)
+            pd.testing.assert_series_equal(got, want)
+            if got.dtype.kind == "f":
+                assert np.array_equal(np.signbit(got.to_numpy()), np.signbit(want.to_numpy()))
+            assert [type(v) for v in got.tolist()] == [type(v) for v in want.tolist()]

@@ -208,18 +208,33 @@ class _Counter:
 
 
 def _reduce(col_kind: str, s: pd.Series, limit: int) -> pd.Series:
-    """The witness values of ``s``: distinct values (categorical), or min, max and one null."""
-    nulls = s[s.isna()].iloc[:1]
-    present = s[s.notna()]
+    """The witness values of ``s``: distinct values (categorical), or min, max and one null.
+
+    Rows are picked by position (one mask of missing values, no masked copies of ``s``):
+    the first ``limit`` distinct present values in order of appearance, or the first
+    smallest and first largest present value; then the first missing value."""
+    na = s.isna().to_numpy(dtype=bool)
+    nulls = np.flatnonzero(na)[:1]
     if col_kind == "values":
-        return pd.concat([present.drop_duplicates().iloc[:limit], nulls], ignore_index=True)
-    if len(present) == 0:
-        return nulls.reset_index(drop=True)
+        first = np.flatnonzero(~(na | s.duplicated(keep="first").to_numpy(dtype=bool)))[:limit]
+        return _rows(s, first, nulls)
+    present = np.flatnonzero(~na)
+    if present.size == 0:
+        return _rows(s, nulls)
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf":
+        values = s.to_numpy()[present]
+        return _rows(s, present[[int(np.argmin(values)), int(np.argmax(values))]], nulls)
+    kept = s.iloc[present]
     try:
-        ends = present.iloc[[present.argmin(), present.argmax()]]
+        ends = kept.iloc[[kept.argmin(), kept.argmax()]]
     except TypeError:  # values of mixed kinds: keep them all (the type check fails anyway)
-        ends = present.drop_duplicates().iloc[:limit]
-    return pd.concat([ends, nulls], ignore_index=True)
+        ends = kept.drop_duplicates().iloc[:limit]
+    return pd.concat([ends, s.iloc[nulls]], ignore_index=True)
+
+
+def _rows(s: pd.Series, *positions: np.ndarray) -> pd.Series:
+    """The rows of ``s`` at these positions, in order, with a fresh index."""
+    return s.iloc[np.concatenate(positions)].reset_index(drop=True)
 
 
 def _reducible_alone(col_kind: str, s: pd.Series, prev: pd.Series | None) -> bool:
