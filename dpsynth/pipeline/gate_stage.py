@@ -153,7 +153,7 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
 #: The synthetic marginal counts the gate checked, kept in the release's private folder for
 #: the report (publish reads them instead of counting the codes again: 3 CPU s per million
 #: rows for sds's 1,350 marginals), with the digests of the codes files they were counted from.
-COUNTS_FILE = "synthetic-counts.npz"
+COUNTS_FILE = "gate-counts.npz"  # not "synthetic*": measure removes those folders
 
 
 def _codes_digests(synthetic_dir: Path) -> list[str]:
