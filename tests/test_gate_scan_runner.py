@@ -284,3 +284,30 @@ def test_witness_rows_picked_by_position_are_the_masked_copies_rows():
             if got.dtype.kind == "f":
                 assert np.array_equal(np.signbit(got.to_numpy()), np.signbit(want.to_numpy()))
             assert [type(v) for v in got.tolist()] == [type(v) for v in want.tolist()]
+
+
+def test_merging_with_reuse_adds_into_the_first_scans_counts_only(released):
+    """``merge_scans(a, b, reuse=True)`` (the pass's own running scan) adds ``b``'s counts
+    into ``a``'s arrays: the same merged scan, no third copy; ``b`` is left as it was, and
+    read-only arrays (from a Dask worker) are added into a new array."""
+    plan, measurement, folder = released
+    subsets = measured_subsets(plan.schema, Measurement.load(measurement))
+    codes, values = folder / "synthetic-codes.parquet", folder / "synthetic.parquet"
+
+    def part(groups):
+        return scan_table(file_chunks(codes, values, plan.schema, groups), plan.schema, subsets)
+
+    want = merge_scans(part([0, 1]), part([2, 3]))
+    a, b = part([0, 1]), part([2, 3])
+    b_before = {k: v.copy() for k, v in b.counts.items()}
+    got = merge_scans(a, b, reuse=True)
+    _assert_same(got, want)
+    key = next(iter(got.counts))
+    assert got.counts[key] is a.counts[key]
+    assert all(np.array_equal(b.counts[k], b_before[k]) for k in b.counts)
+    ro, b2 = part([0, 1]), part([2, 3])
+    for v in ro.counts.values():
+        v.flags.writeable = False
+    merged = merge_scans(ro, b2, reuse=True)
+    _assert_same(merged, want)
+    assert merged.counts[key] is not ro.counts[key]

@@ -402,9 +402,11 @@ def _scan_part(part: ScanPart, schema: Schema, subsets: tuple[Subset, ...]) -> S
     return scan_table(chunks, schema, subsets)
 
 
-def merge_scans(a: Scan, b: Scan) -> Scan:
+def merge_scans(a: Scan, b: Scan, *, reuse: bool = False) -> Scan:
     """The scan of ``a``'s rows followed by ``b``'s: what one pass over both gives (the
-    columns, dtypes and first row are the first non-empty part's, as in one pass)."""
+    columns, dtypes and first row are the first non-empty part's, as in one pass). With
+    ``reuse``, ``b``'s counts are added into ``a``'s writable arrays (``a`` is then spent):
+    no third copy of every count table while both are held."""
     head = a if a.columns else b
     out = Scan(schema=a.schema, columns=list(head.columns), dtypes=dict(head.dtypes), head=head.head)
     out.rows, out.codes_rows = a.rows + b.rows, a.codes_rows + b.codes_rows
@@ -422,8 +424,15 @@ def merge_scans(a: Scan, b: Scan) -> Scan:
         out.witness[name] = _reduce(kind, pd.concat(ws, ignore_index=True), limit)
         out.nulls[name] = a.nulls.get(name, 0) + b.nulls.get(name, 0)
         out.outside[name] = _add(a.outside.get(name, 0), b.outside.get(name, 0))
-    out.counts = {s: a.counts[s] + b.counts[s] for s in a.counts}
+    out.counts = {s: _added(a.counts[s], b.counts[s], reuse) for s in a.counts}
     return out
+
+
+def _added(a: np.ndarray, b: np.ndarray, reuse: bool) -> np.ndarray:
+    if reuse and a.flags.writeable:  # arrays received from a Dask worker may be read-only
+        a += b
+        return a
+    return a + b
 
 
 def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequence[Subset], *,
@@ -446,5 +455,5 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
     out: Scan | None = None
     for start in range(0, len(parts), window):
         for found in runner.map(_scan_part, parts[start : start + window], schema, keys):
-            out = found if out is None else merge_scans(out, found)
+            out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
     return out if out is not None else scan_table(iter(()), schema, keys)
