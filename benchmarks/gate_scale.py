@@ -22,6 +22,7 @@ resident memory before and its peak during the part (sampled every 10 ms) and, w
 ``--cprofile``, the top functions by own and by cumulative time::
 
     python benchmarks/gate_scale.py parts --release /tmp/gate-scale-keep/sds-1000000 --cprofile
+    python benchmarks/gate_scale.py parts --release ... --tree /work/main --label before   # another tree
 
 Results: benchmarks/results/gate_scale.json (merged by release, part and label).
 """
@@ -39,7 +40,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: the code tree whose dpsynth the parts run (``parts --tree``: another checkout, to compare)
+TREE = Path(os.environ.get("GATE_SCALE_TREE", str(ROOT)))
+sys.path.insert(0, str(TREE))
 
 PARTS = ("validate", "report", "hash")
 
@@ -192,8 +195,9 @@ def _parts(args) -> None:
     for part in args.parts.split(","):
         cmd = [sys.executable, "-u", __file__, "child", "--release", str(release), "--part", part,
                "--top", str(args.top), *(["--cprofile"] if args.cprofile else [])]
+        tree = str(Path(args.tree).resolve()) if args.tree else str(ROOT)
         out = subprocess.run(["nice", "-n", "10", *cmd], check=True, capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+                             env={**os.environ, "PYTHONPATH": tree, "GATE_SCALE_TREE": tree}).stdout
         cell = json.loads(out.strip().splitlines()[-1])
         cell.update(release=release.name, label=args.label)
         cells.append(cell)
@@ -221,6 +225,7 @@ def main() -> None:
     p.add_argument("--release", required=True)
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--label", default="now")
+    p.add_argument("--tree", help="another checkout whose dpsynth the parts run (default: this one)")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--top", type=int, default=25)
     c = sub.add_parser("child")
