@@ -24,6 +24,12 @@ resident memory before and its peak during the part (sampled every 10 ms) and, w
     python benchmarks/gate_scale.py parts --release /tmp/gate-scale-keep/sds-1000000 --cprofile
     python benchmarks/gate_scale.py parts --release ... --tree /work/main --label before   # another tree
 
+``repeat`` writes a copy of a kept release whose synthetic table is its table N times over
+(``<release>x<N>``): the gate and the report at N times the rows, with the small release's
+measurement (its outputs then differ from the kept ones: compare trees with ``--tree``)::
+
+    python benchmarks/gate_scale.py repeat --release /tmp/gate-scale-keep/sds-1000000 --times 10
+
 Results: benchmarks/results/gate_scale.json (merged by release, part and label).
 """
 
@@ -62,6 +68,35 @@ def _keep(rows: int, method: str, work: Path) -> Path:
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     print(f"release in {time.perf_counter() - t0:.1f} s", flush=True)
     scratch.rename(target)
+    return target
+
+
+def _repeat(release: Path, times: int) -> Path:
+    """A copy of a kept release whose synthetic table is its table ``times`` over (same row
+    groups, same measurement): the gate and the report at ``times`` the rows, without a
+    release of that size. Its validation.json and report.html stay the small release's."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    f = _folders(release)
+    target = release.parent / f"{release.name}x{times}"
+    rel = target / "ws" / "releases" / f["release"].name
+    (rel / "synthetic").mkdir(parents=True, exist_ok=True)
+    (target / "out" / "scale").mkdir(parents=True, exist_ok=True)
+    shutil.copy(release / "schema.yaml", target / "schema.yaml")
+    if not (rel / "measurement").exists():
+        (rel / "measurement").symlink_to(f["measurement"].resolve())
+    shutil.copy(f["release"] / "validation.json", rel / "validation.json")
+    for name in ("manifest.json", "report.html"):
+        shutil.copy(f["out"] / name, target / "out" / "scale" / name)
+    for src, dst in ((f["synthetic"] / "synthetic-codes.parquet", rel / "synthetic" / "synthetic-codes.parquet"),
+                     (f["out"] / "synthetic.parquet", target / "out" / "scale" / "synthetic.parquet")):
+        pf = pq.ParquetFile(str(src))
+        with pq.ParquetWriter(str(dst), pf.schema_arrow, compression="zstd") as w:
+            for _ in range(times):
+                for g in range(pf.metadata.num_row_groups):
+                    w.write_table(pf.read_row_group(g))
     return target
 
 
@@ -221,6 +256,9 @@ def main() -> None:
     k.add_argument("--rows", type=int, default=1_000_000)
     k.add_argument("--method", default="sds")
     k.add_argument("--work", default="/tmp/gate-scale-keep")
+    r = sub.add_parser("repeat")
+    r.add_argument("--release", required=True)
+    r.add_argument("--times", type=int, default=10)
     p = sub.add_parser("parts")
     p.add_argument("--release", required=True)
     p.add_argument("--parts", default=",".join(PARTS))
@@ -238,6 +276,8 @@ def main() -> None:
         work = Path(args.work)
         work.mkdir(parents=True, exist_ok=True)
         print(_keep(args.rows, args.method, work))
+    elif args.cmd == "repeat":
+        print(_repeat(Path(args.release).resolve(), args.times))
     elif args.cmd == "parts":
         _parts(args)
     else:
