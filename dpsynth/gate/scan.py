@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ..rows.counting import Subset, column_major, count_marginals
+from ..rows.counting import DEFAULT_MAX_CELLS, Subset, column_major, count_blocks, count_marginals, plan_blocks_cached
 from ..rows.encoding import DataError, EncodedTable, code_dtype, validate_codes
 from ..rows.footer import FooterMap, FooterSlice, footer_map, sliced_metadata
 from ..schema import Schema
@@ -156,19 +156,100 @@ class Scan:
         return frame
 
 
+#: Codes of consecutive chunks are counted together up to this many rows: the count of a
+#: batch costs a pass over its rows plus a read-off per block of the plan (which does not
+#: shrink with the batch), so row groups of 65,536 rows counted one by one cost 2-3 times more.
+COUNT_ROWS = 1 << 20
+
+
+class _Counter:
+    """Exact counts of ``keys`` (sorted column-index subsets) over code chunks added in row
+    order, counted in batches of up to :data:`COUNT_ROWS` rows with one block plan."""
+
+    def __init__(self, cards: Sequence[int], keys: tuple[Subset, ...]):
+        self.cards = tuple(int(c) for c in cards)
+        self.keys = keys
+        self.counts = {s: np.zeros(tuple(self.cards[j] for j in s), dtype=np.int64) for s in keys}
+        self.buffer: np.ndarray | None = None  # column-major codes not yet counted
+        self.held = 0
+
+    def add(self, codes: np.ndarray) -> None:
+        """Adds a chunk of row-major codes (checked against the cardinalities)."""
+        if not len(codes) or not self.keys:
+            return
+        cm = column_major(codes, self.cards)
+        n = cm.shape[1]
+        if n >= COUNT_ROWS:  # a chunk as large as a batch is counted as it is
+            self._count(cm)
+            return
+        if self.held + n > COUNT_ROWS:
+            self.flush()
+        if self.buffer is None:
+            self.buffer = np.empty((len(self.cards), COUNT_ROWS), dtype=cm.dtype)
+        self.buffer[:, self.held : self.held + n] = cm
+        self.held += n
+
+    def flush(self) -> None:
+        """Counts the codes held."""
+        if self.held:
+            self._count(self.buffer[:, : self.held])
+            self.held = 0
+
+    def _count(self, cm: np.ndarray) -> None:
+        plan = plan_blocks_cached(self.keys, self.cards, DEFAULT_MAX_CELLS)
+        for s, c in count_blocks(cm, self.cards, plan).items():
+            self.counts[s] += c
+
+    def result(self) -> dict[Subset, np.ndarray]:
+        """The counts of every chunk added (the buffer is let go)."""
+        self.flush()
+        self.buffer = None
+        return self.counts
+
+
 def _reduce(col_kind: str, s: pd.Series, limit: int) -> pd.Series:
-    """The witness values of ``s``: distinct values (categorical), or min, max and one null."""
-    nulls = s[s.isna()].iloc[:1]
-    present = s[s.notna()]
+    """The witness values of ``s``: distinct values (categorical), or min, max and one null.
+
+    Rows are picked by position (one mask of missing values, no masked copies of ``s``):
+    the first ``limit`` distinct present values in order of appearance, or the first
+    smallest and first largest present value; then the first missing value."""
+    na = s.isna().to_numpy(dtype=bool)
+    nulls = np.flatnonzero(na)[:1]
     if col_kind == "values":
-        return pd.concat([present.drop_duplicates().iloc[:limit], nulls], ignore_index=True)
-    if len(present) == 0:
-        return nulls.reset_index(drop=True)
+        first = np.flatnonzero(~(na | s.duplicated(keep="first").to_numpy(dtype=bool)))[:limit]
+        return _rows(s, first, nulls)
+    present = np.flatnonzero(~na)
+    if present.size == 0:
+        return _rows(s, nulls)
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf":
+        values = s.to_numpy()[present]
+        return _rows(s, present[[int(np.argmin(values)), int(np.argmax(values))]], nulls)
+    kept = s.iloc[present]
     try:
-        ends = present.iloc[[present.argmin(), present.argmax()]]
+        ends = kept.iloc[[kept.argmin(), kept.argmax()]]
     except TypeError:  # values of mixed kinds: keep them all (the type check fails anyway)
-        ends = present.drop_duplicates().iloc[:limit]
-    return pd.concat([ends, nulls], ignore_index=True)
+        ends = kept.drop_duplicates().iloc[:limit]
+    return pd.concat([ends, s.iloc[nulls]], ignore_index=True)
+
+
+def _rows(s: pd.Series, *positions: np.ndarray) -> pd.Series:
+    """The rows of ``s`` at these positions, in order, with a fresh index."""
+    return s.iloc[np.concatenate(positions)].reset_index(drop=True)
+
+
+def _reducible_alone(col_kind: str, s: pd.Series, prev: pd.Series | None) -> bool:
+    """Whether ``_reduce(prev + s) == _reduce(prev + _reduce(s))`` holds for sure, so that a
+    chunk can be reduced before it joins the witness (the same values, from the same rows):
+    the first distinct labels of a categorical column; the first smallest and largest value
+    of a numeric or datetime dtype, which compares without error (a column of mixed objects
+    keeps its distinct values instead, which only the whole concatenation decides)."""
+    if col_kind == "values":
+        return True
+    dtype = s.dtype
+    if prev is not None and prev.dtype != dtype:
+        return False
+    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)) and \
+        not pd.api.types.is_object_dtype(dtype)
 
 
 def _outside_count(s: pd.Series, dom: Any) -> int | None:
@@ -191,9 +272,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
     from .checks import _for_ge, _mismatch_counts
 
     out = Scan(schema=schema)
-    cards = schema.cardinalities
     keys = tuple(dict.fromkeys(tuple(sorted(s)) for s in subsets))
-    out.counts = {s: np.zeros(tuple(cards[j] for j in s), dtype=np.int64) for s in keys}
+    counter = _Counter(schema.cardinalities, keys)
     domains = {c.name: dataclasses.replace(column_domain(c), integer=False) for c in schema.columns}
     kinds = {name: ("values" if d.values is not None else "range") for name, d in domains.items()}
     first = True
@@ -213,7 +293,11 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
             s = table[name]
             limit = schema.column(name).cardinality + _EXTRA_LABELS
             prev = out.witness.get(name)
-            joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
+            if _reducible_alone(kinds[name], s, prev):  # the chunk's own witness stands for it
+                s_witness = _reduce(kinds[name], s, limit)
+                joined = s_witness if prev is None else pd.concat([prev, s_witness], ignore_index=True)
+            else:
+                joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
             out.witness[name] = _reduce(kinds[name], joined, limit)
             out.nulls[name] = out.nulls.get(name, 0) + int(s.isna().sum())
             out.outside[name] = _add(out.outside.get(name, 0), _outside_count(s, domains[name]))
@@ -221,9 +305,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
         if mm is None:  # a chunk whose values and codes differ in length: every column mismatched
             out.misaligned = True
         out.mismatch = mm if out.mismatch is None or mm is None else out.mismatch + mm
-        if len(codes) and keys:
-            for s, c in count_marginals(column_major(codes, cards), cards, list(keys)).items():
-                out.counts[s] += c
+        counter.add(codes)
+    out.counts = counter.result()
     return out
 
 
@@ -319,9 +402,11 @@ def _scan_part(part: ScanPart, schema: Schema, subsets: tuple[Subset, ...]) -> S
     return scan_table(chunks, schema, subsets)
 
 
-def merge_scans(a: Scan, b: Scan) -> Scan:
+def merge_scans(a: Scan, b: Scan, *, reuse: bool = False) -> Scan:
     """The scan of ``a``'s rows followed by ``b``'s: what one pass over both gives (the
-    columns, dtypes and first row are the first non-empty part's, as in one pass)."""
+    columns, dtypes and first row are the first non-empty part's, as in one pass). With
+    ``reuse``, ``b``'s counts are added into ``a``'s writable arrays (``a`` is then spent):
+    no third copy of every count table while both are held."""
     head = a if a.columns else b
     out = Scan(schema=a.schema, columns=list(head.columns), dtypes=dict(head.dtypes), head=head.head)
     out.rows, out.codes_rows = a.rows + b.rows, a.codes_rows + b.codes_rows
@@ -339,16 +424,23 @@ def merge_scans(a: Scan, b: Scan) -> Scan:
         out.witness[name] = _reduce(kind, pd.concat(ws, ignore_index=True), limit)
         out.nulls[name] = a.nulls.get(name, 0) + b.nulls.get(name, 0)
         out.outside[name] = _add(a.outside.get(name, 0), b.outside.get(name, 0))
-    out.counts = {s: a.counts[s] + b.counts[s] for s in a.counts}
+    out.counts = {s: _added(a.counts[s], b.counts[s], reuse) for s in a.counts}
     return out
+
+
+def _added(a: np.ndarray, b: np.ndarray, reuse: bool) -> np.ndarray:
+    if reuse and a.flags.writeable:  # arrays received from a Dask worker may be read-only
+        a += b
+        return a
+    return a + b
 
 
 def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequence[Subset], *,
                chunk_rows: int, runner: Any = None) -> Scan:
     """:func:`scan_table` over the synthetic table held in ``pairs`` of (codes, values)
     Parquet files (in row order), partition by partition on ``runner`` (default: this
-    process): partitions of about ``chunk_rows`` rows, :data:`SCAN_WINDOW` of them at a time,
-    merged in row order. Only scans (counts, witness values) leave a partition."""
+    process): partitions of about ``chunk_rows`` rows, :data:`SCAN_WINDOW` of them at a time
+    (one on a serial runner), merged in row order. Only scans (counts, witness values) leave a partition."""
     from ..rows.rowsource import SerialRunner
 
     runner = runner if runner is not None else SerialRunner()
@@ -356,8 +448,12 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
     parts = scan_parts(pairs, schema, chunk_rows)
     if not parts:
         return scan_table(iter(()), schema, keys)
+    # A serial runner gains nothing by computing scans ahead of the merge, and each partial
+    # scan holds a copy of every count table (17.6 MB for sds's 1,350 tables at 20 columns):
+    # there each is merged as soon as it is made.
+    window = 1 if isinstance(runner, SerialRunner) else SCAN_WINDOW
     out: Scan | None = None
-    for start in range(0, len(parts), SCAN_WINDOW):
-        for found in runner.map(_scan_part, parts[start : start + SCAN_WINDOW], schema, keys):
-            out = found if out is None else merge_scans(out, found)
+    for start in range(0, len(parts), window):
+        for found in runner.map(_scan_part, parts[start : start + window], schema, keys):
+            out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
     return out if out is not None else scan_table(iter(()), schema, keys)

@@ -360,15 +360,14 @@ def publish_stage(
     sizes = {rel: _size(Path(src)) for rel, src in files.items()}  # before publish moves files
 
     def report(full_manifest: Mapping[str, Any]) -> str:
-        from ..gate.scan import CodeCounts
         from ..report import build_report
+        from .gate_stage import synthetic_counts
 
         m = Measurement.load(measurement_dir)
-        # the charts and accuracy tables need counts only: read the codes chunk by chunk,
-        # on the release's row runner (a Dask cluster's workers when it names one)
-        codes_files = [c for c, _ in synthetic_pairs(synthetic_dir)]
-        with row_runner(plan.config.dask_address) as runner:
-            counts = CodeCounts.of_file(codes_files, plan.schema, m, plan.config.chunk_rows, runner)
+        # the charts and accuracy tables need counts only: those the gate kept, else the
+        # codes read chunk by chunk on the release's row runner
+        counts = synthetic_counts(plan.schema, synthetic_dir, m, plan.config.chunk_rows, folder,
+                                  plan.config.dask_address)
         return build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
