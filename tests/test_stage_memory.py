@@ -1,7 +1,7 @@
 """The stages hand freed memory back (``stages.give_back_memory``): after measure, after the
-synthesize stage reads its measurement, and after it wrote the table, so that a later stage's
-peak counts what is live, not what an earlier one left in the allocators (issue 25,
-docs/scale.md, sds-peak)."""
+synthesize stage reads its measurement and after it wrote the table, and around the report's
+counting in publish, so that a later stage's peak counts what is live, not what an earlier one
+left in the allocators (issue 25, docs/scale.md, sds-peak)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_freed_arrow_memory_is_handed_back_and_live_data_kept():
     assert kept.tolist() == [3, 4, 5, 6, 7]
 
 
-def test_a_release_gives_memory_back_after_measure_and_around_synthesize(tmp_path, demo_paths, monkeypatch):
+def test_a_release_gives_memory_back_after_measure_around_synthesize_and_the_report(tmp_path, demo_paths, monkeypatch):
     calls: list[str] = []
     real = stages.give_back_memory
 
@@ -47,4 +47,4 @@ def test_a_release_gives_memory_back_after_measure_and_around_synthesize(tmp_pat
     rel = dpsynth.release(str(data), str(schema), epsilon=1.0, method="marginals", out=str(tmp_path / "out"),
                           workspace=str(tmp_path / "ws"), name="mem", quiet=True)
     assert rel.synthetic.shape[0] > 0
-    assert calls == ["measure_stage", "synthesize_stage", "synthesize_stage"]
+    assert calls == ["measure_stage", "synthesize_stage", "synthesize_stage", "report", "report"]

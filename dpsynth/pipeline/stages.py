@@ -390,12 +390,16 @@ def publish_stage(
         from ..report import build_report
 
         m = Measurement.load(measurement_dir)
+        give_back_memory()  # Arrow's pages of the read, as in synthesize
         # the charts and accuracy tables need counts only: read the codes chunk by chunk,
         # on the release's row runner (a Dask cluster's workers when it names one)
         codes_files = [c for c, _ in synthetic_pairs(synthetic_dir)]
         with row_runner(plan.config.dask_address) as runner:
             counts = CodeCounts.of_file(codes_files, plan.schema, m, plan.config.chunk_rows, runner)
-        return build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
+        page = build_report(full_manifest, plan.schema, counts, m, validation, files=sizes)
+        m = counts = None  # noqa: F841 (dropped before the memory is given back)
+        give_back_memory()  # the counting's buffers: the files are hashed next
+        return page
 
     key = read_sign_key(plan.config.sign_key) if plan.config.sign_key is not None else None
     with moving_out(synthetic_dir):  # the synthetic table is moved, never copied: one copy on disk
