@@ -58,7 +58,7 @@ class Sampler(threading.Thread):
         self.t0 = time.perf_counter()
 
     def run(self) -> None:
-        last = None
+        last, kept = None, 0.0
         while not self.stop.wait(self.every):
             rss = _rss_mb()
             frame = sys._current_frames().get(self.main)
@@ -69,9 +69,9 @@ class Sampler(threading.Thread):
             for table, key in ((self.by_stage, stage), (self.by_function, fn)):
                 if rss > table.get(key, (0.0, []))[0]:
                     table[key] = (rss, stack)
-            if fn != last:
+            if fn != last and abs(rss - kept) >= 10:  # a function change with 10 MB moved since the last entry
                 self.timeline.append((round(time.perf_counter() - self.t0, 2), round(rss), fn))
-                last = fn
+                last, kept = fn, rss
 
 
 def main() -> None:
