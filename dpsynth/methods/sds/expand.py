@@ -250,8 +250,9 @@ def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema
         return None
     records = np.repeat(np.asarray(pool), copies(weights, pool.shape[0], rng), axis=0)
     goals = _weighted_columns(pool, weights, schema.cardinalities, records.shape[0], rng)
-    moved = lastpass.set_columns(records, tables, goals, rng)
-    codes, done = lastpass.last_pass(records, tables, rng)  # swaps: the columns stay as set
+    # the columns given the weighted pool's 1-way tables, then swaps (the columns stay as set)
+    codes, done = lastpass.last_pass(records, tables, rng, goals=goals)
+    moved = done.pop("column_moves")
     kept = done["worst_after"] < float(ratios.max())
     info = {"pool_passed": int(kept), "pass_above_weighted": int((ratios > lastpass.MARGIN).sum()),
             "pass_worst_weighted": round(float(ratios.max()), 4), "pass_column_moves": moved,
