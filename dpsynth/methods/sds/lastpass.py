@@ -114,8 +114,8 @@ def gate_tables(scaled: Measurement, schema: Schema) -> list[GateTable] | None:
 
 def _cells(t: GateTable, rows: np.ndarray) -> np.ndarray:
     """Each of ``rows``' cell in table ``t`` (row-major over its columns)."""
-    out = np.zeros(rows.shape[0], dtype=np.int64)
-    for j, size in zip(t.cols, t.shape):
+    out = rows[:, t.cols[0]].astype(np.int64)  # the first column's codes: 0 x its size + code
+    for j, size in zip(t.cols[1:], t.shape[1:]):
         out *= size
         out += rows[:, j]
     return out
