@@ -127,8 +127,9 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
     weights = np.full(pool.shape[0], np.nan)
     if PAIRS_FIRST and pairs and len(pairs) < len(checks):  # the pairs alone, then the last pass
         weights, refitted = fit_weights(pool, pairs, margins, total, compact=True)
+    ratios = None
     if np.isfinite(weights).all() and weights.sum() > 0:
-        off = misfit_tables(checks, weights, total, pool=pool)
+        off, ratios = _off_and_ratios(pool, checks, weights, total)
     else:
         weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
         off = misfit_tables(checks, weights, total, pool=pool)
@@ -137,11 +138,11 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         w2, r2 = fit_weights(pool, pairs, margins, total, compact=True)
         off2 = misfit_tables(checks, w2, total, pool=pool) if np.isfinite(w2).all() and w2.sum() > 0 else off
         if len(off2) < len(off):
-            weights, refitted, off = w2, r2, off2
+            weights, refitted, off, ratios = w2, r2, off2, None
     if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach: as drawn
         return np.ones(pool.shape[0]), {"off": before, "refitted": 0, "left": before}
     if off and OFF_ROUNDS > 0:
-        weights, off, ratios = _fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS)
+        weights, off, ratios = _fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS, before=ratios)
         if seen is not None:
             seen["ratios"] = ratios
     return weights, {"off": before, "refitted": refitted, "left": len(off)}
@@ -164,11 +165,13 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
 
 
 def _fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way: Mapping[int, np.ndarray],
-                    total: float, rounds: int, ratio: float | None = None) -> tuple[np.ndarray, list[int], list[float]]:
-    """:func:`fit_off_tables`, and the misfit ratios of the weights it returns."""
+                    total: float, rounds: int, ratio: float | None = None,
+                    before: list[float] | None = None) -> tuple[np.ndarray, list[int], list[float]]:
+    """:func:`fit_off_tables`, and the misfit ratios of the weights it returns; ``before``:
+    ``weights``' ratios where the caller counted them (else counted here)."""
     from ...postprocess.fitting import CodeMargin, proportional_fit
 
-    before = misfit_ratios(pool, checks, weights, total)
+    before = misfit_ratios(pool, checks, weights, total) if before is None else before
     target = [i for i, r in enumerate(before) if r > (OFF_RATIO if ratio is None else ratio)]
     if not target or rounds <= 0:
         return weights, [i for i, r in enumerate(before) if r > 1.0], before
@@ -198,6 +201,20 @@ def _fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way
     if max(after) < max(before):
         return fitted, [i for i, r in enumerate(after) if r > 1.0], after
     return weights, [i for i, r in enumerate(before) if r > 1.0], before
+
+
+def _off_and_ratios(pool: np.ndarray, checks: list, weights: np.ndarray, total: float) -> tuple[list[int], list[float]]:
+    """:func:`misfit_tables` and :func:`misfit_ratios` of the same weights from one count of
+    every table (each table's misfit computed once; the same test and the same ratios)."""
+    ess = effective_size(weights)
+    off, ratios = [], []
+    for i, c in enumerate(checks):
+        c = c.on(pool)
+        misfit = c.misfit(*c.estimate(weights, total, ess))
+        if misfit > c.allowance():  # TableCheck.is_off
+            off.append(i)
+        ratios.append(misfit / c.allowance())
+    return off, ratios
 
 
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,
