@@ -88,7 +88,7 @@ def fit_latent(pool: np.ndarray, weights: np.ndarray, cards: Sequence[int], rng:
         shares = np.maximum(mass, 1e-300)
         by_class = np.ascontiguousarray(rw.T)  # each class's weights contiguous, for bincount
         probs = tuple(_class_table(pool[:, j], by_class, mass, int(cards[j])) / shares[:, None] for j in range(p))
-        log = np.log(shares)[None, :] + _log_likelihood(pool, probs).T
+        log = np.log(shares)[None, :] + _log_likelihood(pool, probs)
         resp = np.exp(log - log.max(axis=1, keepdims=True))
         resp /= resp.sum(axis=1, keepdims=True)
     probs = tuple(t / t.sum(axis=1, keepdims=True) for t in probs)
@@ -96,13 +96,20 @@ def fit_latent(pool: np.ndarray, weights: np.ndarray, cards: Sequence[int], rng:
 
 
 def _log_likelihood(pool: np.ndarray, probs: Sequence[np.ndarray]) -> np.ndarray:
-    """(K, n): each record's log-probability in each class, the columns' logs added in order
-    (each table's logs taken once, then read per record: the same values as the log of each
-    record's probability, without a logarithm per record and class)."""
-    out = np.log(probs[0])[:, pool[:, 0]]
-    for j in range(1, len(probs)):
-        out += np.log(probs[j])[:, pool[:, j]]
-    return out
+    """(n, K), row-major: each record's log-probability in each class, the columns' logs added
+    in order (each table's logs taken once, then read per record and class: the same values as
+    the log of each record's probability, without a logarithm per record and class). Row-major
+    as the sum of the columns' gathered logs was: the EM's reductions over the classes then add
+    in the same order (the same bits)."""
+    out = np.empty((probs[0].shape[0], pool.shape[0]))
+    for j, t in enumerate(probs):
+        codes = np.asarray(pool[:, j], dtype=np.intp)
+        for k, logs in enumerate(np.log(t)):
+            if j == 0:
+                logs.take(codes, out=out[k])
+            else:
+                out[k] += logs.take(codes)
+    return np.ascontiguousarray(out.T)
 
 
 def _class_table(codes: np.ndarray, by_class: np.ndarray, mass: np.ndarray, card: int) -> np.ndarray:
