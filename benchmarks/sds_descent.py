@@ -53,7 +53,7 @@ def capture(kind: str, rows: int, seed: int, out: str, table_seed: int | None = 
     m = method.measure(EncodedTable(schema=schema, codes=real), Ledger(budget, method.plan(schema, budget)), r_measure)
     cap: dict = {}
 
-    def recorder(pool, weights, scaled, schema_, ones, total, rng):
+    def recorder(pool, weights, scaled, schema_, ones, total, rng, **kwargs):
         cap.update(pool=np.asarray(pool), weights=weights, scaled=scaled, ones=ones, total=total,
                    rng_state=rng.bit_generator.state)
         return None

@@ -400,7 +400,7 @@ def test_the_pool_update_runs_only_on_tables_left_off_and_draws_its_own_generato
         weights, tables = real_fit(*args, **kwargs)
         return weights, {**tables, "left": 1}
 
-    def nothing_off(pool, weights, scaled, schema, ones, total, rng):
+    def nothing_off(pool, weights, scaled, schema, ones, total, rng, **kwargs):
         seen.append(rng.random())  # consumes its generator, then finds nothing off
         return None
 
@@ -412,7 +412,7 @@ def test_the_pool_update_runs_only_on_tables_left_off_and_draws_its_own_generato
     b = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
     assert len(seen) == 1 and np.array_equal(a.pool, b.pool) and np.array_equal(a.counts, b.counts)
     monkeypatch.setattr(expand, "POOL_UPDATE", True)
-    monkeypatch.setattr(sds_method, "update_pool", lambda pool, *a: pool[::-1].copy())
+    monkeypatch.setattr(sds_method, "update_pool", lambda pool, *a, **k: pool[::-1].copy())
     c = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
     assert c.info["pool_updated"] == 1 and np.array_equal(c.pool, b.pool[::-1])
     assert np.array_equal(c.weights, np.ones(c.pool.shape[0])) and c.counts.sum() == 20_000

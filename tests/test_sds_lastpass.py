@@ -224,16 +224,21 @@ def test_an_expanded_release_under_the_update_trigger_gets_the_last_pass_where_i
     monkeypatch.setattr("dpsynth.methods.sds.chunked.chunk_rows_for", lambda columns: 100)
     monkeypatch.setattr(lastpass, "MARGIN", 0.7)
     got = _watch_fit(monkeypatch)
-    real_pass = lastpass.last_pass
-    passed = []
+    real_pass, real_set = lastpass.last_pass, lastpass._set_columns
+    passed, set_ = [], []
 
-    def recorded(codes, tables, rng):
-        before = codes.copy()
-        out, info = real_pass(codes, tables, rng)
-        passed.append((before, out.copy()))
+    def recorded(codes, tables, rng, **kwargs):
+        out, info = real_pass(codes, tables, rng, **kwargs)
+        passed.append(out.copy())
         return out, info
 
+    def columns_set(st, codes, goals, rng):  # the records as the pass's swaps start from them
+        moved = real_set(st, codes, goals, rng)
+        set_.append(codes.copy())
+        return moved
+
     monkeypatch.setattr(lastpass, "last_pass", recorded)
+    monkeypatch.setattr(lastpass, "_set_columns", columns_set)
     s = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
     tables = gate_tables(got["scaled"], plan.schema)
     weighted = lastpass.weighted_gate_ratios(got["pool"], got["weights"], tables)
@@ -246,8 +251,8 @@ def test_an_expanded_release_under_the_update_trigger_gets_the_last_pass_where_i
     assert released[above].max() <= 0.7 and released.max() <= 0.7  # main: .80 and .72 (no pass)
     assert gate_ratios(s.pool, tables).max() <= 0.7  # the pass's view: equal records
     assert s.info["pool_passed"] == 1 and s.info["pass_above_weighted"] == 2
-    assert len(passed) == 1 and s.info["pass_swaps"] > 0
-    before, after = passed[0]
+    assert len(passed) == len(set_) == 1 and s.info["pass_swaps"] > 0
+    before, after = set_[0], passed[0]
     assert np.array_equal(after.astype(s.pool.dtype), s.pool) and before.shape == s.pool.shape
     w = got["weights"] / got["weights"].sum()
     for j, card in enumerate(plan.schema.cardinalities):  # the weighted pool's columns, to the record
@@ -307,7 +312,7 @@ def test_a_pass_that_leaves_the_worst_table_higher_than_the_weighted_pool_is_not
     monkeypatch.setattr("dpsynth.methods.sds.chunked.chunk_rows_for", lambda columns: 100)
     monkeypatch.setattr(lastpass, "MARGIN", 0.7)
     monkeypatch.setattr(lastpass, "MAX_BATCHES", 0)
-    monkeypatch.setattr(lastpass, "set_columns", lambda *args: 0)
+    monkeypatch.setattr(lastpass, "_set_columns", lambda *args: 0)
     on = plan.method().sampler(m, plan.schema, 20_000, np.random.default_rng(5))
     assert on.info["pool_passed"] == 0 and on.info["pass_batches"] == 0
     assert on.info["pass_worst_after"] == on.info["pass_worst_before"] > on.info["pass_worst_weighted"] > 0.7

@@ -59,8 +59,9 @@ class CodeMargin:
         return np.bincount(self.codes, weights=x, minlength=self.target.size)
 
     def rescale(self, x: np.ndarray, ratio: np.ndarray) -> np.ndarray:
-        """Each row's weight scaled by its code's ratio."""
-        return x * ratio.take(self.codes)
+        """Each row's weight scaled by its code's ratio (indexing, not ``take``: the same values,
+        and for uint16 codes, as ``sds`` keeps its cells, about half the time)."""
+        return x * ratio[self.codes]
 
 
 def _share_gap(current: np.ndarray, target: np.ndarray) -> float:

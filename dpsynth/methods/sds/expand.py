@@ -102,11 +102,13 @@ def scaled_measurement(m: Measurement, share: float, rows: int) -> Measurement:
 
 
 def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
-             total: float, fit_tables: bool = True) -> tuple[np.ndarray, dict[str, int]]:
+             total: float, fit_tables: bool = True, seen: dict | None = None) -> tuple[np.ndarray, dict[str, int]]:
     """Weights of ``pool``'s records honouring the (scaled) measured tables of ``m`` beyond
     their allowance and the 1-way targets ``one_way`` (every column: the pool's own counts
     where a column has none); and counts of tables: ``off`` before the fit, ``refitted``,
-    ``left`` off after it."""
+    ``left`` off after it. ``seen``, where given, receives the tables' checks (``checks``)
+    and, where the last pass computed them, the returned weights' misfit ratios
+    (``ratios``): :func:`update_pool` takes them instead of counting every table again."""
     from ...postprocess.fitting import CodeMargin, proportional_fit
 
     pool = np.asfortranarray(pool)
@@ -114,6 +116,8 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
                else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
                for j, c in enumerate(schema.columns)}
     checks = table_checks(m, schema) if fit_tables else []
+    if seen is not None:
+        seen["checks"] = checks
     before = len(misfit_tables(checks, np.ones(pool.shape[0]), total, pool=pool)) if checks else 0
     if not before:
         ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=t) for j, t in margins.items() if j in one_way]
@@ -123,8 +127,9 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
     weights = np.full(pool.shape[0], np.nan)
     if PAIRS_FIRST and pairs and len(pairs) < len(checks):  # the pairs alone, then the last pass
         weights, refitted = fit_weights(pool, pairs, margins, total, compact=True)
+    ratios = None
     if np.isfinite(weights).all() and weights.sum() > 0:
-        off = misfit_tables(checks, weights, total, pool=pool)
+        off, ratios = _off_and_ratios(pool, checks, weights, total)
     else:
         weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
         off = misfit_tables(checks, weights, total, pool=pool)
@@ -133,11 +138,13 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         w2, r2 = fit_weights(pool, pairs, margins, total, compact=True)
         off2 = misfit_tables(checks, w2, total, pool=pool) if np.isfinite(w2).all() and w2.sum() > 0 else off
         if len(off2) < len(off):
-            weights, refitted, off = w2, r2, off2
+            weights, refitted, off, ratios = w2, r2, off2, None
     if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach: as drawn
         return np.ones(pool.shape[0]), {"off": before, "refitted": 0, "left": before}
     if off and OFF_ROUNDS > 0:
-        weights, off = fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS)
+        weights, off, ratios = _fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS, before=ratios)
+        if seen is not None:
+            seen["ratios"] = ratios
     return weights, {"off": before, "refitted": refitted, "left": len(off)}
 
 
@@ -154,12 +161,20 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
     the shortest tables first and, on a pool fitted to the pairs, may end with triples far
     off that it never targeted (the 10M scale table: docs/sds-generalisation.md, thirteenth
     round, second part)."""
+    return _fit_off_tables(pool, checks, weights, one_way, total, rounds, ratio)[:2]
+
+
+def _fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way: Mapping[int, np.ndarray],
+                    total: float, rounds: int, ratio: float | None = None,
+                    before: list[float] | None = None) -> tuple[np.ndarray, list[int], list[float]]:
+    """:func:`fit_off_tables`, and the misfit ratios of the weights it returns; ``before``:
+    ``weights``' ratios where the caller counted them (else counted here)."""
     from ...postprocess.fitting import CodeMargin, proportional_fit
 
-    before = misfit_ratios(pool, checks, weights, total)
+    before = misfit_ratios(pool, checks, weights, total) if before is None else before
     target = [i for i, r in enumerate(before) if r > (OFF_RATIO if ratio is None else ratio)]
     if not target or rounds <= 0:
-        return weights, [i for i, r in enumerate(before) if r > 1.0]
+        return weights, [i for i, r in enumerate(before) if r > 1.0], before
     ess = effective_size(weights)
     chosen: dict = {}
     raw: dict = {}
@@ -181,15 +196,30 @@ def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way:
     fitted = proportional_fit(weights, [*chosen.values(), *held, *ones], rounds=rounds)
     fitted = proportional_fit(fitted, [*held, *ones], rounds=HOLD_ROUNDS)
     if not (np.isfinite(fitted).all() and fitted.sum() > 0):
-        return weights, [i for i, r in enumerate(before) if r > 1.0]
+        return weights, [i for i, r in enumerate(before) if r > 1.0], before
     after = misfit_ratios(pool, checks, fitted, total)
     if max(after) < max(before):
-        return fitted, [i for i, r in enumerate(after) if r > 1.0]
-    return weights, [i for i, r in enumerate(before) if r > 1.0]
+        return fitted, [i for i, r in enumerate(after) if r > 1.0], after
+    return weights, [i for i, r in enumerate(before) if r > 1.0], before
+
+
+def _off_and_ratios(pool: np.ndarray, checks: list, weights: np.ndarray, total: float) -> tuple[list[int], list[float]]:
+    """:func:`misfit_tables` and :func:`misfit_ratios` of the same weights from one count of
+    every table (each table's misfit computed once; the same test and the same ratios)."""
+    ess = effective_size(weights)
+    off, ratios = [], []
+    for i, c in enumerate(checks):
+        c = c.on(pool)
+        misfit = c.misfit(*c.estimate(weights, total, ess))
+        if misfit > c.allowance():  # TableCheck.is_off
+            off.append(i)
+        ratios.append(misfit / c.allowance())
+    return off, ratios
 
 
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,
-                one_way: Mapping[int, np.ndarray], total: float, rng: np.random.Generator) -> np.ndarray | None:
+                one_way: Mapping[int, np.ndarray], total: float, rng: np.random.Generator,
+                seen: Mapping[str, Any] | None = None) -> np.ndarray | None:
     """``pool`` (weighted by ``weights``) rounded to as many equally weighted records
     (:func:`copies`) and edited by the descent (:func:`.descent.descend`; with
     :data:`POOL_DESCENT` off, the record update :func:`.update.update_tables`) against every
@@ -203,14 +233,17 @@ def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, sche
     table's values into a record where it holds too few, so it reaches cells the pool
     misses. After the descent, with :data:`LAST_PASS` on, the tables the gate would read above
     its margin are worked on by :func:`.lastpass.last_pass` (swaps on the gate's own ratio).
+    ``seen``: what :func:`fit_pool` kept of ``scaled``'s checks and ``weights``' misfit
+    ratios (each counted afresh where absent: the same values).
     Post-processing of the measurement only."""
     from .descent import descend
     from .lastpass import gate_tables, last_pass
     from .update import update_tables
 
+    seen = seen or {}
     pool = np.asfortranarray(pool)
-    checks = table_checks(scaled, schema)
-    ratios = misfit_ratios(pool, checks, weights, total)
+    checks = seen["checks"] if "checks" in seen else table_checks(scaled, schema)
+    ratios = seen["ratios"] if "ratios" in seen else misfit_ratios(pool, checks, weights, total)
     if max(ratios, default=0.0) <= UPDATE_RATIO:
         return None
     if not POOL_DESCENT and sum(r > 1.0 for r in ratios) > UPDATE_MAX_TABLES:
@@ -250,8 +283,9 @@ def pass_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema
         return None
     records = np.repeat(np.asarray(pool), copies(weights, pool.shape[0], rng), axis=0)
     goals = _weighted_columns(pool, weights, schema.cardinalities, records.shape[0], rng)
-    moved = lastpass.set_columns(records, tables, goals, rng)
-    codes, done = lastpass.last_pass(records, tables, rng)  # swaps: the columns stay as set
+    # the columns given the weighted pool's 1-way tables, then swaps (the columns stay as set)
+    codes, done = lastpass.last_pass(records, tables, rng, goals=goals)
+    moved = done.pop("column_moves")
     kept = done["worst_after"] < float(ratios.max())
     info = {"pool_passed": int(kept), "pass_above_weighted": int((ratios > lastpass.MARGIN).sum()),
             "pass_worst_weighted": round(float(ratios.max()), 4), "pass_column_moves": moved,

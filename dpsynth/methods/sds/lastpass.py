@@ -114,8 +114,8 @@ def gate_tables(scaled: Measurement, schema: Schema) -> list[GateTable] | None:
 
 def _cells(t: GateTable, rows: np.ndarray) -> np.ndarray:
     """Each of ``rows``' cell in table ``t`` (row-major over its columns)."""
-    out = np.zeros(rows.shape[0], dtype=np.int64)
-    for j, size in zip(t.cols, t.shape):
+    out = rows[:, t.cols[0]].astype(np.int64)  # the first column's codes: 0 x its size + code
+    for j, size in zip(t.cols[1:], t.shape[1:]):
         out *= size
         out += rows[:, j]
     return out
@@ -151,6 +151,12 @@ class _State:
             lo = self.start[i]
             self.counts[lo:lo + t.q.size] = np.bincount(self.local(i, by_col), minlength=t.q.size)
         del by_col
+        self.settle()
+
+    def settle(self) -> None:
+        """Every cell's term and every table's TVD computed afresh from the exact counts (as a
+        new state of the same records has them: the incremental sums of :meth:`apply` differ
+        in the last bits)."""
         self.dev = np.abs(self.counts / max(self.n, 1) - self.q)
         self.tvd = 0.5 * np.bincount(self.table, weights=self.dev, minlength=len(self.tables))
 
@@ -224,7 +230,11 @@ def set_columns(codes: np.ndarray, tables: Sequence[GateTable], goals: dict[int,
     rewrites; :data:`COLUMN_ROUNDS`); what is left after them is rewritten in random records of the over-filled
     values. How many records were rewritten. The columns are set in order: rewriting one keeps
     the others."""
-    st = _State(codes, tables)
+    return _set_columns(_State(codes, tables), codes, goals, rng)
+
+
+def _set_columns(st: _State, codes: np.ndarray, goals: dict[int, np.ndarray], rng: np.random.Generator) -> int:
+    """:func:`set_columns` on the state ``st`` of ``codes`` (its counts follow the rewrites)."""
     moved = 0
     for j, goal in goals.items():
         holding = [(i, t.cols.index(j)) for i, t in enumerate(st.tables) if j in t.cols]
@@ -364,13 +374,20 @@ def _batch(st: _State, codes: np.ndarray, t: int, size: int, rng: np.random.Gene
     return int(h)
 
 
-def last_pass(codes: np.ndarray, tables: Sequence[GateTable], rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+def last_pass(codes: np.ndarray, tables: Sequence[GateTable], rng: np.random.Generator,
+              goals: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
     """``codes`` (equally weighted records, edited in place) with every table's exact gate
     ratio brought to :data:`MARGIN` where swaps can (module docstring), and what the pass did.
-    Draws nothing from ``rng`` when no table is above the margin."""
+    Draws nothing from ``rng`` when no table is above the margin. With ``goals``, the columns
+    are first given those 1-way tables (:func:`set_columns`, on the pass's own counts: the
+    tables are counted once), and the info starts with ``column_moves``, the records rewritten."""
     st = _State(codes, tables)
+    head: dict = {}
+    if goals is not None:
+        head["column_moves"] = _set_columns(st, codes, goals, rng)
+        st.settle()
     ratio = st.ratio
-    info: dict = {"above_before": int((ratio > MARGIN).sum()), "worst_before": float(ratio.max(initial=0.0)),
+    info: dict = {**head, "above_before": int((ratio > MARGIN).sum()), "worst_before": float(ratio.max(initial=0.0)),
                   "batches": 0, "swaps": 0, "undone": 0, "left": 0}
     if not info["above_before"]:
         info.update(above_after=0, worst_after=info["worst_before"])

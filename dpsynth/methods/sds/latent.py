@@ -84,19 +84,42 @@ def fit_latent(pool: np.ndarray, weights: np.ndarray, cards: Sequence[int], rng:
     shares, probs = np.full(classes, 1.0 / classes), ()
     for _ in range(max(1, int(iterations))):
         rw = resp * w[:, None]
-        shares = np.maximum(rw.sum(axis=0), 1e-300)
-        probs = tuple(_class_table(pool[:, j], rw, int(cards[j])) / shares[:, None] for j in range(p))
-        log = np.log(shares)[None, :] + sum(np.log(probs[j][:, pool[:, j]]).T for j in range(p))
+        mass = rw.sum(axis=0)
+        shares = np.maximum(mass, 1e-300)
+        by_class = np.ascontiguousarray(rw.T)  # each class's weights contiguous, for bincount
+        probs = tuple(_class_table(pool[:, j], by_class, mass, int(cards[j])) / shares[:, None] for j in range(p))
+        log = np.log(shares)[None, :] + _log_likelihood(pool, probs)
         resp = np.exp(log - log.max(axis=1, keepdims=True))
         resp /= resp.sum(axis=1, keepdims=True)
     probs = tuple(t / t.sum(axis=1, keepdims=True) for t in probs)
     return LatentClasses(shares=shares / shares.sum(), probs=probs)
 
 
-def _class_table(codes: np.ndarray, rw: np.ndarray, card: int) -> np.ndarray:
-    """(K, card) weighted counts of ``codes`` per class, each cell at least 1e-9 of its class."""
-    t = np.stack([np.bincount(codes, weights=rw[:, k], minlength=card) for k in range(rw.shape[1])])
-    return t + 1e-9 * rw.sum(axis=0)[:, None]
+def _log_likelihood(pool: np.ndarray, probs: Sequence[np.ndarray]) -> np.ndarray:
+    """(n, K), row-major: each record's log-probability in each class, the columns' logs added
+    in order (each table's logs taken once, then read per record and class: the same values as
+    the log of each record's probability, without a logarithm per record and class). Row-major
+    as the sum of the columns' gathered logs was: the EM's reductions over the classes then add
+    in the same order (the same bits)."""
+    out = np.empty((probs[0].shape[0], pool.shape[0]))
+    for j, t in enumerate(probs):
+        codes = np.asarray(pool[:, j], dtype=np.intp)
+        for k, logs in enumerate(np.log(t)):
+            if j == 0:
+                logs.take(codes, out=out[k])
+            else:
+                out[k] += logs.take(codes)
+    return np.ascontiguousarray(out.T)
+
+
+def _class_table(codes: np.ndarray, by_class: np.ndarray, mass: np.ndarray, card: int) -> np.ndarray:
+    """(K, card) weighted counts of ``codes`` per class (``by_class``: (K, n), each class's
+    weights; ``mass``: each class's total), each cell at least 1e-9 of its class. The codes
+    are cast to indices once for the K counts (the same sums, in the same order, as counting
+    each class from the codes)."""
+    codes = np.asarray(codes, dtype=np.intp)
+    t = np.stack([np.bincount(codes, weights=by_class[k], minlength=card) for k in range(by_class.shape[0])])
+    return t + 1e-9 * mass[:, None]
 
 
 def latent_pool(pool: np.ndarray, checks: Sequence[TableCheck], one_way: Mapping[int, np.ndarray],

@@ -66,8 +66,8 @@ class TableCheck:
 
     def on(self, pool: np.ndarray) -> "TableCheck":
         """This table with ``cells`` computed from ``pool``'s records."""
-        cells = np.zeros(pool.shape[0], dtype=np.int64)
-        for j, card in zip(self.cols, self.shape):
+        cells = pool[:, self.cols[0]].astype(np.int64)  # the first column's codes: 0 x its card + code
+        for j, card in zip(self.cols[1:], self.shape[1:]):
             cells *= card
             cells += pool[:, j]  # contiguous when the pool is column-major (honour_tables)
         return dataclasses.replace(self, cells=cells)
