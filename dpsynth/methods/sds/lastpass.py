@@ -47,6 +47,7 @@ from ...evaluation.predicted import allowed_tvds
 from ...measurement import Measurement
 from ...schema import Schema
 from .descent import _Group, swap_term_changes
+from .refit import record_cells
 
 __all__ = ["MARGIN", "BATCH", "SEEN", "PARTNERS", "MAX_BATCHES", "STALL", "GateTable", "gate_tables", "gate_ratios",
            "weighted_gate_ratios", "set_columns", "last_pass"]
@@ -114,11 +115,7 @@ def gate_tables(scaled: Measurement, schema: Schema) -> list[GateTable] | None:
 
 def _cells(t: GateTable, rows: np.ndarray) -> np.ndarray:
     """Each of ``rows``' cell in table ``t`` (row-major over its columns)."""
-    out = rows[:, t.cols[0]].astype(np.int64)  # the first column's codes: 0 x its size + code
-    for j, size in zip(t.cols[1:], t.shape[1:]):
-        out *= size
-        out += rows[:, j]
-    return out
+    return record_cells(rows, t.cols, t.shape)
 
 
 class _State:

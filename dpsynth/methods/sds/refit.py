@@ -24,7 +24,7 @@ from ...postprocess.fitting import AxisMargin, CodeMargin, proportional_fit
 from ...measurement import Measurement
 from ...schema import Schema
 
-__all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "TableCheck", "PairCheck", "table_checks", "pair_checks",
+__all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "record_cells", "TableCheck", "PairCheck", "table_checks", "pair_checks",
            "misfit_tables", "misfit_ratios", "misfit_pairs", "fit_weights", "consistent_targets", "honour_tables", "honour_pairs", "pool_size"]
 
 #: Records in the reweighted pool per released record. When the weights' effective size
@@ -38,6 +38,18 @@ DISCREPANCY_Z = 6.0
 #: Passes of test-and-refit (fitting some pairs moves others); rounds of fitting per pass.
 PASSES = 4
 ROUNDS = 20
+
+
+def record_cells(records: np.ndarray, cols: Sequence[int], shape: Sequence[int]) -> np.ndarray:
+    """Each record's cell (int64, row-major) in the table of columns ``cols`` (sizes ``shape``):
+    the first column's code, then for each next column times its size plus its code (each
+    column read contiguously when ``records`` is column-major). The row-major twin of
+    :func:`dpsynth.rows.counting.flat_index`, which reads column-major code blocks."""
+    cells = records[:, cols[0]].astype(np.int64)
+    for j, size in zip(cols[1:], shape[1:]):
+        cells *= size
+        cells += records[:, j]
+    return cells
 
 
 @dataclass(frozen=True)
@@ -66,11 +78,7 @@ class TableCheck:
 
     def on(self, pool: np.ndarray) -> "TableCheck":
         """This table with ``cells`` computed from ``pool``'s records."""
-        cells = pool[:, self.cols[0]].astype(np.int64)  # the first column's codes: 0 x its card + code
-        for j, card in zip(self.cols[1:], self.shape[1:]):
-            cells *= card
-            cells += pool[:, j]  # contiguous when the pool is column-major (honour_tables)
-        return dataclasses.replace(self, cells=cells)
+        return dataclasses.replace(self, cells=record_cells(pool, self.cols, self.shape))
 
     def estimate(self, weights: np.ndarray, total: float, ess: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The pool's counts of this table scaled to ``total`` records, and their sampling
