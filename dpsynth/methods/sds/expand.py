@@ -28,7 +28,7 @@ import numpy as np
 from ...measurement import Measurement
 from ...schema import Schema
 from . import chunked
-from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, table_checks
+from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, off_and_ratios, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "PASS_PART", "OFF_ROUNDS", "OFF_RATIO",
            "HOLD_ROUNDS", "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
@@ -129,7 +129,7 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         weights, refitted = fit_weights(pool, pairs, margins, total, compact=True)
     ratios = None
     if np.isfinite(weights).all() and weights.sum() > 0:
-        off, ratios = _off_and_ratios(pool, checks, weights, total)
+        off, ratios = off_and_ratios(pool, checks, weights, total)
     else:
         weights, refitted = fit_weights(pool, checks, margins, total, compact=True)
         off = misfit_tables(checks, weights, total, pool=pool)
@@ -201,20 +201,6 @@ def _fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way
     if max(after) < max(before):
         return fitted, [i for i, r in enumerate(after) if r > 1.0], after
     return weights, [i for i, r in enumerate(before) if r > 1.0], before
-
-
-def _off_and_ratios(pool: np.ndarray, checks: list, weights: np.ndarray, total: float) -> tuple[list[int], list[float]]:
-    """:func:`misfit_tables` and :func:`misfit_ratios` of the same weights from one count of
-    every table (each table's misfit computed once; the same test and the same ratios)."""
-    ess = effective_size(weights)
-    off, ratios = [], []
-    for i, c in enumerate(checks):
-        c = c.on(pool)
-        misfit = c.misfit(*c.estimate(weights, total, ess))
-        if misfit > c.allowance():  # TableCheck.is_off
-            off.append(i)
-        ratios.append(misfit / c.allowance())
-    return off, ratios
 
 
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,

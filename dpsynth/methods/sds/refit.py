@@ -25,7 +25,7 @@ from ...measurement import Measurement
 from ...schema import Schema
 
 __all__ = ["POOL_FACTOR", "DISCREPANCY_Z", "record_cells", "TableCheck", "PairCheck", "table_checks", "pair_checks",
-           "misfit_tables", "misfit_ratios", "misfit_pairs", "fit_weights", "consistent_targets", "honour_tables", "honour_pairs", "pool_size"]
+           "misfit_tables", "misfit_ratios", "off_and_ratios", "misfit_pairs", "fit_weights", "consistent_targets", "honour_tables", "honour_pairs", "pool_size"]
 
 #: Records in the reweighted pool per released record. When the weights' effective size
 #: falls below the release's (the draw would repeat records), the pool doubles once.
@@ -190,12 +190,22 @@ def misfit_tables(checks: Sequence[TableCheck], weights: np.ndarray, total: floa
 def misfit_ratios(pool: np.ndarray, checks: Sequence[TableCheck], weights: np.ndarray, total: float) -> list[float]:
     """Each table's misfit over its allowance (above 1: off, :meth:`TableCheck.is_off`),
     its cells computed from ``pool`` and dropped."""
+    return off_and_ratios(pool, checks, weights, total)[1]
+
+
+def off_and_ratios(pool: np.ndarray, checks: Sequence[TableCheck], weights: np.ndarray,
+                   total: float) -> tuple[list[int], list[float]]:
+    """:func:`misfit_tables` (with ``pool``) and :func:`misfit_ratios` of the same weights from
+    one computation of each table's cells (the tables off by :meth:`TableCheck.is_off`)."""
     ess = effective_size(weights)
-    out = []
-    for c in checks:
+    off, ratios = [], []
+    for i, c in enumerate(checks):
         c = c.on(pool)
-        out.append(c.misfit(*c.estimate(weights, total, ess)) / c.allowance())
-    return out
+        estimate, variance = c.estimate(weights, total, ess)
+        if c.is_off(estimate, variance):
+            off.append(i)
+        ratios.append(c.misfit(estimate, variance) / c.allowance())
+    return off, ratios
 
 
 def misfit_pairs(checks: list[TableCheck], weights: np.ndarray, total: float) -> list[int]:
