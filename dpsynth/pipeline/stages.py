@@ -124,8 +124,11 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
 
 def encode_release(plan: ReleasePlan) -> Path:
     """The encode stage for a plan's input (the form the engines call), on the config's
-    Dask cluster when it names one."""
+    Dask cluster when it names one, else on this machine's cores for a large input
+    (:func:`dpsynth.rows.encode_parts.pooled`)."""
     c = plan.config
+    if not c.dask_address:
+        return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows)
     with row_runner(c.dask_address) as runner:
         return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows,
                             runner=runner)
