@@ -137,6 +137,52 @@ def test_a_seeded_fit_keeps_its_bits(digests, case):
     assert digests[case] == FIT_DIGESTS[case]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_beliefs_written_to_given_arrays_are_the_same_bits(dtype):
+    """calibrate_probs into the estimator's reused arrays (``out``) gives the bits it gives into
+    new ones, also where a separator's shifted sum underflows (the per-cell path, b = 0 here) and
+    when ``out`` holds the last call's beliefs; the returned beliefs are those arrays."""
+    from dpsynth.inference import build_junction_tree, calibrate_probs
+    from dpsynth.inference.model import belief_buffers
+
+    rng = np.random.default_rng(35)
+    dom = Domain(names=("a", "b", "c", "d"), sizes=(3, 2, 4, 5))
+    tree = build_junction_tree(dom, [("a", "b"), ("b", "c"), ("c", "d"), ("b", "d")])
+    theta = [rng.normal(size=dom.shape(c)).astype(dtype) for c in tree.cliques]
+    i = next(k for k, c in enumerate(tree.cliques) if c == ("a", "b"))
+    theta[i][:, 0] -= 800.0 if dtype == np.float64 else 120.0
+    out = belief_buffers(tree, np.dtype(dtype))
+    for _ in range(2):
+        want, z = calibrate_probs(tree, theta)
+        got, z2 = calibrate_probs(tree, theta, out)
+        assert z == z2 and all(g is o for g, o in zip(got, out))
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
+        theta = [t + 0.5 for t in theta]
+
+
+def test_a_pooled_array_is_reused_only_once_nothing_refers_to_it():
+    """The descent's pool of potentials never hands out an array a state (or a view of it)
+    still holds: reusing one would overwrite a state's potentials."""
+    from dpsynth.inference.junction_tree import build_junction_tree
+    from dpsynth.inference.estimate import _Pool
+
+    dom = Domain(names=("a", "b"), sizes=(3, 4))
+    pool = _Pool(build_junction_tree(dom, [("a", "b")]), np.dtype(np.float32))
+    first = pool.take(0)
+    assert first.shape == (3, 4) and first.dtype == np.float32
+    second = pool.take(0)
+    assert second is not first  # ``first`` is still held here
+    view = first[1:]
+    del first
+    third = pool.take(0)
+    assert not np.shares_memory(third, view) and third is not second
+    held = [second]
+    del second, third, view
+    again = pool.take(0)
+    assert not np.shares_memory(again, held[0])  # the one a list holds is never handed out
+    assert len(pool.arrays[0]) == 3  # the others came back free
+
+
 def test_the_target_fit_went_past_its_stop_rules():
     """The pinned fits exercise the path they are meant to: the target fits take extra steps."""
     d = _all()
