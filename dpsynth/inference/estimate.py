@@ -489,15 +489,20 @@ class _Descent:
     def _gradient_step(self, th: list[np.ndarray], grad: np.ndarray, alpha: float) -> list[np.ndarray]:
         terms, folds = self.layout.terms, self.layout.folds
         acc = grad.copy()
-        out, fresh = list(th), set()
-        for k in reversed(range(len(terms))):  # a term's source comes before it
+        order = range(len(terms) - 1, -1, -1)  # a term's source comes before it
+        for k in order:  # every term's gradient folded into its source's, last first
             a, b, shape, sa, sb, held_shape = folds[k]
-            c = terms[k].clique
-            if held_shape is not None:  # folded into its source's gradient
+            if held_shape is not None:
                 held = acc[sa:sb].reshape(held_shape)
                 held += acc[a:b].reshape(shape)
+        steps = (alpha * acc).astype(self.pool.dtype)  # each cell as alpha * g would be, term by term
+        out, fresh = list(th), set()
+        for k in order:
+            a, b, shape, _, _, held_shape = folds[k]
+            if held_shape is not None:
                 continue
-            step = (alpha * acc[a:b]).astype(th[c].dtype).reshape(shape)
+            c = terms[k].clique
+            step = steps[a:b].reshape(shape)
             if c in fresh:
                 out[c] -= step
             else:  # the first term of its clique writes a new array; untouched cliques are shared
