@@ -183,6 +183,60 @@ def test_a_pooled_array_is_reused_only_once_nothing_refers_to_it():
     assert len(pool.arrays[0]) == 3  # the others came back free
 
 
+def test_queries_run_on_one_blas_thread_and_restore_the_count(monkeypatch):
+    """project_many and project run their products with OpenBLAS on one thread (its spinning
+    threads doubled AIM's query CPU) and give the count back, also after an error."""
+    from dpsynth.inference import blas
+    from dpsynth.inference.blas import blas_threads, one_blas_thread
+
+    before = blas_threads()
+    if before is None:
+        pytest.skip("no OpenBLAS loaded: one_blas_thread does nothing")
+    with one_blas_thread():
+        assert blas_threads() == 1
+        with one_blas_thread():
+            assert blas_threads() == 1
+        assert blas_threads() == 1
+    assert blas_threads() == before
+    with pytest.raises(ZeroDivisionError):
+        with one_blas_thread():
+            1 / 0
+    assert blas_threads() == before
+    seen = []
+    real = blas.one_blas_thread
+
+    def spy():
+        seen.append(1)
+        return real()
+
+    module = sys.modules["dpsynth.inference.model"]
+    monkeypatch.setattr(module, "one_blas_thread", spy)
+    dom, obs = _problem()
+    model = estimate(dom, obs, options=EstimatorOptions(iters=20))
+    model.project_many([("a", "h"), ("b", "f")])
+    model.project(("a", "g"))
+    assert len(seen) == 2
+
+
+def test_a_product_above_openblas_thread_threshold_is_the_same_bits_on_one_thread():
+    """The products of queries across cliques (here one of AIM's shapes on the 10M table,
+    (17 x 4,896) by (4,896 x 17), which OpenBLAS splits over its threads) are the same bits on
+    one thread."""
+    from dpsynth.inference.blas import blas_threads, one_blas_thread
+    from dpsynth.inference.model import _pair_product
+
+    if not (blas_threads() or 1) > 1:
+        pytest.skip("OpenBLAS runs one thread here: nothing to compare")
+    rng = np.random.default_rng(3)
+    ta, tb = rng.random((17, 4896)), rng.random((4896, 17))
+    many = _pair_product(("a", "s"), ta, ("s", "b"), tb, ("a", "b"))
+    plain = np.matmul(ta, tb)
+    with one_blas_thread():
+        one = _pair_product(("a", "s"), ta, ("s", "b"), tb, ("a", "b"))
+        assert np.array_equal(np.matmul(ta, tb), plain)
+    assert np.array_equal(one, many)
+
+
 def test_the_target_fit_went_past_its_stop_rules():
     """The pinned fits exercise the path they are meant to: the target fits take extra steps."""
     d = _all()

@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import progress
+from .blas import one_blas_thread
 from .junction_tree import Clique, Domain, JunctionTree
 
 __all__ = ["GraphicalModel", "calibrate", "calibrate_full", "calibrate_probs", "expand", "log_marginal", "allocate"]
@@ -387,7 +388,12 @@ class GraphicalModel:
         return cache[key]
 
     def project(self, attrs: Sequence[str]) -> np.ndarray:
-        """Expected counts over ``attrs`` (in the order given), shaped by their cardinalities."""
+        """Expected counts over ``attrs`` (in the order given), shaped by their cardinalities
+        (products across cliques on one BLAS thread: :mod:`dpsynth.inference.blas`)."""
+        with one_blas_thread():
+            return self._project(attrs)
+
+    def _project(self, attrs: Sequence[str]) -> np.ndarray:
         attrs = tuple(attrs)
         canon = self.domain.canonical(attrs)
         if len(canon) != len(attrs):
@@ -403,14 +409,19 @@ class GraphicalModel:
 
     def project_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """``project`` of every query, sharing the work of pairs whose two columns share no
-        clique: those are answered by one walk over the tree per first column."""
+        clique: those are answered by one walk over the tree per first column (on one BLAS
+        thread: :mod:`dpsynth.inference.blas`)."""
+        with one_blas_thread():
+            return self._project_many(queries)
+
+    def _project_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [None] * len(queries)
         across: dict[str, list[int]] = {}
         for k, q in enumerate(queries):
             if len(q) == 2 and q[0] != q[1] and self.tree.containing(q) is None:
                 across.setdefault(q[0], []).append(k)
             else:
-                out[k] = self.project(q)
+                out[k] = self._project(q)
         for a, ks in across.items():
             tables = self._pairs_with(a, {queries[k][1] for k in ks})
             for k in ks:
