@@ -12,6 +12,10 @@ each timed in CPU seconds (``time.process_time``) of this one process:
   (``refit_iters``) with that marginal added (a marginal chosen twice was published merged: it is
   added once, and the later round only refits). The noise of each round is the merged one, so
   this is measure's workload, not its exact run.
+* ``warm`` (an experiment, not the product; needs ``aim``): the released fit started from the
+  replay's last AIM model (its potentials folded into the released tree) instead of zero
+  potentials: its steps, CPU, the largest TVD / limit it reached and its loss against the
+  released fit's. It changes the released model's bits, so it is only reported.
 
 Every part prints a sha256 of what it computed (potentials and log beliefs; the queries'
 answers): two code versions that print the same digests fitted the same bits. ``--label``
@@ -52,12 +56,46 @@ def _model_sha(model) -> str:
     return _sha(list(model.theta) + list(model.log_beliefs))
 
 
-def _released(method, m, schema) -> dict:
+def _released(method, m, schema, warm=None) -> tuple[dict, object]:
     t = time.process_time()
-    model, report = method.released_fit(m, schema, m.estimated_records())
+    if warm is None:
+        model, report = method.released_fit(m, schema, m.estimated_records())
+    else:
+        model, report = _warm_released_fit(method, m, schema, warm)
     cpu = time.process_time() - t
+    from dpsynth.inference import fit_loss
+
     return {"cpu_s": round(cpu, 2), "digest": _model_sha(model), "steps": report.steps,
-            "extra_steps": report.extra_steps, "ratio": round(report.ratio, 6), "cells": model.tree.total_cells()}
+            "extra_steps": report.extra_steps, "ratio_at_stop": round(report.ratio_at_stop, 6),
+            "ratio": round(report.ratio, 6), "met": report.met, "cells": model.tree.total_cells(),
+            "loss": round(fit_loss(model, _released_observations(m, schema)[1]), 3)}, model
+
+
+def _released_observations(m, schema):
+    """The released fit's domain and observations (on the merged values), as released_fit builds them."""
+    from dpsynth.inference.compression import compressed_domain, fold_observation
+    from dpsynth.inference.measurement import domain_of, observations_of
+
+    maps = {a: np.asarray(g, dtype=np.int64) for a, g in (m.meta.get("compression") or {}).items()}
+    full = domain_of(schema)
+    obs = [fold_observation(o, maps, full) for o in observations_of(m)] if maps else observations_of(m)
+    return (compressed_domain(full, maps) if maps else full), obs
+
+
+def _warm_released_fit(method, m, schema, warm):
+    """released_fit's fit to the gate's target, started from ``warm`` (the experiment)."""
+    import dpsynth.methods.pgm as pgm
+    from dpsynth.evaluation.predicted import allowed_tvds
+    from dpsynth.inference import FitTarget
+
+    est = sys.modules["dpsynth.inference.estimate"]
+    dom, obs = _released_observations(m, schema)
+    rows = m.estimated_records()
+    opts = method._options(method.params.iters, schema)
+    target = FitTarget(limits={frozenset(a): pgm.GATE_FIT_SHARE * t for a, t in allowed_tvds(m, rows).items()},
+                       most_steps=pgm.gate_fit_steps(method.params.iters, rows), window=pgm.GATE_FIT_WINDOW,
+                       min_gain=pgm.GATE_FIT_MIN_GAIN)
+    return est._fit(dom, obs, None, opts, (), warm, target)
 
 
 def _aim_replay(method, m, schema) -> dict:
@@ -90,14 +128,14 @@ def _aim_replay(method, m, schema) -> dict:
     return {"fits": 1 + len(m.meta["selected"]), "fit_cpu_s": round(fit_cpu, 2), "query_cpu_s": round(query_cpu, 2),
             "fits_digest": _sha([np.frombuffer("".join(digests).encode(), dtype=np.uint8)]),
             "queries_digest": _sha([np.frombuffer("".join(answers).encode(), dtype=np.uint8)]),
-            "last_cells": model.tree.total_cells()}
+            "last_cells": model.tree.total_cells()}, model
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", type=Path, default=KEPT, help="a kept release folder (measurement/, schema.yaml)")
     ap.add_argument("--label", default="run", help="the cell's name in results/fit_speed.json")
-    ap.add_argument("--parts", default="released,aim", help="released, aim or both (comma-separated)")
+    ap.add_argument("--parts", default="released,aim", help="released, aim, warm (needs aim), comma-separated")
     args = ap.parse_args()
     if not (args.release / "measurement").is_dir() or not (args.release / "schema.yaml").is_file():
         print(f"skipped: no kept release at {args.release} (measurement/ and schema.yaml); "
@@ -115,19 +153,25 @@ def main() -> int:
     cell: dict = {"label": args.label, "release": str(args.release), "columns": len(schema.names),
                   "load_1min_before": round(os.getloadavg()[0], 2)}
     if "released" in parts:
-        cell["released"] = _released(method, m, schema)
+        cell["released"] = _released(method, m, schema)[0]
     if "aim" in parts:
-        cell["aim"] = _aim_replay(get_method(m.method, params), m, schema)
+        cell["aim"], last = _aim_replay(get_method(m.method, params), m, schema)
+        if "warm" in parts:
+            cell["warm_released"] = _released(method, m, schema, warm=last)[0]
     cell["load_1min_after"] = round(os.getloadavg()[0], 2)
     cell["peak_rss_mb"] = round(peak_rss_mb(), 1)
     rows = []
     if "released" in cell:
         r = cell["released"]
-        rows.append(("released fit", r["cpu_s"], r["digest"], f"{r['steps']} steps, ratio {r['ratio']}"))
+        rows.append(("released fit", r["cpu_s"], r["digest"], f"{r['steps']} steps, ratio {r['ratio']}, loss {r['loss']}"))
     if "aim" in cell:
         a = cell["aim"]
         rows.append(("aim fits", a["fit_cpu_s"], a["fits_digest"], f"{a['fits']} fits"))
         rows.append(("aim queries", a["query_cpu_s"], a["queries_digest"], f"{a['fits'] - 1} project_many"))
+    if "warm_released" in cell:
+        r = cell["warm_released"]
+        rows.append(("released fit, warm (experiment)", r["cpu_s"], r["digest"],
+                     f"{r['steps']} steps, ratio {r['ratio']}, loss {r['loss']}"))
     print_table(("part", "cpu_s", "digest", "what"), rows)
     print(f"load (1 min) {cell['load_1min_before']} -> {cell['load_1min_after']}, peak RSS {cell['peak_rss_mb']} MB")
     path = RESULTS / "fit_speed.json"

@@ -4,9 +4,9 @@ A query across cliques (:meth:`GraphicalModel.project_many`, AIM's scores) multi
 ``np.matmul``; a product such as (17 x 4,896) by (4,896 x 17) is above OpenBLAS's threshold for
 threads, so OpenBLAS splits it over every core and its worker threads then spin waiting for the
 next one. On the 10M x 20 table that spinning doubled the CPU of AIM's queries and of the fits
-between them (benchmarks/fit_speed.py, docs/scale.md "fit-speed"). Each element of a product is
-summed in the same order with one thread or several (OpenBLAS splits the rows and columns of the
-result, never the summed dimension), so the results are the same bits: tests/test_fit_bytes.py.
+between them (benchmarks/fit_speed.py, docs/scale.md "fit-speed"). OpenBLAS's threads share out
+the result's rows and columns, each element summed as on one thread: measured, the same bits on
+every query of that table's AIM rounds and on tests/test_fit_bytes.py's product.
 
 :func:`one_blas_thread` sets OpenBLAS to one thread for a block and restores the count after. It
 finds the OpenBLAS that numpy loaded among the process's mapped libraries (Linux); with another
