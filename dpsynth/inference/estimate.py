@@ -272,8 +272,11 @@ def _terms(domain: Domain, tree: JunctionTree, observations: Sequence[Observatio
         axes = tuple(k for k, a in enumerate(cl) if a not in set(canon))
         terms.append(_Term(clique=i, attrs=canon, target=target, weight=weight, axes=axes))
     terms.sort(key=lambda t: (t.clique, -t.target.size))
+    sets, first = [frozenset(t.attrs) for t in terms], 0
     for k, t in enumerate(terms):
-        holders = [j for j in range(k) if terms[j].clique == t.clique and set(t.attrs) <= set(terms[j].attrs)]
+        if k and terms[k - 1].clique != t.clique:
+            first = k  # a clique's terms are consecutive: only they can hold this one
+        holders = [j for j in range(first, k) if sets[k] <= sets[j]]
         if holders:
             j = min(holders, key=lambda j: terms[j].target.size)
             t.source = j
