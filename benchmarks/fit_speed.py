@@ -17,6 +17,13 @@ each timed in CPU seconds (``time.process_time``) of this one process:
   potentials: its steps, CPU, the largest TVD / limit it reached and its loss against the
   released fit's. It changes the released model's bits, so it is only reported.
 
+``--small`` instead runs, on each small table of ``shared/data`` (``--tables``; the loader of
+``benchmarks/aim_head_to_head.py``), pgm AIM with degree 2 (the default release's method) at
+epsilon 1 with a fixed seed: measure, then the released fit for the table's row count, timing
+each in CPU seconds, with digests of the measurement and the model (so a checkout that is only
+faster prints the same). ``--tree DIR`` imports ``dpsynth`` from another checkout (the code
+before), the same script timing both.
+
 Every part prints a sha256 of what it computed (potentials and log beliefs; the queries'
 answers): two code versions that print the same digests fitted the same bits. ``--label``
 names the cell in ``benchmarks/results/fit_speed.json`` (cells of other labels are kept).
@@ -36,7 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
+_TREE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--tree"), None)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if _TREE:  # another checkout's dpsynth (its benchmarks package too), ahead of this one's
+    sys.path.insert(0, str(Path(_TREE).resolve()))
 
 from benchmarks._common import RESULTS, peak_rss_mb, print_table, write_json  # noqa: E402
 
@@ -131,12 +141,59 @@ def _aim_replay(method, m, schema) -> dict:
             "last_cells": model.tree.total_cells()}, model
 
 
+SMALL = ("car", "asia", "nist-ma2019", "nist-tx2019", "nist-national2019", "adult", "mushroom")
+
+
+def _small(tables: list[str], label: str) -> int:
+    """Measure and released fit of pgm AIM (degree 2) on each small table, CPU and digests."""
+    from benchmarks.aim_head_to_head import load
+    from dpsynth.methods import get_method
+    from dpsynth.privacy import Budget, Ledger
+    from dpsynth.rows.encoding import EncodedTable
+    from dpsynth.schema import schema_from_dict
+
+    out, rows = [], []
+    for name in tables:
+        cols, codes, sizes = load(name)
+        schema = schema_from_dict({"name": name, "columns": [
+            {"name": c, "type": "categorical", "values": [str(i) for i in range(k)]} for c, k in zip(cols, sizes)]})
+        table = EncodedTable(schema=schema, codes=codes.astype(np.int64))
+        method = get_method("pgm", {"select": "aim", "degree": "2"})
+        budget = Budget(epsilon=1.0, delta=1e-9)
+        rng = np.random.default_rng(2026)
+        t = time.process_time()
+        m = method.measure(table, Ledger(budget, method.plan(schema, budget)), rng)
+        measure_cpu = time.process_time() - t
+        t = time.process_time()
+        model, report = method.released_fit(m, schema, codes.shape[0])
+        fit_cpu = time.process_time() - t
+        cell = {"table": name, "rows": int(codes.shape[0]), "columns": len(cols), "measure_cpu_s": round(measure_cpu, 3),
+                "released_fit_cpu_s": round(fit_cpu, 3), "steps": report.steps if report else None,
+                "measured_cells": int(sum(nm.counts.size for nm in m.measured)),
+                "measurement_digest": _sha([nm.counts for nm in m.measured]), "model_digest": _model_sha(model)}
+        out.append(cell)
+        rows.append((name, cell["measure_cpu_s"], cell["released_fit_cpu_s"], cell["steps"],
+                     cell["measurement_digest"], cell["model_digest"]))
+    print_table(("table", "measure cpu s", "fit cpu s", "steps", "measurement", "model"), rows)
+    path = RESULTS / "fit_speed.json"
+    cells = json.loads(path.read_text()).get("cells", []) if path.is_file() else []
+    cells = [c for c in cells if c.get("label") != label] + [
+        {"label": label, "tree": _TREE or "this checkout", "load_1min": round(os.getloadavg()[0], 2), "small": out}]
+    write_json("fit_speed", {"cells": cells})
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", type=Path, default=KEPT, help="a kept release folder (measurement/, schema.yaml)")
     ap.add_argument("--label", default="run", help="the cell's name in results/fit_speed.json")
     ap.add_argument("--parts", default="released,aim", help="released, aim, warm (needs aim), comma-separated")
+    ap.add_argument("--small", action="store_true", help="the small tables instead of the kept release")
+    ap.add_argument("--tables", default=",".join(SMALL))
+    ap.add_argument("--tree", help="import dpsynth from this checkout instead (the code before)")
     args = ap.parse_args()
+    if args.small:
+        return _small([t for t in args.tables.split(",") if t], args.label)
     if not (args.release / "measurement").is_dir() or not (args.release / "schema.yaml").is_file():
         print(f"skipped: no kept release at {args.release} (measurement/ and schema.yaml); "
               "pass --release with a release kept by benchmarks/scale.py")
