@@ -66,7 +66,23 @@ def _model_sha(model) -> str:
     return _sha(list(model.theta) + list(model.log_beliefs))
 
 
+def _faults() -> tuple[float, float, int]:
+    """User and system CPU seconds and minor page faults of this process so far: faults and
+    instructions do not grow with the machine's load, CPU seconds do (the cores are shared)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def _usage_since(before: tuple[float, float, int]) -> dict:
+    now = _faults()
+    return {"user_s": round(now[0] - before[0], 2), "sys_s": round(now[1] - before[1], 2),
+            "minor_faults": now[2] - before[2]}
+
+
 def _released(method, m, schema, warm=None) -> tuple[dict, object]:
+    usage = _faults()
     t = time.process_time()
     if warm is None:
         model, report = method.released_fit(m, schema, m.estimated_records())
@@ -75,7 +91,7 @@ def _released(method, m, schema, warm=None) -> tuple[dict, object]:
     cpu = time.process_time() - t
     from dpsynth.inference import fit_loss
 
-    return {"cpu_s": round(cpu, 2), "digest": _model_sha(model), "steps": report.steps,
+    return {"cpu_s": round(cpu, 2), **_usage_since(usage), "digest": _model_sha(model), "steps": report.steps,
             "extra_steps": report.extra_steps, "ratio_at_stop": round(report.ratio_at_stop, 6),
             "ratio": round(report.ratio, 6), "met": report.met, "cells": model.tree.total_cells(),
             "loss": round(fit_loss(model, _released_observations(m, schema)[1]), 3)}, model
@@ -119,6 +135,7 @@ def _aim_replay(method, m, schema) -> dict:
     cands = method._aim_candidates(schema)
     queries = [tuple(names[j] for j in r) for r in cands]
     fit_cpu = query_cpu = 0.0
+    usage = _faults()
     t = time.process_time()
     model = method._fit(schema, obs, iters=300)
     fit_cpu += time.process_time() - t
@@ -136,6 +153,7 @@ def _aim_replay(method, m, schema) -> dict:
         fit_cpu += time.process_time() - t
         digests.append(_model_sha(model))
     return {"fits": 1 + len(m.meta["selected"]), "fit_cpu_s": round(fit_cpu, 2), "query_cpu_s": round(query_cpu, 2),
+            "together": _usage_since(usage),
             "fits_digest": _sha([np.frombuffer("".join(digests).encode(), dtype=np.uint8)]),
             "queries_digest": _sha([np.frombuffer("".join(answers).encode(), dtype=np.uint8)]),
             "last_cells": model.tree.total_cells()}, model
@@ -220,11 +238,15 @@ def main() -> int:
     rows = []
     if "released" in cell:
         r = cell["released"]
-        rows.append(("released fit", r["cpu_s"], r["digest"], f"{r['steps']} steps, ratio {r['ratio']}, loss {r['loss']}"))
+        rows.append(("released fit", r["cpu_s"], r["digest"], f"{r['steps']} steps, ratio {r['ratio']}, loss {r['loss']}, "
+                     f"user/sys {r['user_s']}/{r['sys_s']} s, {r['minor_faults']:,} minor faults"))
     if "aim" in cell:
         a = cell["aim"]
         rows.append(("aim fits", a["fit_cpu_s"], a["fits_digest"], f"{a['fits']} fits"))
         rows.append(("aim queries", a["query_cpu_s"], a["queries_digest"], f"{a['fits'] - 1} project_many"))
+        u = a["together"]
+        rows.append(("aim together", u["user_s"] + u["sys_s"], "", f"user/sys {u['user_s']}/{u['sys_s']} s, "
+                     f"{u['minor_faults']:,} minor faults"))
     if "warm_released" in cell:
         r = cell["warm_released"]
         rows.append(("released fit, warm (experiment)", r["cpu_s"], r["digest"],
