@@ -252,3 +252,73 @@ if __name__ == "__main__":
         print(f"    {k!r}: {v!r},")
     print("}")
     sys.exit(0)
+
+
+def _blas_set(n: int) -> None:
+    from dpsynth.inference import blas
+
+    fns = blas._openblas()
+    assert fns is not None
+    fns[1](n)
+
+
+def test_the_estimator_dot_is_the_same_bits_on_one_thread_and_on_two():
+    """A dot product longer than OpenBLAS's threaded threshold sums to other bits on two threads
+    than on one (so a fit's loss, and a seeded release, depended on the machine's cores);
+    fixed_dot gives the same bits on both, and np.dot's own below the threshold."""
+    from dpsynth.inference.blas import THREADED_DOT, blas_threads, fixed_dot
+
+    before = blas_threads()
+    if before is None:
+        pytest.skip("no OpenBLAS loaded")
+    rng = np.random.default_rng(7)
+    vectors = [(rng.normal(size=n) * 1e3, rng.random(n)) for n in (THREADED_DOT + 1, 30_000, 50_001) for _ in range(5)]
+    try:
+        _blas_set(2)
+        if blas_threads() < 2:
+            pytest.skip("OpenBLAS runs one thread here: nothing to compare")
+        two = [fixed_dot(a, b) for a, b in vectors]
+        two_plain = [float(np.dot(a, b)) for a, b in vectors]
+        _blas_set(1)
+        one = [fixed_dot(a, b) for a, b in vectors]
+        one_plain = [float(np.dot(a, b)) for a, b in vectors]
+    finally:
+        _blas_set(before)
+    assert one == two
+    assert one_plain != two_plain  # what the slices are for: np.dot alone moves with the threads
+    short = rng.normal(size=THREADED_DOT), rng.random(THREADED_DOT)
+    assert fixed_dot(*short) == float(np.dot(*short))
+
+
+def test_a_fit_above_ten_thousand_cells_does_not_depend_on_the_cores():
+    """A fit whose measured cells pass 10,000 (one pair of 120 x 100 values): its loss, which
+    decides every step's acceptance and the stops, is the same bits with OpenBLAS on one thread
+    as on two, and so is the fit."""
+    from dpsynth.inference.blas import blas_threads
+    from dpsynth.inference.estimate import fit_loss
+
+    before = blas_threads()
+    if before is None:
+        pytest.skip("no OpenBLAS loaded")
+    rng = np.random.default_rng(11)
+    dom = Domain(names=("a", "b", "c"), sizes=(120, 100, 3))
+    a = rng.integers(0, 120, 50_000)
+    b = (a + rng.integers(0, 7, a.size)) % 100
+    c = (a % 3 + rng.integers(0, 2, a.size)) % 3
+    obs = []
+    for attrs, cols in (((("a", "b")), (a, b)), (("b", "c"), (b, c)), (("a",), (a,))):
+        counts = np.zeros(dom.shape(attrs))
+        np.add.at(counts, cols, 1.0)
+        obs.append(Observation(attrs=attrs, counts=counts + rng.normal(0.0, 5.0, counts.shape), stddev=5.0))
+    fits, losses = {}, {}
+    try:
+        for n in (2, 1):
+            _blas_set(n)
+            if blas_threads() != n:
+                pytest.skip("OpenBLAS runs one thread here: nothing to compare")
+            fits[n] = estimate(dom, obs, options=EstimatorOptions(iters=40, precision="double"))
+            losses[n] = [fit_loss(fits[2], obs) for _ in range(3)]
+    finally:
+        _blas_set(before)
+    assert losses[1] == losses[2]
+    assert _model_digest(fits[1]) == _model_digest(fits[2])

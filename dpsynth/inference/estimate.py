@@ -44,6 +44,7 @@ from .. import progress
 from ..evaluation.metrics import clipped_distributions
 from .junction_tree import Domain, JunctionTree, build_junction_tree
 from .model import GraphicalModel, _einsum, _sum_spec, belief_buffers, calibrate_probs, expand
+from .blas import fixed_dot
 
 __all__ = ["Observation", "EstimatorOptions", "FitReport", "FitTarget", "estimate", "fit_to_target", "estimate_total", "fit_loss", "scaled_options"]
 
@@ -300,7 +301,7 @@ def _evaluate(layout: _Layout, beliefs: list[np.ndarray], total: float) -> tuple
     diff = np.multiply(probs, total, dtype=np.float64)
     diff -= layout.target
     grad = diff * layout.weight
-    loss = 0.5 * float(np.dot(grad, diff))
+    loss = 0.5 * fixed_dot(grad, diff)
     grad *= total
     return loss, probs, grad
 
@@ -518,7 +519,7 @@ class _Descent:
         halved instead, None once the step size has collapsed (the descent is over)."""
         y = self.y
         new = self.state(self._gradient_step(y.theta, y.grad, self.alpha))
-        decrease = float(np.dot(y.grad, y.probs - new.probs))
+        decrease = fixed_dot(y.grad, y.probs - new.probs)
         if not (y.loss - new.loss >= 0.5 * decrease and decrease >= 0.0):
             self.alpha *= 0.5
             return None if self.alpha < 1e-12 * self.alpha0 else False
