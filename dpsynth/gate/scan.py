@@ -439,8 +439,8 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
                chunk_rows: int, runner: Any = None) -> Scan:
     """:func:`scan_table` over the synthetic table held in ``pairs`` of (codes, values)
     Parquet files (in row order), partition by partition on ``runner`` (default: this
-    process): partitions of about ``chunk_rows`` rows, :data:`SCAN_WINDOW` of them at a time
-    (one on a serial runner), merged in row order. Only scans (counts, witness values) leave a partition."""
+    process): partitions of about ``chunk_rows`` rows, at most :data:`SCAN_WINDOW` of them
+    computed ahead (one on a serial runner), merged in row order. Only scans (counts, witness values) leave a partition."""
     from ..rows.rowsource import SerialRunner
 
     runner = runner if runner is not None else SerialRunner()
@@ -453,7 +453,20 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
     # there each is merged as soon as it is made.
     window = 1 if isinstance(runner, SerialRunner) else SCAN_WINDOW
     out: Scan | None = None
-    for start in range(0, len(parts), window):
-        for found in runner.map(_scan_part, parts[start : start + window], schema, keys):
-            out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
+    for found in _in_order(runner, parts, schema, keys, window):
+        out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
     return out if out is not None else scan_table(iter(()), schema, keys)
+
+
+def _in_order(runner: Any, parts: Sequence[ScanPart], schema: Schema, keys: tuple[Subset, ...],
+              window: int) -> Iterator[Scan]:
+    """The partitions' scans in row order, at most ``window`` computed ahead of the merge:
+    streamed by a runner that can (a process pool's ``imap``: a worker free takes the next
+    partition at once; two per worker keep every worker busy while one is merged), else
+    ``window`` at a time."""
+    if hasattr(runner, "imap"):
+        ahead = min(window, 2 * max(1, int(getattr(runner, "workers", window))))
+        yield from runner.imap(_scan_part, parts, schema, keys, ahead=ahead)
+        return
+    for start in range(0, len(parts), window):
+        yield from runner.map(_scan_part, parts[start : start + window], schema, keys)
