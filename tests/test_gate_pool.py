@@ -234,3 +234,30 @@ def test_a_failing_pool_task_fails_the_release_and_publishes_nothing(tmp_path, d
     assert not (tmp_path / "out" / "broken").exists()
     assert not list((tmp_path / "ws").rglob("validation.json"))
     assert cluster.open_pools() == 0
+
+
+# --- the scan's one encoding of a categorical chunk --------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 100])
+def test_the_text_pass_finds_the_general_path_s_witness_and_counts(limit):
+    import numpy as np
+
+    from dpsynth.gate.scan import _outside_count, _reduce, _text_pass
+    from dpsynth.gate.validation import ColumnDomain
+
+    rng = np.random.default_rng(3)
+    words = ["b", None, "a", "zz", "e\u0301", "\u00e9", "", " a", "q"]  # outside, decomposed, blank, padded
+    for n in (0, 1, 7, 500):
+        for nulls_first in (False, True):
+            picked = [words[i] for i in rng.integers(0, len(words), n)]
+            if nulls_first and n:
+                picked[0] = None
+            s = pd.Series(picked, dtype="string[pyarrow]")
+            domain = ColumnDomain(values=("a", "b", "\u00e9"), nullable=True)
+            got = _text_pass(s, frozenset(domain.values), limit)
+            assert got is not None
+            witness, nulls, outside = got
+            pd.testing.assert_series_equal(witness, _reduce("values", s, limit))
+            assert nulls == int(s.isna().sum()) and outside == _outside_count(s, domain)
+    assert _text_pass(pd.Series(["a", None], dtype=object), frozenset({"a"}), 5) is None  # the general path
