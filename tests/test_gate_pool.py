@@ -117,6 +117,24 @@ def test_a_release_s_stages_share_one_pool_closed_when_it_ends(monkeypatch):
         first.executor.submit(int, 1)
 
 
+def test_the_pool_is_warmed_only_inside_a_release_for_a_large_table_on_this_machine(monkeypatch):
+    large = cluster.POOL_MIN_BLOCKS * synthetic.BLOCK_ROWS
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
+    assert not cluster.warm_pool(None, large)  # a stage called alone: its pool would close at once
+    with cluster.release_cluster(None):
+        assert not cluster.warm_pool(None, large - 1) and not cluster.warm_pool(None, None)
+        assert cluster.open_pools() == 0
+        monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
+        assert not cluster.warm_pool(None, large) and cluster.open_pools() == 0
+        monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
+        assert cluster.warm_pool(None, large) and cluster.open_pools() == 1
+        with cluster.local_pool(2) as runner:  # what synthesize and validate get: the warm pool
+            assert runner.map(abs, [-1, -2]) == [1, 2]
+    assert cluster.open_pools() == 0
+    with cluster.release_cluster("local:2"):
+        assert not cluster.warm_pool("local:2", large) and cluster.open_clusters() == 0
+
+
 # --- the scan on a process pool ---------------------------------------------------------------
 
 

@@ -10,8 +10,9 @@ own (the behaviour of the stage functions called alone).
 Without a Dask address, a large table is drawn (synthesize) and scanned (validate) on a
 pool of this machine's cores (:func:`local_pool`): inside :func:`release_cluster` the
 release's stages share one pool, started by the first stage that asks for it (its worker
-processes import numpy, pandas and pyarrow once: 1-2 s of CPU each) and closed when the
-release ends.
+processes import numpy, pandas and pyarrow once: 1-2 s of CPU each; synthesize starts it
+before its model fit, :func:`warm_pool`, so that they do so on the core the fit leaves
+idle) and closed when the release ends.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Iterator
 from ..rows.rowsource import Runner, SerialRunner
 
 __all__ = ["POOL_MIN_BLOCKS", "local_pool", "open_clusters", "open_pools", "release_cluster", "row_runner",
-           "scan_runner", "synthesis_runner"]
+           "scan_runner", "synthesis_runner", "warm_pool"]
 
 
 class _Shared:
@@ -154,6 +155,28 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
             yield runner
     else:
         yield None
+
+
+def warm_pool(dask_address: str | None, rows: int | None) -> bool:
+    """Inside a release on the local engine, starts the release's pool now for a table of
+    ``rows`` (expected) rows that :func:`synthesis_runner` will draw on it, each worker
+    importing what its tasks need (numpy, pandas, pyarrow, the block writer and the
+    gate's scan: 1-2 s of CPU each) while this process fits the model alone; the tasks
+    are not waited for. True when it started them. Nothing else changes: the pool is the
+    one :func:`local_pool` hands out later."""
+    from ..rows.pool_runner import default_workers, warm
+    from .synthetic import BLOCK_ROWS
+
+    with _LOCK:
+        shared = _SHARED.get(_LOCAL)
+    if dask_address or shared is None or rows is None or int(rows) < POOL_MIN_BLOCKS * BLOCK_ROWS:
+        return False
+    if (workers := default_workers()) <= 1:
+        return False
+    runner = shared.get(workers)
+    for _ in range(workers):
+        runner.executor.submit(warm)
+    return True
 
 
 @contextmanager
