@@ -240,8 +240,11 @@ def _broken_part(part, schema, keys):
 
 @pytest.mark.slow
 def test_a_failing_pool_task_fails_the_release_and_publishes_nothing(tmp_path, demo_paths, seed_file, monkeypatch):
-    from dpsynth.gate import scan
+    from dpsynth.gate import scan, worker
 
+    # The gate's worker outlives the test: forked with the patch below, it would keep it
+    # (and later tests' scans would recurse into _broken_part); it is started first.
+    worker.start()
     monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
     monkeypatch.setattr(scan, "_scan_part", _broken_part)  # pickled by name: this module's function
