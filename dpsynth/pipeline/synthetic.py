@@ -203,7 +203,7 @@ def _write_blocks(job: BlockJob, blocks: range, writers: _Writers, report: bool)
                 if codes.shape != (sizes[i], len(schema.columns)):
                     raise ValueError(f"block {i}: the sampler returned {codes.shape}, "
                                      f"expected {(sizes[i], len(schema.columns))}")
-                enc = EncodedTable(schema=schema, codes=np.ascontiguousarray(codes))
+                enc = EncodedTable(schema=schema, codes=codes)  # either order: read column by column
                 writers.write(enc.codes, _decoded(enc, job.values_rng(i)))
                 done += sizes[i]
                 if report:
