@@ -103,6 +103,7 @@ def run(release: Path, blocks: int, cache: Path | None, folder: Path) -> dict:
 
     schema = load_schema(release / "schema.yaml")
     sampler, fit_s = fitted(release, cache)
+    travels = len(pickle.dumps(sampler))  # what a pool worker receives: the sampler before any draw
     clock = _Clock()
     sizes = syn.block_sizes(sampler.rows)[:blocks]
     rng = np.random.default_rng(20261127)
@@ -128,7 +129,8 @@ def run(release: Path, blocks: int, cache: Path | None, folder: Path) -> dict:
     phases["rest"] = round(total - sum(phases.values()), 3)
     digests = {k: hashlib.sha256(paths[k].read_bytes()).hexdigest() for k in FILES}
     return {"blocks": len(sizes), "rows": rows, "cpu_s": round(total, 3), "cpu_s_per_block": round(total / len(sizes), 4),
-            "cpu_s_by_phase": phases, "fit_cpu_s": round(fit_s, 1), "sampler_pickle_bytes": len(pickle.dumps(sampler)),
+            "cpu_s_by_phase": phases, "fit_cpu_s": round(fit_s, 1), "sampler_pickle_bytes": travels,
+            "sampler_pickle_bytes_after_draws": len(pickle.dumps(sampler)),
             "sha256": digests, "load_1min": round(os.getloadavg()[0], 2)}
 
 
