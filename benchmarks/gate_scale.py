@@ -12,6 +12,10 @@ validate and publish do with that release's files:
 * ``validate``: the gate's work in its worker (:func:`dpsynth.pipeline.gate_stage.gate_files`:
   the scan of the synthetic Parquet files and the GE run), after GE's warm-up as in a release;
   its summary is compared byte for byte with the kept ``validation.json``;
+* ``validate-pool``: the same on the local engine's path for a large table: the scan on a
+  pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``, started inside the part: a
+  release reuses synthesize's), merged here, then the GE run on the merged scan; its CPU
+  seconds include the pool workers' (``cpu_s_children``), its peak theirs (summed);
 * ``report``: publish's report (the synthetic marginal counts read from the codes, then
   :func:`dpsynth.report.build_report` on the kept manifest and the summary of the validate
   part, which must run first), compared with the kept ``report.html``;
@@ -50,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TREE = Path(os.environ.get("GATE_SCALE_TREE", str(ROOT)))
 sys.path.insert(0, str(TREE))
 
-PARTS = ("validate", "report", "hash")
+PARTS = ("validate", "report", "hash")  # and "validate-pool", asked for by name
 
 
 def _keep(rows: int, method: str, work: Path) -> Path:
@@ -115,25 +119,37 @@ def _folders(release: Path) -> dict[str, Path]:
 
 
 class _Peak:
-    """The process's resident memory, sampled every 10 ms in a thread."""
+    """The resident memory of the process and its children (a pool's workers) summed,
+    sampled every 10 ms in a thread."""
 
     def __init__(self) -> None:
         import psutil
 
         self.proc = psutil.Process()
-        self.peak = self.proc.memory_info().rss
+        self.peak = self._rss()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def _rss(self) -> int:
+        import psutil
+
+        total = self.proc.memory_info().rss
+        for child in self.proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:  # gone meanwhile
+                pass
+        return total
+
     def _run(self) -> None:
         while not self.stop.wait(0.01):
-            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self.peak = max(self.peak, self._rss())
 
     def done(self) -> int:
         self.stop.set()
         self.thread.join()
-        return max(self.peak, self.proc.memory_info().rss)
+        return max(self.peak, self._rss())
 
 
 def _part(part: str, release: Path, cprofile: bool, top: int) -> dict:
@@ -168,6 +184,23 @@ def _part(part: str, release: Path, cprofile: bool, top: int) -> dict:
                 write_atomic(f["release"] / gs.COUNTS_FILE, gs._counts_bytes(counts, gs._codes_digests(f["synthetic"])))
             # the summary as the release hands it to the report (its keys in the gate's order)
             (release / "gate-summary.pickle").write_bytes(pickle.dumps(summary))
+            return json.dumps(summary, indent=2, sort_keys=True) + "\n" == (f["release"] / "validation.json").read_text()
+    elif part == "validate-pool":
+        from dpsynth.gate.session import warm_up
+        from dpsynth.pipeline import gate_stage as gs
+        from dpsynth.pipeline.cluster import scan_runner
+        from dpsynth.pipeline.stages import write_atomic
+
+        warm_up()
+
+        def work():  # what validate_stage does without a Dask address, for a large table
+            rows = gs.synthetic_rows(f["synthetic"])
+            with scan_runner(rows) as runner:
+                assert runner is not None, "no pool: a small table or one worker"
+                part_rows = min(DEFAULT_CHUNK_ROWS, -(-rows // int(runner.workers)))
+                found = gs.scan_synthetic(schema, f["synthetic"], f["measurement"], part_rows, runner)
+            summary, counts = gs._gate_scan_counted(found, f["measurement"], None, None, None, "scale")
+            write_atomic(f["release"] / gs.COUNTS_FILE, gs._counts_bytes(counts, gs._codes_digests(f["synthetic"])))
             return json.dumps(summary, indent=2, sort_keys=True) + "\n" == (f["release"] / "validation.json").read_text()
     elif part == "report":
         from dpsynth.gate.scan import CodeCounts
@@ -205,14 +238,16 @@ def _part(part: str, release: Path, cprofile: bool, top: int) -> dict:
     prof = cProfile.Profile() if cprofile else None
     peak = _Peak()
     rss0 = peak.peak
-    c0, w0 = time.process_time(), time.perf_counter()
+    c0, w0, k0 = time.process_time(), time.perf_counter(), sum(os.times()[2:4])
     if prof:
         prof.enable()
     same = work()
     if prof:
         prof.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    cell = {"part": part, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "rss_before_mb": rss0 >> 20,
+    children = sum(os.times()[2:4]) - k0  # the pool's workers, reaped when it shut down
+    cell = {"part": part, "cpu_s": round(cpu + children, 2), "cpu_s_children": round(children, 2),
+            "wall_s": round(wall, 2), "rss_before_mb": rss0 >> 20,
             "peak_mb": peak.done() >> 20, "same_output": bool(same), "loadavg": round(os.getloadavg()[0], 2)}
     if prof:
         for key, label in (("tottime", "top_own"), ("cumulative", "top_cumulative")):

@@ -235,9 +235,9 @@ def test_single_precision_descends_in_float32_to_the_double_fit(monkeypatch):
     module = sys.modules["dpsynth.inference.estimate"]
     real, dtypes = module.calibrate_probs, set()
 
-    def spying(tree, theta):
+    def spying(tree, theta, *out):
         dtypes.update(t.dtype for t in theta)
-        return real(tree, theta)
+        return real(tree, theta, *out)
 
     monkeypatch.setattr(module, "calibrate_probs", spying)
     fits = {}

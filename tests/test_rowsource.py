@@ -210,6 +210,68 @@ def test_encode_to_parts_refuses_bad_inputs(tmp_path):
         encode_to_parts(extra, schema, tmp_path / "o3")
 
 
+def _folder_digest(folder) -> list[tuple[str, bytes]]:
+    return [(f.name, f.read_bytes()) for f in sorted(folder.iterdir())]
+
+
+def test_a_large_input_is_encoded_on_a_pool_with_the_same_bytes(tmp_path, monkeypatch):
+    """Without a runner, an input of several partitions and at least POOL_MIN_BYTES is encoded
+    on a process pool, each partition to its own file: the same bytes as in this process, and
+    the rows counted as the rounds end."""
+    from dpsynth import progress
+    from dpsynth.rows import encode_parts
+
+    schema, raw = _raw(6000, 3)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        pq.write_table(raw.slice(2000 * i, 2000), folder / f"p{i}.parquet", row_group_size=700)
+    serial = encode_to_parts(folder, schema, tmp_path / "serial", chunk_rows=500)
+    parts = encode_parts.input_parts(folder, schema, 500)
+    assert encode_parts.pooled(parts) == 1  # a few kB: not worth a pool's start
+    monkeypatch.setattr(encode_parts, "POOL_MIN_BYTES", 0)
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
+    assert encode_parts.pooled(parts) == 2 and encode_parts.pooled(parts[:1]) == 1
+    seen = []
+
+    class Watch:
+        def count(self, label, done, total=None, unit=""):
+            seen.append((label, done))
+
+    calls = []
+    real = encode_parts._on_pool
+    monkeypatch.setattr(encode_parts, "_on_pool", lambda *a: calls.append(a[-1]) or real(*a))
+    with progress.reporting(Watch()):
+        pooled = encode_to_parts(folder, schema, tmp_path / "pooled", chunk_rows=500)
+    assert calls == [2]
+    assert pooled.rows == serial.rows == 6000
+    assert _folder_digest(tmp_path / "pooled") == _folder_digest(tmp_path / "serial")
+    counted = [d for label, d in seen if label == "encode"]
+    assert len(parts) == 9 and len(counted) == 5 and counted[-1] == 6000  # after each round of two partitions
+    assert counted == sorted(counted) and counted[0] == 1400
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
+    assert encode_parts.pooled(parts) == 1
+
+
+def test_a_cut_row_on_the_pool_names_its_file(tmp_path, monkeypatch):
+    """A CSV whose last row is cut, encoded on the pool: the worker's DataError reaches the
+    caller naming the file and quoting no row."""
+    from dpsynth.rows import encode_parts
+
+    schema, raw = _raw(300, 4)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        pacsv.write_csv(raw.slice(100 * i, 100), folder / f"p{i}.csv")
+    cut = folder / "p1.csv"
+    cut.write_text(cut.read_text().rstrip("\n") + "\n\"secret-value\n")
+    monkeypatch.setattr(encode_parts, "POOL_MIN_BYTES", 0)
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
+    with pytest.raises(DataError, match="p1.csv") as err:
+        encode_to_parts(folder, schema, tmp_path / "codes")
+    assert "secret" not in str(err.value)
+
+
 def test_input_hash_of_a_folder_covers_every_file(tmp_path):
     schema, raw = _raw(100, 0)
     folder = tmp_path / "in"

@@ -3,6 +3,8 @@ rounding bound, the same bytes whatever ``chunk_rows`` and runner, and the gate.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 
 import numpy as np
@@ -226,7 +228,8 @@ def test_a_pool_the_fit_cannot_weight_is_kept_as_drawn_and_reported_off(sds_meas
     pool = np.minimum(pool, np.asarray(plan.schema.cardinalities) - 1)
     scaled = expand.scaled_measurement(m, 500 / float(m.records.value), rows)
     monkeypatch.setattr(expand, "fit_weights", lambda *a, **k: (np.full(a[0].shape[0], np.nan), 3))
-    weights, tables = expand.fit_pool(pool, scaled, plan.schema, {}, 500.0)
+    fit = expand.fit_pool(pool, scaled, plan.schema, {}, 500.0)
+    weights, tables = fit.weights, fit.tables
     assert tables["off"] > 0 and tables["left"] == tables["off"] and tables["refitted"] == 0
     assert np.array_equal(weights, np.ones(500))
     counts = expand.copies(weights, rows, np.random.default_rng(0))
@@ -304,10 +307,10 @@ def test_fit_pool_runs_the_last_pass_on_the_tables_its_fit_left(monkeypatch):
         {"name": f"b{j}", "type": "categorical", "values": ["0", "1"]} for j in range(3)]})
     monkeypatch.setattr(expand, "table_checks", lambda m, s: checks)
     monkeypatch.setattr(expand, "fit_weights", lambda pool, checks, *a, **k: (np.ones(pool.shape[0]), len(checks)))
-    _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
+    tables = expand.fit_pool(pool, None, schema, ones, 4000.0).tables
     assert tables == {"off": 1, "refitted": 3, "left": 0}
     monkeypatch.setattr(expand, "OFF_ROUNDS", 0)
-    _, tables = expand.fit_pool(pool, None, schema, ones, 4000.0)
+    tables = expand.fit_pool(pool, None, schema, ones, 4000.0).tables
     assert tables["left"] == 1
 
 
@@ -397,8 +400,8 @@ def test_the_pool_update_runs_only_on_tables_left_off_and_draws_its_own_generato
     seen = []
 
     def left_off(*args, **kwargs):
-        weights, tables = real_fit(*args, **kwargs)
-        return weights, {**tables, "left": 1}
+        fit = real_fit(*args, **kwargs)
+        return dataclasses.replace(fit, tables={**fit.tables, "left": 1})
 
     def nothing_off(pool, weights, scaled, schema, ones, total, rng, **kwargs):
         seen.append(rng.random())  # consumes its generator, then finds nothing off

@@ -8,6 +8,8 @@ values to bring the tables whose exact gate ratio is above its margin under it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 
 import numpy as np
@@ -157,8 +159,8 @@ def test_a_release_with_no_table_above_the_margin_after_the_descent_is_the_same_
     infos = []
 
     def left_off(*args, **kwargs):
-        weights, tables = real_fit(*args, **kwargs)
-        return weights, {**tables, "left": 1}
+        fit = real_fit(*args, **kwargs)
+        return dataclasses.replace(fit, tables={**fit.tables, "left": 1})
 
     def recorded(codes, tables, rng):
         out, info = real_pass(codes, tables, rng)
@@ -192,9 +194,9 @@ def _watch_fit(monkeypatch) -> dict:
     got: dict = {}
 
     def watched(pool, scaled, schema, ones, total, **kwargs):
-        weights, tables = real(pool, scaled, schema, ones, total, **kwargs)
-        got.update(pool=np.array(pool), scaled=scaled, weights=weights, ones=ones, total=total)
-        return weights, tables
+        fit = real(pool, scaled, schema, ones, total, **kwargs)
+        got.update(pool=np.array(pool), scaled=scaled, weights=fit.weights, ones=ones, total=total)
+        return fit
 
     monkeypatch.setattr(sds_method, "fit_pool", watched)
     return got

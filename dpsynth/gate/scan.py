@@ -237,6 +237,32 @@ def _rows(s: pd.Series, *positions: np.ndarray) -> pd.Series:
     return s.iloc[np.concatenate(positions)].reset_index(drop=True)
 
 
+def _text_pass(s: pd.Series, values: frozenset, limit: int) -> tuple[pd.Series, int, int] | None:
+    """A categorical column's chunk held as Arrow text, read through one dictionary
+    encoding: its witness (:func:`_reduce`'s: the first ``limit`` distinct present values
+    in order of appearance, then the first missing value), its missing cells and its
+    present cells outside ``values``; None for any other dtype (the general path).
+
+    The encoding numbers distinct values in order of first appearance, so a value first
+    appears where the running maximum of the numbers grows: no hashing of the column
+    beyond the encoding (pandas' ``duplicated`` and ``isin`` each hash it again)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (isinstance(s.dtype, pd.StringDtype) and s.dtype.storage == "pyarrow"):
+        return None
+    arr = pa.array(s, from_pandas=True)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    encoded = pc.dictionary_encode(arr)
+    idx = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    na = idx < 0
+    inside = np.array([v in values for v in encoded.dictionary.to_pylist()] + [True], dtype=bool)  # [-1]: missing
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(idx), prepend=-1) > 0)[:limit]
+    witness = _rows(s, first, np.flatnonzero(na)[:1])
+    return witness, int(np.count_nonzero(na)), int(np.count_nonzero(~inside[idx]))
+
+
 def _reducible_alone(col_kind: str, s: pd.Series, prev: pd.Series | None) -> bool:
     """Whether ``_reduce(prev + s) == _reduce(prev + _reduce(s))`` holds for sure, so that a
     chunk can be reduced before it joins the witness (the same values, from the same rows):
@@ -276,6 +302,7 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
     counter = _Counter(schema.cardinalities, keys)
     domains = {c.name: dataclasses.replace(column_domain(c), integer=False) for c in schema.columns}
     kinds = {name: ("values" if d.values is not None else "range") for name, d in domains.items()}
+    value_sets = {name: frozenset(d.values) for name, d in domains.items() if d.values is not None}
     first = True
     for table, codes in chunks:
         table = _for_ge(table)
@@ -290,17 +317,8 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
         for name in out.columns:
             if out.columns.count(name) != 1 or name not in kinds:
                 continue
-            s = table[name]
             limit = schema.column(name).cardinality + _EXTRA_LABELS
-            prev = out.witness.get(name)
-            if _reducible_alone(kinds[name], s, prev):  # the chunk's own witness stands for it
-                s_witness = _reduce(kinds[name], s, limit)
-                joined = s_witness if prev is None else pd.concat([prev, s_witness], ignore_index=True)
-            else:
-                joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
-            out.witness[name] = _reduce(kinds[name], joined, limit)
-            out.nulls[name] = out.nulls.get(name, 0) + int(s.isna().sum())
-            out.outside[name] = _add(out.outside.get(name, 0), _outside_count(s, domains[name]))
+            _add_column(out, name, table[name], kinds[name], domains[name], value_sets.get(name), limit)
         mm = _mismatch_counts(table, EncodedTable(schema=schema, codes=codes))
         if mm is None:  # a chunk whose values and codes differ in length: every column mismatched
             out.misaligned = True
@@ -308,6 +326,26 @@ def scan_table(chunks: Iterable[tuple[pd.DataFrame, np.ndarray]], schema: Schema
         counter.add(codes)
     out.counts = counter.result()
     return out
+
+
+def _add_column(out: Scan, name: str, s: pd.Series, kind: str, domain: Any, values: frozenset | None,
+                limit: int) -> None:
+    """Adds a chunk ``s`` of column ``name`` to the scan's witness, missing and outside counts."""
+    prev = out.witness.get(name)
+    text = _text_pass(s, values, limit) if values is not None else None
+    if text is not None:  # the same witness and counts as the general path, from one encoding
+        s_witness, nulls, outside = text
+        joined = s_witness if prev is None else pd.concat([prev, s_witness], ignore_index=True)
+    else:
+        nulls, outside = int(s.isna().sum()), _outside_count(s, domain)
+        if _reducible_alone(kind, s, prev):  # the chunk's own witness stands for it
+            s_witness = _reduce(kind, s, limit)
+            joined = s_witness if prev is None else pd.concat([prev, s_witness], ignore_index=True)
+        else:
+            joined = s if prev is None else pd.concat([prev, s], ignore_index=True)
+    out.witness[name] = _reduce(kind, joined, limit)
+    out.nulls[name] = out.nulls.get(name, 0) + nulls
+    out.outside[name] = _add(out.outside.get(name, 0), outside)
 
 
 def frame_chunks(table: pd.DataFrame, codes: EncodedTable) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
@@ -439,8 +477,8 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
                chunk_rows: int, runner: Any = None) -> Scan:
     """:func:`scan_table` over the synthetic table held in ``pairs`` of (codes, values)
     Parquet files (in row order), partition by partition on ``runner`` (default: this
-    process): partitions of about ``chunk_rows`` rows, :data:`SCAN_WINDOW` of them at a time
-    (one on a serial runner), merged in row order. Only scans (counts, witness values) leave a partition."""
+    process): partitions of about ``chunk_rows`` rows, at most :data:`SCAN_WINDOW` of them
+    computed ahead (one on a serial runner), merged in row order. Only scans (counts, witness values) leave a partition."""
     from ..rows.rowsource import SerialRunner
 
     runner = runner if runner is not None else SerialRunner()
@@ -453,7 +491,20 @@ def scan_files(pairs: Sequence[tuple[Path, Path]], schema: Schema, subsets: Sequ
     # there each is merged as soon as it is made.
     window = 1 if isinstance(runner, SerialRunner) else SCAN_WINDOW
     out: Scan | None = None
-    for start in range(0, len(parts), window):
-        for found in runner.map(_scan_part, parts[start : start + window], schema, keys):
-            out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
+    for found in _in_order(runner, parts, schema, keys, window):
+        out = found if out is None else merge_scans(out, found, reuse=True)  # out is this loop's own
     return out if out is not None else scan_table(iter(()), schema, keys)
+
+
+def _in_order(runner: Any, parts: Sequence[ScanPart], schema: Schema, keys: tuple[Subset, ...],
+              window: int) -> Iterator[Scan]:
+    """The partitions' scans in row order, at most ``window`` computed ahead of the merge:
+    streamed by a runner that can (a process pool's ``imap``: a worker free takes the next
+    partition at once; two per worker keep every worker busy while one is merged), else
+    ``window`` at a time."""
+    if hasattr(runner, "imap"):
+        ahead = min(window, 2 * max(1, int(getattr(runner, "workers", window))))
+        yield from runner.imap(_scan_part, parts, schema, keys, ahead=ahead)
+        return
+    for start in range(0, len(parts), window):
+        yield from runner.map(_scan_part, parts[start : start + window], schema, keys)

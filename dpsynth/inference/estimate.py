@@ -34,15 +34,17 @@ fit follows the gate").
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import progress
 from ..evaluation.metrics import clipped_distributions
 from .junction_tree import Domain, JunctionTree, build_junction_tree
-from .model import GraphicalModel, calibrate_probs, expand, sum_axes
+from .model import GraphicalModel, _einsum, _sum_spec, belief_buffers, calibrate_probs, expand
+from .blas import fixed_dot
 
 __all__ = ["Observation", "EstimatorOptions", "FitReport", "FitTarget", "estimate", "fit_to_target", "estimate_total", "fit_loss", "scaled_options"]
 
@@ -193,15 +195,31 @@ class _Layout:
     bounds: tuple[tuple[int, int], ...]
     target: np.ndarray  # flat, float64
     weight: np.ndarray  # flat: each cell's 1 / sigma^2
+    # Per term, worked out once: (start, end, shape, the einsum spec of its sum or None, its
+    # source term or -1, its clique) for the marginals; (start, end, shape broadcast on its
+    # source or clique, source start, source end, source shape or None) for the gradient.
+    sums: tuple[tuple, ...] = ()
+    folds: tuple[tuple, ...] = ()
 
     @classmethod
-    def of(cls, terms: list[_Term]) -> "_Layout":
+    def of(cls, terms: list[_Term], tree: JunctionTree | None = None) -> "_Layout":
         ends = np.cumsum([t.target.size for t in terms]).tolist()
         bounds = tuple(zip([0] + ends[:-1], ends))
         target = np.concatenate([t.target.ravel() for t in terms]).astype(np.float64)
         weight = np.concatenate([np.broadcast_to(np.asarray(t.weight, dtype=np.float64), t.target.shape).ravel()
                                  for t in terms])
-        return cls(tuple(terms), bounds, target, weight)
+        sums, folds = [], []
+        for (a, b), t in zip(bounds, terms):
+            axes = t.source_axes if t.source >= 0 else t.axes
+            ndim = len(terms[t.source].attrs) if t.source >= 0 else t.target.ndim + len(t.axes)
+            sums.append((a, b, t.target.shape, _sum_spec(ndim, tuple(sorted(axes))) if axes else None, t.source, t.clique))
+            if t.source >= 0:
+                held = terms[t.source]
+                sa, sb = bounds[t.source]
+                folds.append((a, b, expand(t.target, t.attrs, held.attrs).shape, sa, sb, held.target.shape))
+            elif tree is not None:
+                folds.append((a, b, expand(t.target, t.attrs, tree.cliques[t.clique]).shape, 0, 0, None))
+        return cls(tuple(terms), bounds, target, weight, tuple(sums), tuple(folds) if tree is not None else ())
 
     def view(self, flat: np.ndarray, k: int) -> np.ndarray:
         """Term k's slice of a flat vector, shaped as its table."""
@@ -255,8 +273,11 @@ def _terms(domain: Domain, tree: JunctionTree, observations: Sequence[Observatio
         axes = tuple(k for k, a in enumerate(cl) if a not in set(canon))
         terms.append(_Term(clique=i, attrs=canon, target=target, weight=weight, axes=axes))
     terms.sort(key=lambda t: (t.clique, -t.target.size))
+    sets, first = [frozenset(t.attrs) for t in terms], 0
     for k, t in enumerate(terms):
-        holders = [j for j in range(k) if terms[j].clique == t.clique and set(t.attrs) <= set(terms[j].attrs)]
+        if k and terms[k - 1].clique != t.clique:
+            first = k  # a clique's terms are consecutive: only they can hold this one
+        holders = [j for j in range(first, k) if sets[k] <= sets[j]]
         if holders:
             j = min(holders, key=lambda j: terms[j].target.size)
             t.source = j
@@ -268,13 +289,19 @@ def _evaluate(layout: _Layout, beliefs: list[np.ndarray], total: float) -> tuple
     """Loss, the terms' probability marginals and the loss gradient w.r.t. them (flat, as
     laid out by ``layout``), from the cliques' beliefs as probabilities."""
     probs = np.empty(layout.target.size, dtype=np.result_type(*beliefs))
-    for k, t in enumerate(layout.terms):
-        src, axes = (layout.view(probs, t.source), t.source_axes) if t.source >= 0 else (beliefs[t.clique], t.axes)
-        sum_axes(src, axes, out=layout.view(probs, k))
+    views: list[np.ndarray] = []
+    for a, b, shape, spec, source, clique in layout.sums:  # sum_axes of the source, into the term's slice
+        out = probs[a:b].reshape(shape)
+        views.append(out)
+        src = views[source] if source >= 0 else beliefs[clique]
+        if spec is None:
+            np.copyto(out, src)
+        else:
+            _einsum(spec, src, out=out)
     diff = np.multiply(probs, total, dtype=np.float64)
     diff -= layout.target
     grad = diff * layout.weight
-    loss = 0.5 * float(np.dot(grad, diff))
+    loss = 0.5 * fixed_dot(grad, diff)
     grad *= total
     return loss, probs, grad
 
@@ -333,10 +360,10 @@ def _fit(domain: Domain, observations: Sequence[Observation], total: float | Non
     n = estimate_total(observations) if total is None else float(total)
     dtype = np.float32 if opts.precision == "single" else np.float64
     theta = [th.astype(dtype, copy=False) for th in _initial(tree, warm)]
-    descent = _Descent(tree, _Layout.of(terms), n, theta, opts)
+    descent = _Descent(tree, _Layout.of(terms, tree), n, theta, opts)
     steps, collapsed, stale = _descend(descent, opts)
     report = None if target is None else _fit_further(descent, target, steps, collapsed, stale)
-    model = GraphicalModel.from_potentials(tree, [th.astype(np.float64, copy=False) for th in descent.x[0]], n)
+    model = GraphicalModel.from_potentials(tree, [th.astype(np.float64, copy=False) for th in descent.x.theta], n)
     return model, report
 
 
@@ -365,7 +392,7 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
     ratio stops falling (``target.window``, ``target.min_gain``), the step size collapses or
     ``target.most_steps`` attempts have been made in all; the state of the best ratio is kept."""
     misfit = _Misfit(descent.layout, target.limits)
-    first = ratio = misfit.ratio(descent.x[3])
+    first = ratio = misfit.ratio(descent.x.probs)
     done = steps
     if ratio <= 1.0 or collapsed or done >= target.most_steps:
         return FitReport(steps=done, extra_steps=0, ratio_at_stop=first, ratio=ratio,
@@ -381,7 +408,7 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
         if accepted is None:
             break
         if accepted:
-            ratio = misfit.ratio(descent.x[3])
+            ratio = misfit.ratio(descent.x.probs)
             if ratio < best:  # states are never changed in place: keeping one costs nothing
                 best, kept = ratio, descent.x
             bests.append(best)
@@ -394,6 +421,45 @@ def _fit_further(descent: "_Descent", target: FitTarget, steps: int, collapsed: 
                      most_steps=target.most_steps)
 
 
+class _State(NamedTuple):
+    """A point of the descent: potentials, loss, the terms' probabilities, the loss gradient."""
+
+    theta: list[np.ndarray]
+    loss: float
+    probs: np.ndarray
+    grad: np.ndarray
+
+
+def _idle_refs() -> int:
+    """What :meth:`_Pool.take` reads as the reference count of an array nothing else holds
+    (measured the same way, so it holds on any interpreter)."""
+    held = [np.empty(0)]
+    for arr in held:
+        return sys.getrefcount(arr)
+    raise AssertionError  # pragma: no cover
+
+
+class _Pool:
+    """New potentials' arrays, one list per clique, each reused once no state (nor any view of it)
+    refers to it any more: a step's fresh arrays of the cliques' size cost as much in page faults
+    as the arithmetic on them. The values written are the same; only where they live changes."""
+
+    def __init__(self, tree: JunctionTree, dtype: np.dtype) -> None:
+        self.shapes = [tree.domain.shape(c) for c in tree.cliques]
+        self.dtype = dtype
+        self.arrays: list[list[np.ndarray]] = [[] for _ in tree.cliques]
+        self.idle = _idle_refs()
+
+    def take(self, i: int) -> np.ndarray:
+        """An array for clique ``i``'s potentials that nothing else refers to."""
+        for arr in self.arrays[i]:
+            if sys.getrefcount(arr) <= self.idle:
+                return arr
+        arr = np.empty(self.shapes[i], dtype=self.dtype)
+        self.arrays[i].append(arr)
+        return arr
+
+
 class _Descent:
     """Accelerated mirror descent on the log potentials, one step attempt at a time.
 
@@ -401,7 +467,7 @@ class _Descent:
     (Nesterov momentum on the log potentials, beta = k / (k + 3)); a step is accepted
     when it satisfies the Armijo condition of the mirror step at ``y``; momentum restarts
     (k = 0) whenever an accepted step raises the loss above the previous iterate's.
-    A state is (potentials, beliefs, loss, the terms' probabilities, the loss gradient).
+    A state is a :class:`_State`; states are never changed in place.
     """
 
     def __init__(self, tree: JunctionTree, layout: _Layout, n: float, theta: list[np.ndarray],
@@ -413,47 +479,55 @@ class _Descent:
         # Relative smoothness of the loss against the entropy: n^2 * sum of weights per clique.
         self.alpha0 = 1.0 / (n * n * float(per_clique.max()))
         self.alpha = self.alpha0
+        dtype = np.result_type(*theta)
+        self.pool = _Pool(tree, dtype)
+        self.beliefs = belief_buffers(tree, dtype)  # each state's beliefs, read before the next state's
         self.x = self.y = self.state(theta)
-        self.prev_theta, self.k = self.x[0], 0
+        self.prev_theta, self.k = self.x.theta, 0
 
-    def state(self, th: list[np.ndarray]) -> tuple:
+    def state(self, th: list[np.ndarray]) -> _State:
         """The state at potentials ``th``."""
-        prob, _ = calibrate_probs(self.tree, th)
-        return (th, prob) + _evaluate(self.layout, prob, self.n)
+        prob, _ = calibrate_probs(self.tree, th, self.beliefs)
+        return _State(th, *_evaluate(self.layout, prob, self.n))
 
     def _gradient_step(self, th: list[np.ndarray], grad: np.ndarray, alpha: float) -> list[np.ndarray]:
-        terms, layout = self.layout.terms, self.layout
+        terms, folds = self.layout.terms, self.layout.folds
         acc = grad.copy()
+        order = range(len(terms) - 1, -1, -1)  # a term's source comes before it
+        for k in order:  # every term's gradient folded into its source's, last first
+            a, b, shape, sa, sb, held_shape = folds[k]
+            if held_shape is not None:
+                held = acc[sa:sb].reshape(held_shape)
+                held += acc[a:b].reshape(shape)
+        steps = (alpha * acc).astype(self.pool.dtype)  # each cell as alpha * g would be, term by term
         out, fresh = list(th), set()
-        for k in reversed(range(len(terms))):  # a term's source comes before it
-            t = terms[k]
-            g = layout.view(acc, k)
-            if t.source >= 0:
-                held = layout.view(acc, t.source)
-                held += expand(g, t.attrs, terms[t.source].attrs)
+        for k in order:
+            a, b, shape, _, _, held_shape = folds[k]
+            if held_shape is not None:
                 continue
-            step = expand((alpha * g).astype(th[t.clique].dtype), t.attrs, self.tree.cliques[t.clique])
-            if t.clique in fresh:
-                out[t.clique] -= step
+            c = terms[k].clique
+            step = steps[a:b].reshape(shape)
+            if c in fresh:
+                out[c] -= step
             else:  # the first term of its clique writes a new array; untouched cliques are shared
-                out[t.clique] = th[t.clique] - step
-                fresh.add(t.clique)
+                out[c] = np.subtract(th[c], step, out=self.pool.take(c))
+                fresh.add(c)
         return out
 
     def attempt(self) -> bool | None:
         """One step from ``y``: True if accepted (``x`` moves), False if the step size was
         halved instead, None once the step size has collapsed (the descent is over)."""
         y = self.y
-        new = self.state(self._gradient_step(y[0], y[4], self.alpha))
-        decrease = float(np.dot(y[4], y[3] - new[3]))
-        if not (y[2] - new[2] >= 0.5 * decrease and decrease >= 0.0):
+        new = self.state(self._gradient_step(y.theta, y.grad, self.alpha))
+        decrease = fixed_dot(y.grad, y.probs - new.probs)
+        if not (y.loss - new.loss >= 0.5 * decrease and decrease >= 0.0):
             self.alpha *= 0.5
             return None if self.alpha < 1e-12 * self.alpha0 else False
         self.alpha *= self.opts.growth
-        if new[2] > self.x[2]:
-            self.k, self.prev_theta = 0, new[0]  # restart: drop the momentum
+        if new.loss > self.x.loss:
+            self.k, self.prev_theta = 0, new.theta  # restart: drop the momentum
         else:
-            self.k, self.prev_theta = self.k + 1, self.x[0]
+            self.k, self.prev_theta = self.k + 1, self.x.theta
         self.x = new
         return True
 
@@ -461,7 +535,9 @@ class _Descent:
         """The next step's starting point ``y`` (after an accepted step)."""
         if self.opts.accelerate and self.k > 0:
             beta = self.k / (self.k + 3.0)
-            self.y = self.state([_extrapolate(a, b, beta) for a, b in zip(self.x[0], self.prev_theta)])
+            self.y = self.y._replace(theta=None)  # the old y's arrays are free for the new one
+            self.y = self.state([_extrapolate(a, b, beta, self.pool.take(i))
+                                 for i, (a, b) in enumerate(zip(self.x.theta, self.prev_theta))])
         else:
             self.y = self.x
 
@@ -469,7 +545,7 @@ class _Descent:
 def _descend(descent: _Descent, opts: EstimatorOptions) -> tuple[int, bool, bool]:
     """The fit under the stop rules of the module docstring: (step attempts, whether the step
     size collapsed, whether ``y`` is stale: a stop right after an accepted step)."""
-    best, stall = descent.x[2], 0
+    best, stall = descent.x.loss, 0
     # The noise's expected loss: each measured cell contributes (noise / sigma)^2 / 2 = 1/2.
     floor = None if opts.noise_tol is None else opts.noise_tol * 0.5 * descent.layout.target.size
     history = [best]
@@ -481,13 +557,13 @@ def _descend(descent: _Descent, opts: EstimatorOptions) -> tuple[int, bool, bool
         if not accepted:
             continue
         x = descent.x
-        if best - x[2] <= opts.tol * max(best, 1e-300):
+        if best - x.loss <= opts.tol * max(best, 1e-300):
             stall += 1
             if stall >= opts.patience:
                 return step + 1, False, True
         else:
             stall = 0
-        best = min(best, x[2])
+        best = min(best, x.loss)
         history.append(best)
         if floor is not None and len(history) > opts.patience and history[-1 - opts.patience] - best < floor:
             return step + 1, False, True
@@ -495,9 +571,9 @@ def _descend(descent: _Descent, opts: EstimatorOptions) -> tuple[int, bool, bool
     return opts.iters, False, False
 
 
-def _extrapolate(a: np.ndarray, b: np.ndarray, beta: float) -> np.ndarray:
-    """``a + beta (a - b)`` into one new array (no temporaries)."""
-    out = np.subtract(a, b)
+def _extrapolate(a: np.ndarray, b: np.ndarray, beta: float, out: np.ndarray | None = None) -> np.ndarray:
+    """``a + beta (a - b)`` into one new array (or ``out``; no temporaries)."""
+    out = np.subtract(a, b, out=out)
     out *= beta
     out += a
     return out

@@ -27,10 +27,16 @@ from typing import Sequence
 
 import numpy as np
 
+from .blas import one_blas_thread
 from .junction_tree import Clique, Domain, JunctionTree
 from .sampling import _iid_counts, allocate, sample_columns  # noqa: F401 (allocate, _iid_counts: re-exported)
 
 __all__ = ["GraphicalModel", "calibrate", "calibrate_full", "calibrate_probs", "expand", "log_marginal", "allocate"]
+
+try:  # einsum's C entry point: what np.einsum calls for one operand without ``optimize``, minus its dispatch
+    from numpy._core.multiarray import c_einsum as _einsum
+except ImportError:  # pragma: no cover - another numpy layout: the public function, same result
+    _einsum = np.einsum
 
 
 def expand(arr: np.ndarray, sub: Sequence[str], clique: Sequence[str]) -> np.ndarray:
@@ -41,6 +47,7 @@ def expand(arr: np.ndarray, sub: Sequence[str], clique: Sequence[str]) -> np.nda
 
 @lru_cache(maxsize=4096)
 def _sum_spec(ndim: int, axes: tuple[int, ...]) -> str:
+    """The one-operand einsum spec summing a table of ``ndim`` axes over ``axes``."""
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[:ndim]
     return letters + "->" + "".join(c for k, c in enumerate(letters) if k not in set(axes))
 
@@ -52,13 +59,13 @@ def sum_axes(table: np.ndarray, axes: tuple[int, ...], keepdims: bool = False,
     (no ``keepdims``), the sum is written there (no axes: ``table`` is copied there)."""
     if out is not None:
         if axes:
-            np.einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table, out=out)
+            _einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table, out=out)
         else:
             np.copyto(out, table)
         return out
     if not axes:
         return table
-    out = np.einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table)
+    out = _einsum(_sum_spec(table.ndim, tuple(sorted(axes))), table)
     if keepdims:
         out = out.reshape([1 if k in set(axes) else n for k, n in enumerate(table.shape)])
     return out
@@ -95,6 +102,18 @@ class _Step:
     up_shape: tuple[int, ...]  # the message broadcast on the parent's clique
     down_axes: tuple[int, ...]  # axes of the parent summed out for the message down
     down_shape: tuple[int, ...]  # the message broadcast on this clique
+    # sum_axes of those sums as einsum specs (None: no axis), and the up sum kept on this clique's shape
+    up_spec: str | None = None
+    up_kept: tuple[int, ...] = ()
+    down_spec: str | None = None
+
+    def up_sum(self, table: np.ndarray) -> np.ndarray:
+        """``sum_axes(table, up_axes, keepdims=True)`` with the spec and shape worked out once."""
+        return table if self.up_spec is None else _einsum(self.up_spec, table).reshape(self.up_kept)
+
+    def down_sum(self, table: np.ndarray) -> np.ndarray:
+        """``sum_axes(table, down_axes)`` shaped as ``down_shape`` (the parent's belief summed to the separator)."""
+        return (table if self.down_spec is None else _einsum(self.down_spec, table)).reshape(self.down_shape)
 
 
 def _schedule(tree: JunctionTree) -> list[_Step]:
@@ -109,12 +128,16 @@ def _schedule(tree: JunctionTree) -> list[_Step]:
             steps.append(_Step(i, -1, (), (), (), ()))
             continue
         sep = set(tree.separator(i, p))
+        up, down = _axes_out(cl[i], sep), _axes_out(cl[p], sep)
         steps.append(_Step(
             clique=i, parent=p,
-            up_axes=_axes_out(cl[i], sep),
+            up_axes=up,
             up_shape=tuple(dom.size(a) if a in sep else 1 for a in cl[p]),
-            down_axes=_axes_out(cl[p], sep),
+            down_axes=down,
             down_shape=tuple(dom.size(a) if a in sep else 1 for a in cl[i]),
+            up_spec=_sum_spec(len(cl[i]), up) if up else None,
+            up_kept=tuple(1 if k in up else n for k, n in enumerate(dom.shape(cl[i]))),
+            down_spec=_sum_spec(len(cl[p]), down) if down else None,
         ))
     tree.__dict__["_schedule_cache"] = steps  # a cache on a frozen dataclass
     return steps
@@ -193,25 +216,34 @@ def calibrate_full(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[lis
     return log_b, prob, log_z
 
 
-def _shifted_exp(a: np.ndarray) -> tuple[np.ndarray, float]:
-    """``exp(a - top)`` into one new array (no temporary) and ``top = max(a)``."""
-    top = float(np.max(a))
+def _shifted_exp(a: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """``exp(a - top)`` into one new array (or ``out``; no temporary) and ``top = max(a)``."""
+    top = float(a.max())
     if not math.isfinite(top):
         top = 0.0
-    out = np.subtract(a, top)
+    out = np.subtract(a, top, out=out)
     np.exp(out, out=out)
     return out, top
 
 
-def _scratch(tree: JunctionTree, dtype: np.dtype) -> list[np.ndarray]:
-    """Per-tree work arrays, one per clique, allocated once per dtype (a cache on the frozen tree)."""
+def _scratch(tree: JunctionTree, dtype: np.dtype, kind: str = "acc") -> list[np.ndarray]:
+    """Per-tree work arrays, one per clique, allocated once per dtype and ``kind`` (a cache on the frozen tree)."""
     caches = tree.__dict__.setdefault("_scratch_cache", {})
-    if dtype not in caches:
-        caches[dtype] = [np.empty(tree.domain.shape(c), dtype=dtype) for c in tree.cliques]
-    return caches[dtype]
+    key = np.dtype(dtype) if kind == "acc" else (np.dtype(dtype), kind)
+    if key not in caches:
+        caches[key] = [np.empty(tree.domain.shape(c), dtype=dtype) for c in tree.cliques]
+    return caches[key]
 
 
-def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
+def belief_buffers(tree: JunctionTree, dtype: np.dtype) -> list[np.ndarray]:
+    """Arrays for :func:`calibrate_probs`'s beliefs (its ``out``), one per clique, kept on the tree:
+    a caller that reads each calibration's beliefs before the next one needs no new arrays (the
+    estimator: fresh arrays of this size cost about as much in page faults as the sums themselves)."""
+    return _scratch(tree, dtype, "beliefs")
+
+
+def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray],
+                    out: Sequence[np.ndarray] | None = None) -> tuple[list[np.ndarray], float]:
     """Beliefs as probabilities and the log partition function, with one ``exp`` per cell:
     the estimator's inner loop, which needs no log beliefs.
 
@@ -219,45 +251,53 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray]) -> tuple[li
     summed to its separator; down the tree a clique's belief is that same table times the
     parent's separator marginal over the up message's sum. A separator whose up sum
     underflows (below the smallest normal number) takes the exact log-space path for that
-    clique. Runs in the potentials' dtype (float32 or float64)."""
+    clique. Runs in the potentials' dtype (float32 or float64). With ``out`` (one array per
+    clique of that dtype, e.g. :func:`belief_buffers`) the beliefs are written there."""
     steps = _schedule(tree)
-    acc = _scratch(tree, np.result_type(*theta))  # theta plus incoming messages; reused between calls (never returned)
-    for buf, t in zip(acc, theta):
-        np.copyto(buf, t)
-    scaled: dict[int, np.ndarray] = {}  # exp(acc - max), kept for the way down
+    dtype = np.result_type(*theta)
+    theta = [t if t.dtype == dtype else t.astype(dtype) for t in theta]
+    acc = _scratch(tree, dtype)  # theta plus incoming messages; reused between calls (never returned)
+    pot = list(theta)  # each clique's theta plus the messages in so far: theta itself until the first
+    tiny = np.finfo(dtype).tiny
+    scaled: dict[int, np.ndarray] = {}  # exp(pot - max), kept for the way down
     sums: dict[int, np.ndarray] = {}  # its sum over the up axes, on the clique's shape
     logs: dict[int, np.ndarray] = {}  # the up message in log space, for the exact path
     for st in reversed(steps):
-        if st.parent < 0:
+        p = st.parent
+        if p < 0:
             continue
-        a = acc[st.clique]
-        e, top = _shifted_exp(a)
-        s = sum_axes(e, st.up_axes, keepdims=True)
+        a = pot[st.clique]
+        e, top = _shifted_exp(a, None if out is None else out[st.clique])
+        s = st.up_sum(e)
         # At least the smallest normal number, so down / s (down <= 1) cannot overflow.
-        if s.min() >= np.finfo(s.dtype).tiny:
+        if s.min() >= tiny:
             scaled[st.clique], sums[st.clique] = e, s
             msg = np.log(s) + top
         else:  # the scalar shift underflowed: no need to try it again
             msg = _lse_per_cell(a, st.up_axes)
         logs[st.clique] = msg
-        acc[st.parent] += msg.reshape(st.up_shape)
-    prob: list[np.ndarray] = [np.empty(0)] * len(acc)
+        if pot[p] is theta[p]:  # the first message in: theta + msg written to the work array
+            pot[p] = np.add(theta[p], msg.reshape(st.up_shape), out=acc[p])
+        else:
+            pot[p] += msg.reshape(st.up_shape)
+    prob: list[np.ndarray] = [np.empty(0)] * len(pot)
     log_z = 0.0
     for st in steps:
+        c = st.clique
         if st.parent < 0:
-            e, top = _shifted_exp(acc[st.clique])
+            e, top = _shifted_exp(pot[c], None if out is None else out[c])
             z = float(np.sum(e))
             log_z += math.log(z) + top
-            prob[st.clique] = np.multiply(e, 1.0 / z, out=e)
+            prob[c] = np.multiply(e, 1.0 / z, out=e)
             continue
-        down = sum_axes(prob[st.parent], st.down_axes).reshape(st.down_shape)
-        if st.clique in scaled:
-            ratio = np.divide(down, sums[st.clique])
-            prob[st.clique] = np.multiply(scaled[st.clique], ratio, out=scaled[st.clique])
+        down = st.down_sum(prob[st.parent])
+        if c in scaled:
+            ratio = np.divide(down, sums[c])
+            prob[c] = np.multiply(scaled[c], ratio, out=scaled[c])
         else:
             with np.errstate(divide="ignore"):
-                b = acc[st.clique] + np.log(down) - logs[st.clique].reshape(st.down_shape)
-            prob[st.clique] = np.exp(b)
+                b = pot[c] + np.log(down) - logs[c].reshape(st.down_shape)
+            prob[c] = np.exp(b, out=None if out is None else out[c])
     return prob, log_z
 
 
@@ -309,7 +349,12 @@ class GraphicalModel:
         return cache[key]
 
     def project(self, attrs: Sequence[str]) -> np.ndarray:
-        """Expected counts over ``attrs`` (in the order given), shaped by their cardinalities."""
+        """Expected counts over ``attrs`` (in the order given), shaped by their cardinalities
+        (products across cliques on one BLAS thread: :mod:`dpsynth.inference.blas`)."""
+        with one_blas_thread():
+            return self._project(attrs)
+
+    def _project(self, attrs: Sequence[str]) -> np.ndarray:
         attrs = tuple(attrs)
         canon = self.domain.canonical(attrs)
         if len(canon) != len(attrs):
@@ -325,14 +370,19 @@ class GraphicalModel:
 
     def project_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """``project`` of every query, sharing the work of pairs whose two columns share no
-        clique: those are answered by one walk over the tree per first column."""
+        clique: those are answered by one walk over the tree per first column (on one BLAS
+        thread: :mod:`dpsynth.inference.blas`)."""
+        with one_blas_thread():
+            return self._project_many(queries)
+
+    def _project_many(self, queries: Sequence[Sequence[str]]) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [None] * len(queries)
         across: dict[str, list[int]] = {}
         for k, q in enumerate(queries):
             if len(q) == 2 and q[0] != q[1] and self.tree.containing(q) is None:
                 across.setdefault(q[0], []).append(k)
             else:
-                out[k] = self.project(q)
+                out[k] = self._project(q)
         for a, ks in across.items():
             tables = self._pairs_with(a, {queries[k][1] for k in ks})
             for k in ks:

@@ -6,6 +6,13 @@ internal report, the report's counts) opens. Inside :func:`release_cluster` (whi
 one runner per Dask address: started when a stage first asks for it, closed when the
 release ends, whether it succeeded or failed. Outside it, each call opens and closes its
 own (the behaviour of the stage functions called alone).
+
+Without a Dask address, a large table is drawn (synthesize) and scanned (validate) on a
+pool of this machine's cores (:func:`local_pool`): inside :func:`release_cluster` the
+release's stages share one pool, started by the first stage that asks for it (its worker
+processes import numpy, pandas and pyarrow once: 1-2 s of CPU each; synthesize starts it
+before its model fit, :func:`warm_pool`, so that they do so on the core the fit leaves
+idle) and closed when the release ends.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from typing import Iterator
 
 from ..rows.rowsource import Runner, SerialRunner
 
-__all__ = ["POOL_MIN_BLOCKS", "open_clusters", "release_cluster", "row_runner", "synthesis_runner"]
+__all__ = ["POOL_MIN_BLOCKS", "local_pool", "open_clusters", "open_pools", "release_cluster", "row_runner",
+           "scan_runner", "synthesis_runner", "warm_pool"]
 
 
 class _Shared:
@@ -50,21 +58,45 @@ _SHARED: dict[str, _Shared] = {}
 
 
 def open_clusters() -> int:
-    """How many shared runners are started now (for tests and diagnostics)."""
+    """How many shared Dask runners are started now (for tests and diagnostics)."""
     with _LOCK:
-        return sum(1 for s in _SHARED.values() if s.runner is not None)
+        return sum(1 for k, s in _SHARED.items() if k != _LOCAL and s.runner is not None)
+
+
+class _SharedPool(_Shared):
+    """This machine's process pool, started on first use, for the releases that share it."""
+
+    def get(self, workers: int) -> Runner:  # type: ignore[override]
+        with self.lock:
+            if self.runner is None:
+                from ..rows.pool_runner import pool
+
+                stack = ExitStack()
+                self.runner = stack.enter_context(pool(workers))
+                self.stack = stack
+            return self.runner
+
+
+#: The key of the local pool among the shared runners (a Dask address is never empty).
+_LOCAL = ""
+
+
+def open_pools() -> int:
+    """How many shared local pools are started now (0 or 1; for tests and diagnostics)."""
+    with _LOCK:
+        shared = _SHARED.get(_LOCAL)
+        return int(shared is not None and shared.runner is not None)
 
 
 @contextmanager
 def release_cluster(dask_address: str | None) -> Iterator[None]:
     """While open, :func:`row_runner` of ``dask_address`` hands out one shared runner,
     started lazily and closed on exit (also when the release fails). Releases of one
-    process that run at once with the same address share it; the last one out closes it."""
-    if not dask_address:
-        yield
-        return
+    process that run at once with the same address share it; the last one out closes it.
+    Without an address the same holds for :func:`local_pool`'s pool of this machine."""
+    key = dask_address or _LOCAL
     with _LOCK:
-        shared = _SHARED.setdefault(dask_address, _Shared())
+        shared = _SHARED.setdefault(key, _SharedPool() if key == _LOCAL else _Shared())
         shared.refs += 1
     try:
         yield
@@ -73,7 +105,7 @@ def release_cluster(dask_address: str | None) -> Iterator[None]:
             shared.refs -= 1
             last = shared.refs == 0
             if last:
-                del _SHARED[dask_address]
+                del _SHARED[key]
         if last:
             shared.close()
 
@@ -109,7 +141,7 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
     blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
     (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
     always written here. The bytes are the same in every case."""
-    from ..rows.pool_runner import default_workers, pool
+    from ..rows.pool_runner import default_workers
     from .synthetic import BLOCK_ROWS, TableSampler
 
     if (isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False)  # read in order, here
@@ -119,7 +151,62 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
         with row_runner(dask_address) as runner:
             yield runner
     elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
-        with pool(workers) as runner:
+        with local_pool(workers) as runner:
             yield runner
     else:
         yield None
+
+
+def warm_pool(dask_address: str | None, rows: int | None) -> bool:
+    """Inside a release on the local engine, starts the release's pool now for a table of
+    ``rows`` (expected) rows that :func:`synthesis_runner` will draw on it, each worker
+    importing what its tasks need (numpy, pandas, pyarrow, the block writer and the
+    gate's scan: 1-2 s of CPU each) while this process fits the model alone; the tasks
+    are not waited for. True when it started them. Nothing else changes: the pool is the
+    one :func:`local_pool` hands out later."""
+    from ..rows.pool_runner import default_workers, warm
+    from .synthetic import BLOCK_ROWS
+
+    with _LOCK:
+        shared = _SHARED.get(_LOCAL)
+    if dask_address or shared is None or rows is None or int(rows) < POOL_MIN_BLOCKS * BLOCK_ROWS:
+        return False
+    if (workers := default_workers()) <= 1:
+        return False
+    runner = shared.get(workers)
+    for _ in range(workers):
+        runner.executor.submit(warm)
+    return True
+
+
+@contextmanager
+def scan_runner(rows: int) -> Iterator[Runner | None]:
+    """Where the validate stage of the local engine scans a synthetic table of ``rows``
+    rows: for a table of at least :data:`POOL_MIN_BLOCKS` blocks (as synthesize decides),
+    a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``; the release's, when
+    synthesize started it); else ``None`` (the gate's worker reads the files itself). The
+    scan, and so every byte the gate writes, is the same in every case."""
+    from ..rows.pool_runner import default_workers
+    from .synthetic import BLOCK_ROWS
+
+    if int(rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+        with local_pool(workers) as runner:
+            yield runner
+    else:
+        yield None
+
+
+@contextmanager
+def local_pool(workers: int) -> Iterator[Runner]:
+    """A pool of ``workers`` processes of this machine: inside :func:`release_cluster`
+    without an address, the release's one pool (started now if no stage started it yet,
+    closed when the release ends); else a pool of its own, shut down on exit."""
+    with _LOCK:
+        shared = _SHARED.get(_LOCAL)
+    if shared is not None:
+        yield shared.get(workers)
+        return
+    from ..rows.pool_runner import pool
+
+    with pool(workers) as runner:
+        yield runner

@@ -1,6 +1,7 @@
 """The validate stage: the release gate (Great Expectations) on the synthetic folder, its
-files scanned partition by partition in this process, the gate's worker or on a Dask
-cluster, and the warm-up of Great Expectations while the method works. Re-exported by
+files scanned partition by partition in this process, the gate's worker, a pool of this
+machine's cores (a large table on the local engine) or on a Dask cluster, and the warm-up
+of Great Expectations while the method works. Re-exported by
 :mod:`dpsynth.pipeline.stages` with the other stages."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any, Mapping, Sequence
 from ..measurement import Measurement
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, Runner
 from ..schema import Schema
-from .cluster import row_runner
+from .cluster import row_runner, scan_runner
 from .config import BudgetSpent, ReleasePlan, ValidationFailed
 
 __all__ = ["COUNTS_FILE", "gate_files", "gate_scan", "scan_synthetic", "start_gate_warm_up", "synthetic_counts",
-           "synthetic_pairs", "validate_stage"]
+           "synthetic_pairs", "synthetic_rows", "validate_stage"]
 
 
 def start_gate_warm_up() -> None:
@@ -42,6 +43,13 @@ def synthetic_pairs(synthetic_dir: Path) -> list[tuple[Path, Path]]:
     row order (the partitions the gate and the report scan). Today one pair; a synthesize
     stage writing several part files lists them here, pair by pair, in row order."""
     return [(synthetic_dir / "synthetic-codes.parquet", synthetic_dir / "synthetic.parquet")]
+
+
+def synthetic_rows(synthetic_dir: Path) -> int:
+    """The synthetic folder's row count, from its codes files' footers (no row is read)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(str(c)).num_rows for c, _ in synthetic_pairs(synthetic_dir))
 
 
 def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, chunk_rows: int,
@@ -117,9 +125,10 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
     if docs.exists():
         shutil.rmtree(docs)
     # GE runs in the warm worker when there is one (its GE is imported and its context
-    # made), else here; the same functions either way. Without a Dask address the worker
-    # also reads the rows; with one, the workers of the cluster read them and only the
-    # scan (counts and witness values) reaches the gate.
+    # made), else here; the same functions either way. The rows are read by the workers of
+    # the Dask cluster (with an address) or, for a large table, of this machine's pool
+    # (scan_runner), and only the scan (counts and witness values) reaches the gate; a
+    # small table is read by the gate's worker itself.
     c = plan.config
     args = (c.rows, dict(c.gate) or None, docs if c.data_docs else None, plan.name)
     if c.dask_address:
@@ -127,8 +136,16 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
             found = scan_synthetic(plan.schema, synthetic_dir, measurement_dir, c.chunk_rows, runner)
         summary, counts = gate_worker.call(_gate_scan_counted, found, measurement_dir, *args)
     else:
-        summary, counts = gate_worker.call(_gate_files_counted, plan.schema, synthetic_dir, measurement_dir, *args,
-                                           chunk_rows=c.chunk_rows)
+        rows = synthetic_rows(synthetic_dir)
+        with scan_runner(rows) as runner:
+            if runner is not None:  # partitions for every worker (never larger than chunk_rows)
+                part_rows = min(c.chunk_rows, -(-rows // int(runner.workers)))
+                found = scan_synthetic(plan.schema, synthetic_dir, measurement_dir, part_rows, runner)
+        if runner is not None:
+            summary, counts = gate_worker.call(_gate_scan_counted, found, measurement_dir, *args)
+        else:
+            summary, counts = gate_worker.call(_gate_files_counted, plan.schema, synthetic_dir, measurement_dir,
+                                               *args, chunk_rows=c.chunk_rows)
     write_atomic(folder / "validation.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if summary["success"] and counts is not None:  # for the report: publish need not count them again
         write_atomic(folder / COUNTS_FILE, _counts_bytes(counts, _codes_digests(synthetic_dir)))

@@ -33,7 +33,7 @@ from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
-from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner  # noqa: F401 (re-exported)
+from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner, warm_pool  # noqa: F401 (re-exported)
 from .config import PartlySpent, ReleaseError, ReleasePlan
 from .gate_stage import gate_files, gate_scan, scan_synthetic, start_gate_warm_up, synthetic_pairs, validate_stage  # noqa: F401 (re-exported)
 
@@ -124,8 +124,11 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
 
 def encode_release(plan: ReleasePlan) -> Path:
     """The encode stage for a plan's input (the form the engines call), on the config's
-    Dask cluster when it names one."""
+    Dask cluster when it names one, else on this machine's cores for a large input
+    (:func:`dpsynth.rows.encode_parts.pooled`)."""
     c = plan.config
+    if not c.dask_address:
+        return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows)
     with row_runner(c.dask_address) as runner:
         return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows,
                             runner=runner)
@@ -226,6 +229,8 @@ def synthesize_stage(plan: ReleasePlan, measurement_dir: Path, *, chunk_rows: in
     if hasattr(method, "chosen"):  # auto: the method its measurement chose
         method = method.chosen(m)
     if getattr(method, "streams_synthesis", False) and not plan.options.get("correct_marginals"):
+        if not hasattr(method, "chunks_synthesis"):  # drawn in blocks on the pool (sds's chunks: in order, here)
+            warm_pool(plan.config.dask_address, plan.config.rows or m.estimated_records())
         sampler = method.sampler(m, plan.schema, plan.config.rows, rng)
     else:
         synth = method.synthesize(m, plan.schema, plan.config.rows, rng)

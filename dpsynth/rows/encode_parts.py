@@ -9,7 +9,8 @@ the codes are those :func:`dpsynth.rows.encoding.encode` gives for the whole tab
 
 Partition i writes ``part-<i>.parquet`` into the output folder, so a runner on a Dask
 cluster encodes partitions on its workers (then the input and the output folder must be
-on storage every worker reads and writes). The result is a
+on storage every worker reads and writes), and a large input without one is encoded on a
+process pool of this machine's cores. The result is a
 :class:`dpsynth.rows.rowsource.RowSource` over those files.
 """
 
@@ -20,7 +21,7 @@ import re
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,8 @@ from .encoding import DataError, _csv_header, check_file, code_dtype, encode_col
 from .rowsource import DEFAULT_CHUNK_ROWS, RowSource, Runner, SerialRunner, row_group_runs
 from ..schema import Schema
 
-__all__ = ["InputPart", "input_files", "input_sha256", "input_parts", "encode_part", "encode_to_parts"]
+__all__ = ["InputPart", "POOL_MIN_BYTES", "input_files", "input_sha256", "input_parts", "encode_part", "encode_to_parts",
+           "pooled"]
 
 _CSV_BLOCK = 1 << 24
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -139,13 +141,52 @@ def encode_part(job: tuple[InputPart, str], schema: Schema, chunk_rows: int) -> 
 def encode_to_parts(data: str | Path, schema: Schema, out: str | Path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                     runner: Runner | None = None) -> RowSource:
     """Encodes every partition of ``data`` into the folder ``out`` (created; must be empty)
-    and returns the source over the codes. Raises :class:`DataError` for an input without rows."""
-    runner = runner or SerialRunner()
+    and returns the source over the codes (read in this process unless ``runner`` is given).
+    Without a ``runner``, a large input (:func:`pooled`) is encoded on a process pool of this
+    machine's cores, else here; each partition writes its own file, so the codes are the same
+    bytes either way. Raises :class:`DataError` for an input without rows."""
     parts = input_parts(data, schema, chunk_rows)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=False)
     jobs = [(part, str(folder / f"part-{i:05d}.parquet")) for i, part in enumerate(parts)]
-    rows = runner.map(encode_part, jobs, schema, int(chunk_rows))
+    if runner is not None:
+        rows = runner.map(encode_part, jobs, schema, int(chunk_rows))
+    elif (workers := pooled(parts)) > 1:
+        rows = _on_pool(jobs, schema, int(chunk_rows), workers)
+    else:
+        rows = SerialRunner().map(encode_part, jobs, schema, int(chunk_rows))
     if sum(rows) == 0:
         raise DataError(f"input {data}: has no rows")
-    return RowSource.from_parquet(folder, schema, chunk_rows=chunk_rows, runner=runner)
+    return RowSource.from_parquet(folder, schema, chunk_rows=chunk_rows, runner=runner or SerialRunner())
+
+
+#: The input size (bytes of its files) from which it is encoded on a process pool when it has
+#: several partitions: starting the pool's processes costs 1-2 s, about what one core encodes of
+#: 64 MiB of Parquet at 20 columns (``benchmarks/encode_pool.py``).
+POOL_MIN_BYTES = 64 << 20
+
+
+def pooled(parts: Sequence[InputPart]) -> int:
+    """The processes to encode ``parts`` on: this machine's cores (``$DPSYNTH_SYNTH_WORKERS``;
+    at most one per partition) for at least two partitions of at least :data:`POOL_MIN_BYTES`
+    in all, else 1 (this process)."""
+    from .pool_runner import default_workers
+
+    files = {p.path for p in parts}
+    if len(parts) < 2 or sum(Path(f).stat().st_size for f in files) < POOL_MIN_BYTES:
+        return 1
+    return min(default_workers(), len(parts))
+
+
+def _on_pool(jobs: list[tuple[InputPart, str]], schema: Schema, chunk_rows: int, workers: int) -> list[int]:
+    """The partitions encoded on a pool of ``workers`` processes, ``workers`` at a time, the
+    rows counted after each round (the workers report no progress of their own)."""
+    from .pool_runner import pool
+
+    rows: list[int] = []
+    with pool(workers) as runner:
+        for start in range(0, len(jobs), workers):
+            done = runner.map(encode_part, jobs[start : start + workers], schema, chunk_rows)
+            rows += done
+            progress.advance("encode", sum(done), "rows")
+    return rows

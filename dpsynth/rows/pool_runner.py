@@ -5,18 +5,24 @@ The synthesize stage draws and formats a large synthetic table on every core: ea
 interpreter: safe beside the threads of the Prefect engine and the progress reporter).
 Functions and their arguments are pickled by reference, as for Dask. A failing task
 cancels the tasks not yet started and its error is raised once the others have stopped.
+
+The validate stage scans the synthetic files on the same kind of pool
+(:meth:`PoolRunner.imap`: results in order, a bounded number of them computed ahead), on
+the release's one pool when the synthesize stage started it
+(:func:`dpsynth.pipeline.cluster.local_pool`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
-__all__ = ["PoolRunner", "default_workers", "pool"]
+__all__ = ["PoolRunner", "default_workers", "pool", "warm"]
 
 T = TypeVar("T")
 
@@ -52,16 +58,28 @@ class PoolRunner:
             for f in as_completed(futures):
                 f.result()
         except BaseException:
-            for f in futures:
-                f.cancel()
-            for f in futures:  # no task still writes when the caller cleans up
-                if not f.cancelled():
-                    try:
-                        f.exception()
-                    except BaseException:  # noqa: BLE001 - waiting only
-                        pass
+            _stop(futures)
             raise
         return [f.result() for f in futures]
+
+    def imap(self, fn: Callable[..., T], parts: Iterable[Any], *args: Any, ahead: int) -> Iterator[T]:
+        """Each part's result, in order, as soon as it and those before it are done; at most
+        ``ahead`` tasks submitted or finished but not yet handed over (what the caller holds
+        at once stays bounded whatever the number of parts). The first error is raised once
+        the tasks not started are cancelled and the running ones have stopped; the same when
+        the caller stops iterating early."""
+        if ahead < 1:
+            raise ValueError(f"ahead must be at least 1, got {ahead}")
+        running: deque[Future] = deque()
+        try:
+            for p in parts:
+                running.append(self.executor.submit(fn, p, *args))
+                if len(running) >= ahead:
+                    yield running.popleft().result()
+            while running:
+                yield running.popleft().result()
+        finally:  # after an error, or a caller that stopped early (GeneratorExit): no task left behind
+            _stop(running)
 
     def fold(self, fn: Callable[..., T], parts: Sequence[Any], combine: Callable[[T, T], T], *args: Any) -> T:
         """The parts' results combined in the order of ``parts``."""
@@ -72,6 +90,27 @@ class PoolRunner:
         for r in results[1:]:
             acc = combine(acc, r)
         return acc
+
+
+def warm() -> None:
+    """A pool task that imports what the release's tasks need (the block writer, the
+    gate's scan), so that a worker started early pays for its imports before the work."""
+    import dpsynth.gate.scan  # noqa: F401
+    import dpsynth.pipeline.synthetic  # noqa: F401
+
+
+def _stop(futures: Iterable[Future]) -> None:
+    """Cancels the tasks not started and waits for the running ones (no task still writes
+    or reads when the caller goes on)."""
+    futures = list(futures)
+    for f in futures:
+        f.cancel()
+    for f in futures:
+        if not f.cancelled():
+            try:
+                f.exception()
+            except BaseException:  # noqa: BLE001 - waiting only
+                pass
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from . import chunked
 from .refit import consistent_targets, effective_size, fit_weights, misfit_ratios, misfit_tables, off_and_ratios, table_checks
 
 __all__ = ["EXPAND_CHUNKS", "POOL_CHUNKS", "LATENT_PART", "UPDATE_PART", "PASS_PART", "OFF_ROUNDS", "OFF_RATIO",
-           "HOLD_ROUNDS", "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "fit_pool", "fit_off_tables",
+           "HOLD_ROUNDS", "PAIRS_FIRST", "POOL_UPDATE", "UPDATE_RATIO", "UPDATE_MAX_TABLES", "POOL_DESCENT", "LAST_PASS", "expands", "pool_rows_for", "scaled_measurement", "PoolFit", "fit_pool", "fit_off_tables",
            "misfit_ratios", "update_pool", "pass_pool", "copies", "ExpandedSampler"]
 
 #: Releases of more than this many chunks' worth of records (:func:`.chunked.chunk_rows_for`)
@@ -101,14 +101,25 @@ def scaled_measurement(m: Measurement, share: float, rows: int) -> Measurement:
     return dataclasses.replace(m, measured=tables, meta={**m.meta, "sample_rows": float(rows), "pool_share": float(share)})
 
 
+@dataclass(frozen=True)
+class PoolFit:
+    """What :func:`fit_pool` found: the pool's ``weights``; counts of ``tables`` (``off`` before
+    the fit, ``refitted``, ``left`` off after it); and what :func:`update_pool` reads instead of
+    counting every table again: the tables' ``checks`` and, where the fit's last pass computed
+    them, the returned weights' misfit ``ratios`` (None: not computed)."""
+
+    weights: np.ndarray
+    tables: dict[str, int]
+    checks: list = field(default_factory=list)
+    ratios: list[float] | None = None
+
+
 def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[int, np.ndarray],
-             total: float, fit_tables: bool = True, seen: dict | None = None) -> tuple[np.ndarray, dict[str, int]]:
+             total: float, fit_tables: bool = True) -> PoolFit:
     """Weights of ``pool``'s records honouring the (scaled) measured tables of ``m`` beyond
     their allowance and the 1-way targets ``one_way`` (every column: the pool's own counts
     where a column has none); and counts of tables: ``off`` before the fit, ``refitted``,
-    ``left`` off after it. ``seen``, where given, receives the tables' checks (``checks``)
-    and, where the last pass computed them, the returned weights' misfit ratios
-    (``ratios``): :func:`update_pool` takes them instead of counting every table again."""
+    ``left`` off after it (:class:`PoolFit`, with the checks and ratios it counted)."""
     from ...postprocess.fitting import CodeMargin, proportional_fit
 
     pool = np.asfortranarray(pool)
@@ -116,13 +127,11 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
                else np.bincount(pool[:, j], minlength=c.cardinality).astype(np.float64)
                for j, c in enumerate(schema.columns)}
     checks = table_checks(m, schema) if fit_tables else []
-    if seen is not None:
-        seen["checks"] = checks
     before = len(misfit_tables(checks, np.ones(pool.shape[0]), total, pool=pool)) if checks else 0
     if not before:
         ones = [CodeMargin(codes=pool[:, j].astype(np.int64), target=t) for j, t in margins.items() if j in one_way]
         weights = proportional_fit(np.ones(pool.shape[0]), ones, rounds=20) if ones else np.ones(pool.shape[0])
-        return weights, {"off": 0, "refitted": 0, "left": 0}
+        return PoolFit(weights, {"off": 0, "refitted": 0, "left": 0}, checks)
     pairs = [c for c in checks if len(c.cols) == 2]
     weights = np.full(pool.shape[0], np.nan)
     if PAIRS_FIRST and pairs and len(pairs) < len(checks):  # the pairs alone, then the last pass
@@ -140,12 +149,11 @@ def fit_pool(pool: np.ndarray, m: Measurement, schema: Schema, one_way: Mapping[
         if len(off2) < len(off):
             weights, refitted, off, ratios = w2, r2, off2, None
     if not (np.isfinite(weights).all() and weights.sum() > 0):  # targets the pool cannot reach: as drawn
-        return np.ones(pool.shape[0]), {"off": before, "refitted": 0, "left": before}
+        return PoolFit(np.ones(pool.shape[0]), {"off": before, "refitted": 0, "left": before}, checks)
+    kept = None  # the ratios of the returned weights, where the last pass computed them
     if off and OFF_ROUNDS > 0:
-        weights, off, ratios = _fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS, before=ratios)
-        if seen is not None:
-            seen["ratios"] = ratios
-    return weights, {"off": before, "refitted": refitted, "left": len(off)}
+        weights, off, kept = _fit_off_tables(pool, checks, weights, margins, total, OFF_ROUNDS, before=ratios)
+    return PoolFit(weights, {"off": before, "refitted": refitted, "left": len(off)}, checks, kept)
 
 
 def fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way: Mapping[int, np.ndarray],
@@ -205,7 +213,7 @@ def _fit_off_tables(pool: np.ndarray, checks: list, weights: np.ndarray, one_way
 
 def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, schema: Schema,
                 one_way: Mapping[int, np.ndarray], total: float, rng: np.random.Generator,
-                seen: Mapping[str, Any] | None = None) -> np.ndarray | None:
+                fitted: PoolFit | None = None) -> np.ndarray | None:
     """``pool`` (weighted by ``weights``) rounded to as many equally weighted records
     (:func:`copies`) and edited by the descent (:func:`.descent.descend`; with
     :data:`POOL_DESCENT` off, the record update :func:`.update.update_tables`) against every
@@ -219,17 +227,17 @@ def update_pool(pool: np.ndarray, weights: np.ndarray, scaled: Measurement, sche
     table's values into a record where it holds too few, so it reaches cells the pool
     misses. After the descent, with :data:`LAST_PASS` on, the tables the gate would read above
     its margin are worked on by :func:`.lastpass.last_pass` (swaps on the gate's own ratio).
-    ``seen``: what :func:`fit_pool` kept of ``scaled``'s checks and ``weights``' misfit
-    ratios (each counted afresh where absent: the same values).
+    ``fitted``: :func:`fit_pool`'s result that gave ``weights``, whose checks of ``scaled``
+    and misfit ratios are read instead of counted again (counted afresh where absent: the
+    same values).
     Post-processing of the measurement only."""
     from .descent import descend
     from .lastpass import gate_tables, last_pass
     from .update import update_tables
 
-    seen = seen or {}
     pool = np.asfortranarray(pool)
-    checks = seen["checks"] if "checks" in seen else table_checks(scaled, schema)
-    ratios = seen["ratios"] if "ratios" in seen else misfit_ratios(pool, checks, weights, total)
+    checks = fitted.checks if fitted is not None else table_checks(scaled, schema)
+    ratios = fitted.ratios if fitted is not None and fitted.ratios is not None else misfit_ratios(pool, checks, weights, total)
     if max(ratios, default=0.0) <= UPDATE_RATIO:
         return None
     if not POOL_DESCENT and sum(r > 1.0 for r in ratios) > UPDATE_MAX_TABLES:

@@ -241,14 +241,13 @@ class SdsMethod(MethodBase):
         if self.params.fit_pairs:  # a latent-class pool where it fits the pairs with flatter weights (latent.py)
             pool, chosen = latent_pool(pool, table_checks(scaled, schema, lengths=(2,)), ones, schema.cardinalities,
                                        part_rng(key, LATENT_PART))
-        seen: dict = {}  # the checks and misfit ratios of the fit, for the update (counted once)
-        weights, tables = fit_pool(pool, scaled, schema, ones, total * share, fit_tables=self.params.fit_pairs,
-                                   seen=seen)
+        fitted = fit_pool(pool, scaled, schema, ones, total * share, fit_tables=self.params.fit_pairs)
+        weights, tables = fitted.weights, fitted.tables
         info = {"pool_rows": size, **chosen, **{f"tables_{k}": v for k, v in tables.items()}}
         updated = None
         if _expand.POOL_UPDATE and self.params.fit_pairs and tables["left"]:  # tables still off: move records (expand.update_pool)
             updated = update_pool(pool, weights, scaled, schema, ones, total * share, part_rng(key, UPDATE_PART),
-                                  seen=seen)
+                                  fitted=fitted)
             if updated is not None:
                 pool, weights, info["pool_updated"] = updated, np.ones(updated.shape[0]), 1
         if self.params.fit_pairs and updated is None:  # the gate's view above the margin: the last pass
