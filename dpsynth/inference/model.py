@@ -14,7 +14,8 @@ covers them (clique marginals over separator marginals, contracted with ``einsum
 Sampling draws records forward from the root clique outwards; each clique's new
 columns are drawn given its separator with its parent. Counts are allocated per
 separator cell by systematic rounding (each cell gets the floor or the ceiling of its
-expected count), which keeps sampling error far below multinomial sampling.
+expected count), which keeps sampling error far below multinomial sampling
+(:mod:`dpsynth.inference.sampling`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import progress
 from .blas import one_blas_thread
 from .junction_tree import Clique, Domain, JunctionTree
+from .sampling import _iid_counts, allocate, sample_columns  # noqa: F401 (allocate, _iid_counts: re-exported)
 
 __all__ = ["GraphicalModel", "calibrate", "calibrate_full", "calibrate_probs", "expand", "log_marginal", "allocate"]
 
@@ -300,46 +301,6 @@ def calibrate_probs(tree: JunctionTree, theta: Sequence[np.ndarray],
     return prob, log_z
 
 
-def allocate(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Integer counts (G, K) with row sums ``n`` and each cell the floor or ceiling of n*prob.
-
-    Systematic sampling of the fractional parts: cell k of group g gets its ceiling
-    with probability equal to its fractional part, so counts are unbiased.
-    """
-    expected = np.ascontiguousarray(n[:, None].astype(np.float64) * prob)
-    base = np.floor(expected)
-    frac = expected - base
-    extra = n - base.sum(axis=1).astype(np.int64)
-    counts = base.astype(np.int64)
-    need = extra > 0
-    if np.any(need):
-        # Fractions of a group add up to its integer shortfall; rescale to be exact.
-        fsum = frac.sum(axis=1)
-        scale = np.where(fsum > 0, extra / np.where(fsum > 0, fsum, 1.0), 0.0)
-        frac = frac * scale[:, None]
-        flat = np.cumsum(frac.ravel())
-        starts = np.concatenate([[0.0], flat.reshape(frac.shape)[:, -1][:-1]])
-        groups = np.repeat(np.arange(n.size), np.maximum(extra, 0))
-        within = np.arange(groups.size) - np.repeat(np.cumsum(np.maximum(extra, 0)) - np.maximum(extra, 0), np.maximum(extra, 0))
-        u = rng.random(n.size)
-        points = starts[groups] + u[groups] + within
-        idx = np.searchsorted(flat, points, side="right")
-        # Keep every pick inside its own group (guards against float round-off).
-        k = frac.shape[1]
-        idx = np.clip(idx, groups * k, groups * k + k - 1)
-        flat_counts = counts.ravel()
-        np.add.at(flat_counts, idx, 1)
-        counts = flat_counts.reshape(counts.shape)
-    return counts
-
-
-def _iid_counts(n: np.ndarray, prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Multinomial counts per group: rows drawn independently (the variance ``allocate`` avoids)."""
-    p = np.clip(prob, 0.0, None)
-    p = p / p.sum(axis=1, keepdims=True)
-    return rng.multinomial(n.astype(np.int64), p).astype(np.int64)
-
-
 @dataclass(frozen=True, kw_only=True)
 class GraphicalModel:
     """Log potentials on a junction tree, calibrated, scaled to ``total`` records."""
@@ -503,42 +464,9 @@ class GraphicalModel:
         Per clique in sampling order, the rows are grouped by their separator cell and each
         group's rows are split among the new columns' values by randomised rounding of their
         expected counts (:func:`allocate`: every count within one of rows x probability).
-        ``iid``: every row drawn independently instead (for comparison only)."""
-        tree, dom = self.tree, self.domain
-        out = np.full((rows, len(dom.names)), -1, dtype=dtype)
-        perm = rng.permutation(rows)
-        sampled = 0
-        for i in tree.order:
-            progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
-            cl = tree.cliques[i]
-            p = tree.parent[i]
-            sep = tree.separator(i, p) if p >= 0 else ()
-            new = tuple(a for a in cl if a not in set(sep))
-            if not new:
-                continue
-            prob = self.beliefs[i]
-            axes = [cl.index(a) for a in sep] + [cl.index(a) for a in new]
-            cond = np.transpose(prob, axes).reshape(dom.cells(sep), dom.cells(new))
-            rsum = cond.sum(axis=1, keepdims=True)
-            uniform = np.full_like(cond, 1.0 / cond.shape[1])
-            cond = np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)
-            if sep:
-                cols = [dom.index(a) for a in sep]
-                key = np.ravel_multi_index(tuple(out[:, c] for c in cols), dom.shape(sep))
-            else:
-                key = np.zeros(rows, dtype=np.int64)
-            # Rows in random order, grouped by separator cell: each group gets its counts.
-            order = perm[np.argsort(key[perm], kind="stable")]
-            n = np.bincount(key, minlength=cond.shape[0])
-            counts = _iid_counts(n, cond, rng) if iid else allocate(n, cond, rng)
-            values = np.repeat(np.tile(np.arange(cond.shape[1]), cond.shape[0]), counts.ravel())
-            decoded = np.unravel_index(values, dom.shape(new))
-            for a, v in zip(new, decoded):
-                out[order, dom.index(a)] = v
-            sampled += len(new)
-            perm = rng.permutation(rows)
-        progress.count(f"sampling {rows:,} rows", sampled, len(dom.names), "columns")
-        return out
+        ``iid``: every row drawn independently instead (for comparison only). Drawn column
+        by column (:func:`~dpsynth.inference.sampling.sample_columns`), then transposed."""
+        return np.ascontiguousarray(sample_columns(self, rows, rng, iid=iid, dtype=dtype).T)
 
 
 def signed_code_dtype(cardinalities: Sequence[int]) -> np.dtype:

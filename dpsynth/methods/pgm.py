@@ -487,10 +487,14 @@ class ModelSampler:
     fit: dict = dataclasses.field(default_factory=dict)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` records of codes (forward sampling on the junction tree, with ``rng``)."""
+        """``n`` records of codes (forward sampling on the junction tree, with ``rng``): the
+        records of ``model.sample``, each column contiguous (an ``(n, columns)`` array in Fortran
+        order: the writer reads the codes column by column)."""
+        from ..inference.sampling import sample_columns
+
         # the smallest signed type holding the model's codes, not int64: on a small table the
         # records, not the model, are the sampler's memory (asia: 20,000 x 8 codes, 1.3 MB as int64)
-        codes = self.model.sample(n, rng, iid=self.iid, dtype=signed_code_dtype(self.model.domain.sizes))
+        codes = sample_columns(self.model, n, rng, iid=self.iid, dtype=signed_code_dtype(self.model.domain.sizes)).T
         if self.maps:
             codes = expand_codes(codes, list(self.names), self.maps, self.counts, rng, dtype=self.dtype)
         return codes.astype(self.dtype, copy=False)

@@ -10,6 +10,7 @@ only changes how much is in memory. Design notes: ``docs/scale.md``.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import progress
-from ..rows.encoding import EncodedTable, code_dtype, csv_header, decode, write_csv
+from ..rows.csv_out import csv_block, csv_block_writes
+from ..rows.encoding import DecodedColumn, EncodedTable, code_dtype, csv_header, decode, decode_columns, write_csv
 from ..rows.rowsource import Runner
 from ..schema import Schema
 from .parts import concat_csv, concat_parquet
@@ -113,27 +115,57 @@ class _Writers:
         self.paths, self.schema, self.header = paths, schema, header
         self.codes: pq.ParquetWriter | None = None
         self.values: pq.ParquetWriter | None = None
-        self.csv: IO[str] | None = None
+        self.csv: IO[bytes] | None = None
 
-    def write(self, codes: np.ndarray, table: pd.DataFrame) -> None:
-        """One block: its codes, its decoded values, its CSV lines."""
+    def write(self, codes: np.ndarray, table: pd.DataFrame | list[DecodedColumn]) -> None:
+        """One block: its codes, its decoded values (:func:`decode`'s frame, or
+        :func:`decode_columns`' columns when :func:`csv_block` writes them), its CSV lines."""
         c = EncodedTable(schema=self.schema, codes=codes).to_arrow()
-        v = pa.Table.from_pandas(table, preserve_index=False)
+        if isinstance(table, pd.DataFrame):
+            v = pa.Table.from_pandas(table, preserve_index=False)
+        else:  # the frame's schema (its pandas metadata holds no value), the columns' arrays
+            v = pa.Table.from_arrays([d.values for d in table], names=list(self.schema.names))
         if self.codes is None:
             self.codes = pq.ParquetWriter(str(self.paths["codes"]), c.schema, compression="zstd")
-            self.values = pq.ParquetWriter(str(self.paths["values"]), v.schema, compression="zstd")
-            self.csv = open(self.paths["csv"], "w", encoding="utf-8", newline="")
+            known = v.schema if isinstance(table, pd.DataFrame) else values_schema(self.schema)
+            self.values = pq.ParquetWriter(str(self.paths["values"]), known, compression="zstd")
+            self.csv = open(self.paths["csv"], "wb")
         assert self.values is not None and self.csv is not None
         self.codes.write_table(c.cast(self.codes.schema), row_group_size=max(1, len(codes)))
         self.values.write_table(v.cast(self.values.schema), row_group_size=max(1, len(codes)))
-        write_csv(table, self.schema, self.csv, header=self.header, codes=codes)
-        self.header = False
+        if self.header:
+            self.csv.write(csv_header(self.schema).encode("utf-8"))
+            self.header = False
+        if isinstance(table, pd.DataFrame):
+            text = io.StringIO()
+            write_csv(table, self.schema, text, header=False, codes=codes)
+            self.csv.write(text.getvalue().encode("utf-8"))
+        else:
+            lines = csv_block(self.schema, table, codes)
+            assert lines is not None
+            self.csv.write(lines)
 
     def close(self) -> None:
         """Closes the Parquet writers (writes their footers) and the CSV file."""
         for w in (self.codes, self.values, self.csv):
             if w is not None:
                 w.close()
+
+
+def values_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema ``synthetic.parquet`` is written with: that of :func:`decode`'s frame
+    (pandas metadata included), taken from a frame of no rows (it depends on the columns'
+    types only)."""
+    none = EncodedTable(schema=schema, codes=np.zeros((0, len(schema.columns)), dtype=code_dtype(schema.cardinalities)))
+    return pa.Table.from_pandas(decode(none, np.random.default_rng(0)), preserve_index=False).schema
+
+
+def _decoded(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame | list[DecodedColumn]:
+    """A block's values as :class:`_Writers` writes them: Arrow columns when :func:`csv_block`
+    can write their lines (the common case), else :func:`decode`'s frame (the same draws)."""
+    if csv_block_writes(enc.schema):
+        return decode_columns(enc, rng)
+    return decode(enc, rng)
 
 
 def _files(folder: Path, stem: str = "") -> dict[str, Path]:
@@ -171,8 +203,8 @@ def _write_blocks(job: BlockJob, blocks: range, writers: _Writers, report: bool)
                 if codes.shape != (sizes[i], len(schema.columns)):
                     raise ValueError(f"block {i}: the sampler returned {codes.shape}, "
                                      f"expected {(sizes[i], len(schema.columns))}")
-                enc = EncodedTable(schema=schema, codes=np.ascontiguousarray(codes))
-                writers.write(enc.codes, decode(enc, job.values_rng(i)))
+                enc = EncodedTable(schema=schema, codes=codes)  # either order: read column by column
+                writers.write(enc.codes, _decoded(enc, job.values_rng(i)))
                 done += sizes[i]
                 if report:
                     progress.count("writing the synthetic table", done, sum(sizes), "rows")

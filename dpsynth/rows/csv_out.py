@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # imported where used, so a release from codes loads neither 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-__all__ = ["csv_header", "csv_text", "write_csv"]
+    from .encoding import DecodedColumn
+
+__all__ = ["csv_block", "csv_block_writes", "csv_header", "csv_text", "write_csv"]
 
 # A text cell beginning with one of these is read as a formula by spreadsheets (OWASP, "CSV
 # injection"); the quote itself is listed so that an escaped cell is never ambiguous.
@@ -93,6 +95,20 @@ def _csv_arrow(col: Column, s: pd.Series, codes: np.ndarray | None = None) -> pa
     """A column's CSV fields (minimal quoting) as an Arrow string array: the same text as
     :func:`_csv_text` with :func:`_csv_field`, formatted in Arrow. A categorical column's
     fields are taken from its ``codes`` when given (the codes ``s`` was decoded from)."""
+    if col.type == "categorical" and codes is not None:
+        return _csv_arrow_of(col, codes=codes)
+    null = s.isna().to_numpy()
+    if col.type == "numeric" and not col.integer:
+        return _csv_arrow_of(col, numbers=s.to_numpy(dtype=np.float64, na_value=0.0), null=null)
+    if col.type == "numeric":
+        return _csv_arrow_of(col, numbers=s.to_numpy(dtype=np.int64, na_value=0), null=null)
+    return _csv_arrow_of(col, series=s, null=null)
+
+
+def _csv_arrow_of(col: Column, *, codes: np.ndarray | None = None, numbers: np.ndarray | None = None,
+                  null: np.ndarray | None = None, series: pd.Series | None = None) -> pa.Array:
+    """:func:`_csv_arrow` from what a column was decoded to: a categorical column's
+    ``codes``; a numeric column's ``numbers`` (any value where ``null``); else its ``series``."""
     import pyarrow as pa
     import pyarrow.compute as pc
     token = _csv_field(csv_text(col.missing[0]) if col.nullable else "")
@@ -100,9 +116,9 @@ def _csv_arrow(col: Column, s: pd.Series, codes: np.ndarray | None = None) -> pa
         words = [*col.values, *([col.other_label] if col.other else [])]
         labels = pa.array([_csv_field(csv_text(w)) for w in words] + ([token] if col.nullable else []), pa.string())
         return labels.take(pa.array(np.asarray(codes, dtype=np.int32)))
-    null = s.isna().to_numpy()
+    assert null is not None
     if col.type == "numeric" and not col.integer:
-        x = s.to_numpy(dtype=np.float64, na_value=0.0)
+        x = np.asarray(numbers, dtype=np.float64)
         text = pc.cast(pa.array(x), pa.string())
         ax = np.abs(x)
         with np.errstate(invalid="ignore"):
@@ -110,28 +126,62 @@ def _csv_arrow(col: Column, s: pd.Series, codes: np.ndarray | None = None) -> pa
         if slow.any():  # repr's form where Arrow's shortest form differs (see _float_text)
             text = pc.replace_with_mask(text, pa.array(slow), pa.array(x[slow].astype(str).tolist(), pa.string()))
     elif col.type == "numeric":
-        text = pc.cast(pa.array(s.to_numpy(dtype=np.int64, na_value=0)), pa.string())
+        text = pc.cast(pa.array(np.asarray(numbers, dtype=np.int64)), pa.string())
     elif col.type == "categorical":
-        coded = pa.Array.from_pandas(s.astype(object), type=pa.string()).dictionary_encode()
+        assert series is not None
+        coded = pa.Array.from_pandas(series.astype(object), type=pa.string()).dictionary_encode()
         labels = pa.array([_csv_field(csv_text(u)) for u in coded.dictionary.to_pylist()], pa.string())
         text = labels.take(coded.indices)
     else:
-        text = pa.array(list(_csv_text(col, s, _csv_field)), pa.string())
+        assert series is not None
+        text = pa.array(list(_csv_text(col, series, _csv_field)), pa.string())
     return pc.if_else(pa.array(null), pa.scalar(token, pa.string()), text)
 
 
-def _csv_lines(df: pd.DataFrame, schema: Schema, codes: np.ndarray | None) -> str:
-    """The CSV lines of ``df`` (at most :data:`_CSV_SLICE` rows), each ended by ``\\n``."""
+def _joined_lines(cols: list[pa.Array]) -> pa.Buffer:
+    """The UTF-8 bytes of the rows whose fields are ``cols`` (two or more), each line ended
+    by ``\n``: one Arrow join, no Python string."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    last = pc.binary_join_element_wise(cols[-1], pa.scalar("\n"), pa.scalar(""))
+    joined = pc.binary_join_element_wise(*cols[:-1], last, pa.scalar(","))
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=len(joined) + 1, offset=4 * joined.offset)
+    return joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
+
+
+def _csv_lines(df: pd.DataFrame, schema: Schema, codes: np.ndarray | None) -> str:
+    """The CSV lines of ``df`` (at most :data:`_CSV_SLICE` rows), each ended by ``\n``."""
     if not len(df):
         return ""
     cols = [_csv_arrow(col, df[col.name], None if codes is None else codes[:, j])
             for j, col in enumerate(schema.columns)]
-    last = pc.binary_join_element_wise(cols[-1], pa.scalar("\n"), pa.scalar(""))
-    joined = pc.binary_join_element_wise(*cols[:-1], last, pa.scalar(","))
-    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=len(joined) + 1, offset=4 * joined.offset)
-    return joined.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]].decode("utf-8")
+    return _joined_lines(cols).to_pybytes().decode("utf-8")
+
+
+def csv_block_writes(schema: Schema) -> bool:
+    """Whether :func:`csv_block` writes this schema's lines: :func:`write_csv`'s Arrow path
+    (two columns or more, and no label or missing token holding a carriage return)."""
+    return _csv_field_of(schema) is _csv_field and len(schema.columns) > 1
+
+
+def csv_block(schema: Schema, columns: Sequence[DecodedColumn], codes: np.ndarray) -> pa.Buffer | None:
+    """The CSV lines (UTF-8 bytes, no header) of a block decoded by
+    :func:`~dpsynth.rows.encoding.decode_columns` from ``codes``: the bytes :func:`write_csv`
+    writes for :func:`~dpsynth.rows.encoding.decode`'s frame of the same codes and draws.
+    None when that writer would not take its Arrow path (:func:`csv_block_writes` false):
+    the caller then writes the frame."""
+    if not csv_block_writes(schema):
+        return None
+    import pyarrow as pa
+    out = []
+    for a in range(0, len(codes), _CSV_SLICE):
+        part = slice(a, a + _CSV_SLICE)
+        cols = [_csv_arrow_of(col, codes=codes[part, j]) if col.type == "categorical" else
+                _csv_arrow_of(col, numbers=None if d.numbers is None else d.numbers[part], null=d.null[part],
+                              series=None if d.series is None else d.series.iloc[part])
+                for j, (col, d) in enumerate(zip(schema.columns, columns))]
+        out.append(_joined_lines(cols))
+    return out[0] if len(out) == 1 else pa.py_buffer(b"".join(b.to_pybytes() for b in out)) if out else pa.py_buffer(b"")
 
 
 def _csv_field_of(schema: Schema):

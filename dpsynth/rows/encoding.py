@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TYPE_CHECKING
 
@@ -49,6 +50,8 @@ __all__ = [
     "check_file",
     "check_type",
     "decode",
+    "decode_columns",
+    "DecodedColumn",
     "onehot",
     "file_sha256",
     "write_csv",
@@ -452,11 +455,11 @@ def onehot(
 # --- decoding ----------------------------------------------------------------
 
 
-def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
-    import pandas as pd
+def _draw_numbers(col: Column, codes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A number drawn inside each code's bin (a numeric column that is not a datetime) and
+    which codes are bins (the others are missing): the draw :func:`decode` makes, as numpy
+    arrays (floats; integers for an ``integer`` column, any value where missing)."""
     edges = np.asarray(col.edges, dtype=np.float64)
-    if col.type == "datetime":
-        return draw_times(edges, codes, col.n_regular, col.unit, rng).rename(col.name)
     regular = codes < col.n_regular
     c = np.where(regular, codes, 0).astype(np.int64)
     lo, hi = edges[c], edges[c + 1]
@@ -470,14 +473,34 @@ def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) ->
         draw = ilo + np.floor(rng.random(codes.shape[0]) * span)
         # A bin that holds no integer: its nearest integer inside the bounds.
         near = np.clip(np.rint((lo + hi) / 2.0), np.ceil(edges[0]), np.floor(edges[-1]))
-        x = np.where(empty, near, np.minimum(draw, ihi))
-        out = pd.array(x.astype(np.int64), dtype="Int64")
-        out[~regular] = pd.NA
-        return pd.Series(out, name=col.name)
+        return np.where(empty, near, np.minimum(draw, ihi)).astype(np.int64), regular
     x = lo + rng.random(codes.shape[0]) * (hi - lo)
     x = np.clip(x, edges[0], edges[-1])
     x[~regular] = np.nan
+    return x, regular
+
+
+def _decode_numeric(col: Column, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+    import pandas as pd
+    if col.type == "datetime":
+        return draw_times(np.asarray(col.edges, dtype=np.float64), codes, col.n_regular, col.unit, rng).rename(col.name)
+    x, regular = _draw_numbers(col, codes, rng)
+    if col.integer:
+        out = pd.array(x, dtype="Int64")
+        out[~regular] = pd.NA
+        return pd.Series(out, name=col.name)
     return pd.Series(x, name=col.name)
+
+
+def _labels(col: Column) -> list[str | None]:
+    """A categorical column's value for each code (None: missing), in code order."""
+    return list(col.values) + ([col.other_label] if col.other else []) + [None]
+
+
+def _label_index(col: Column, codes: np.ndarray, size: int) -> np.ndarray:
+    """Each code's position in :func:`_labels` (the missing code and, for a column without a
+    missing code, -1 at the last one: None)."""
+    return np.where(codes == (col.missing_code if col.nullable else -1), size - 1, codes)
 
 
 def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
@@ -490,11 +513,44 @@ def decode(enc: EncodedTable, rng: np.random.Generator) -> pd.DataFrame:
     for j, col in enumerate(enc.schema.columns):
         codes = enc.codes[:, j].astype(np.int64)
         if col.type == "categorical":
-            labels = np.array(list(col.values) + ([col.other_label] if col.other else []) + [None], dtype=object)
-            idx = np.where(codes == (col.missing_code if col.nullable else -1), len(labels) - 1, codes)
-            data[col.name] = pd.Series(labels[idx], dtype="string", name=col.name)
+            labels = np.array(_labels(col), dtype=object)
+            data[col.name] = pd.Series(labels[_label_index(col, codes, len(labels))], dtype="string", name=col.name)
         else:
             data[col.name] = _decode_numeric(col, codes, rng)
     return pd.DataFrame(data)
 
 
+@dataclass(frozen=True)
+class DecodedColumn:
+    """One column of :func:`decode_columns`: ``values``, what :func:`decode`'s frame holds
+    as Arrow (before the cast to the Parquet writer's type), and what its CSV fields are made
+    of: ``numbers`` (a numeric column: the drawn numbers, any value where missing), ``null``
+    (missing cells; None for a categorical column, whose CSV is read from its codes) and
+    ``series`` (a datetime column: :func:`decode`'s Series, which formats its dates)."""
+
+    values: pa.Array
+    numbers: np.ndarray | None = None
+    null: np.ndarray | None = None
+    series: pd.Series | None = None
+
+
+def decode_columns(enc: EncodedTable, rng: np.random.Generator) -> list[DecodedColumn]:
+    """:func:`decode`'s values column by column in Arrow, with the same draws from ``rng``
+    (the same values) but no pandas frame: a categorical column is its labels taken by
+    code, a number column its drawn numbers masked where missing."""
+    import pyarrow as pa
+    out = []
+    for j, col in enumerate(enc.schema.columns):
+        codes = enc.codes[:, j].astype(np.int64)
+        if col.type == "categorical":
+            labels = _labels(col)
+            index = pa.array(_label_index(col, codes, len(labels)), pa.int64())
+            out.append(DecodedColumn(values=pa.array(labels, pa.string()).take(index)))
+        elif col.type == "datetime":
+            series = _decode_numeric(col, codes, rng)
+            out.append(DecodedColumn(values=pa.Array.from_pandas(series), null=series.isna().to_numpy(), series=series))
+        else:
+            x, regular = _draw_numbers(col, codes, rng)
+            null = ~regular
+            out.append(DecodedColumn(values=pa.array(x, mask=null), numbers=x, null=null))
+    return out
