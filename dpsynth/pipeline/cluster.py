@@ -157,6 +157,13 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
         yield None
 
 
+def _warm() -> None:
+    """A pool task that imports what the release's tasks need (the block writer, the
+    gate's scan), so that a worker started early pays for its imports before the work."""
+    import dpsynth.gate.scan  # noqa: F401
+    import dpsynth.pipeline.synthetic  # noqa: F401
+
+
 def warm_pool(dask_address: str | None, rows: int | None) -> bool:
     """Inside a release on the local engine, starts the release's pool now for a table of
     ``rows`` (expected) rows that :func:`synthesis_runner` will draw on it, each worker
@@ -164,7 +171,7 @@ def warm_pool(dask_address: str | None, rows: int | None) -> bool:
     gate's scan: 1-2 s of CPU each) while this process fits the model alone; the tasks
     are not waited for. True when it started them. Nothing else changes: the pool is the
     one :func:`local_pool` hands out later."""
-    from ..rows.pool_runner import default_workers, warm
+    from ..rows.pool_runner import default_workers
     from .synthetic import BLOCK_ROWS
 
     with _LOCK:
@@ -175,7 +182,7 @@ def warm_pool(dask_address: str | None, rows: int | None) -> bool:
         return False
     runner = shared.get(workers)
     for _ in range(workers):
-        runner.executor.submit(warm)
+        runner.executor.submit(_warm)
     return True
 
 

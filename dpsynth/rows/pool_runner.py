@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
-__all__ = ["PoolRunner", "default_workers", "pool", "warm"]
+__all__ = ["PoolRunner", "default_workers", "pool"]
 
 T = TypeVar("T")
 
@@ -90,13 +90,6 @@ class PoolRunner:
         for r in results[1:]:
             acc = combine(acc, r)
         return acc
-
-
-def warm() -> None:
-    """A pool task that imports what the release's tasks need (the block writer, the
-    gate's scan), so that a worker started early pays for its imports before the work."""
-    import dpsynth.gate.scan  # noqa: F401
-    import dpsynth.pipeline.synthetic  # noqa: F401
 
 
 def _stop(futures: Iterable[Future]) -> None:
