@@ -240,7 +240,7 @@ def test_a_large_input_is_encoded_on_a_pool_with_the_same_bytes(tmp_path, monkey
 
     calls = []
     real = encode_parts._on_pool
-    monkeypatch.setattr(encode_parts, "_on_pool", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(encode_parts, "_on_pool", lambda *a: calls.append(a[-1]) or real(*a))
     with progress.reporting(Watch()):
         pooled = encode_to_parts(folder, schema, tmp_path / "pooled", chunk_rows=500)
     assert calls == [2]
@@ -251,30 +251,6 @@ def test_a_large_input_is_encoded_on_a_pool_with_the_same_bytes(tmp_path, monkey
     assert counted == sorted(counted) and counted[0] == 1400
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
     assert encode_parts.pooled(parts) == 1
-
-
-def test_a_release_encodes_on_the_pool_its_stages_share(tmp_path, monkeypatch):
-    """Inside a release (release_cluster without an address), a large input is encoded on the
-    release's one local pool, which stays open for synthesize and validate: no second pool."""
-    from dpsynth.pipeline import cluster
-    from dpsynth.rows import encode_parts, pool_runner
-
-    schema, raw = _raw(3000, 5)
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for i in range(3):
-        pq.write_table(raw.slice(1000 * i, 1000), folder / f"p{i}.parquet")
-    monkeypatch.setattr(encode_parts, "POOL_MIN_BYTES", 0)
-    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
-    started = []
-    real = pool_runner.pool
-    monkeypatch.setattr(pool_runner, "pool", lambda n: started.append(n) or real(n))
-    with cluster.release_cluster(None):
-        encode_to_parts(folder, schema, tmp_path / "codes", pool=cluster.local_pool)
-        assert cluster.open_pools() == 1
-        with cluster.local_pool(2) as runner:
-            assert runner.map(int, ["7"]) == [7]
-    assert started == [2] and cluster.open_pools() == 0
 
 
 def test_a_cut_row_on_the_pool_names_its_file(tmp_path, monkeypatch):

@@ -33,8 +33,7 @@ from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
-from ..rows.memory import give_back_memory  # noqa: F401 (the stages call it by this module's name)
-from .cluster import POOL_MIN_BLOCKS, local_pool, row_runner, synthesis_runner, warm_pool  # noqa: F401 (re-exported)
+from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner, warm_pool  # noqa: F401 (re-exported)
 from .config import PartlySpent, ReleaseError, ReleasePlan
 from .gate_stage import gate_files, gate_scan, scan_synthetic, start_gate_warm_up, synthetic_pairs, validate_stage  # noqa: F401 (re-exported)
 
@@ -60,6 +59,27 @@ __all__ = [
 COMPLETE = "COMPLETE"
 
 
+def give_back_memory() -> None:
+    """Hands memory this process freed back to the system: Arrow's pool's unused pages
+    (mimalloc keeps them; a loaded 10M sds measurement left 200 MB there) and glibc's free
+    heap (``malloc_trim``). What a later stage then allocates is counted from what is live,
+    not from what an earlier stage left behind. Frees nothing live; never changes a byte."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):  # an Arrow without the call: its pool keeps its pages
+        pass
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim this way
+        pass
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Writes ``data`` (text or bytes) to ``path`` through a flushed temporary file and a rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -71,12 +91,11 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, runner: Runner | None = None, pool=None) -> Path:
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, runner: Runner | None = None) -> Path:
     """Encodes the raw input (a file or a folder of files) to a folder of Parquet codes,
     partition by partition in chunks of ``chunk_rows`` rows; cached on (content hash, schema).
 
-    With a Dask ``runner`` the partitions are encoded on its workers; without one, a large
-    input on a process pool (``pool``: :func:`dpsynth.rows.encode_parts.encode_to_parts`).
+    With a Dask ``runner`` the partitions are encoded on its workers.
     """
     folder = workspace / "encoded" / opaque_key(workspace, "encode", data_sha256, schema.fingerprint())
     path = folder / "codes"
@@ -85,7 +104,7 @@ def encode_stage(data: Path, schema: Schema, workspace: Path, data_sha256: str, 
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".codes.{os.getpid()}.{time.time_ns()}"
     try:
-        encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner, pool=pool)
+        encode_to_parts(data, schema, tmp, chunk_rows=chunk_rows, runner=runner)
         for f in tmp.iterdir():
             os.chmod(f, 0o600)  # written by Dask workers too, whose umask is not ours
             fsync_path(f)
@@ -108,9 +127,8 @@ def encode_release(plan: ReleasePlan) -> Path:
     Dask cluster when it names one, else on this machine's cores for a large input
     (:func:`dpsynth.rows.encode_parts.pooled`)."""
     c = plan.config
-    if not c.dask_address:  # a large input on the release's pool (started here; synthesize and validate reuse it)
-        return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows,
-                            pool=local_pool)
+    if not c.dask_address:
+        return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows)
     with row_runner(c.dask_address) as runner:
         return encode_stage(Path(c.data), plan.schema, c.workspace, plan.data_sha256, chunk_rows=c.chunk_rows,
                             runner=runner)

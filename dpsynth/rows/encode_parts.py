@@ -21,7 +21,7 @@ import re
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -138,23 +138,12 @@ def encode_part(job: tuple[InputPart, str], schema: Schema, chunk_rows: int) -> 
     return rows
 
 
-def _encode_pooled(job: tuple[InputPart, str], schema: Schema, chunk_rows: int) -> int:
-    """:func:`encode_part` in a pool worker, which then hands its read buffers back: the worker
-    waits through measure for the release's later stages."""
-    from .memory import give_back_memory
-
-    rows = encode_part(job, schema, chunk_rows)
-    give_back_memory()
-    return rows
-
-
 def encode_to_parts(data: str | Path, schema: Schema, out: str | Path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                    runner: Runner | None = None, pool: Callable[[int], ContextManager[Runner]] | None = None) -> RowSource:
+                    runner: Runner | None = None) -> RowSource:
     """Encodes every partition of ``data`` into the folder ``out`` (created; must be empty)
     and returns the source over the codes (read in this process unless ``runner`` is given).
     Without a ``runner``, a large input (:func:`pooled`) is encoded on a process pool of this
-    machine's cores (``pool(workers)``: default a pool of its own; a release passes the one its
-    stages share), else here; each partition writes its own file, so the codes are the same
+    machine's cores, else here; each partition writes its own file, so the codes are the same
     bytes either way. Raises :class:`DataError` for an input without rows."""
     parts = input_parts(data, schema, chunk_rows)
     folder = Path(out)
@@ -163,7 +152,7 @@ def encode_to_parts(data: str | Path, schema: Schema, out: str | Path, *, chunk_
     if runner is not None:
         rows = runner.map(encode_part, jobs, schema, int(chunk_rows))
     elif (workers := pooled(parts)) > 1:
-        rows = _on_pool(jobs, schema, int(chunk_rows), workers, pool)
+        rows = _on_pool(jobs, schema, int(chunk_rows), workers)
     else:
         rows = SerialRunner().map(encode_part, jobs, schema, int(chunk_rows))
     if sum(rows) == 0:
@@ -178,27 +167,26 @@ POOL_MIN_BYTES = 64 << 20
 
 
 def pooled(parts: Sequence[InputPart]) -> int:
-    """The processes to encode ``parts`` on: this machine's cores (``$DPSYNTH_SYNTH_WORKERS``)
-    for at least two partitions of at least :data:`POOL_MIN_BYTES` in all, else 1 (this process)."""
+    """The processes to encode ``parts`` on: this machine's cores (``$DPSYNTH_SYNTH_WORKERS``;
+    at most one per partition) for at least two partitions of at least :data:`POOL_MIN_BYTES`
+    in all, else 1 (this process)."""
     from .pool_runner import default_workers
 
     files = {p.path for p in parts}
     if len(parts) < 2 or sum(Path(f).stat().st_size for f in files) < POOL_MIN_BYTES:
         return 1
-    return default_workers()
+    return min(default_workers(), len(parts))
 
 
-def _on_pool(jobs: list[tuple[InputPart, str]], schema: Schema, chunk_rows: int, workers: int,
-             pool: Callable[[int], ContextManager[Runner]] | None) -> list[int]:
-    """The partitions encoded on ``pool(workers)``, a partition per worker at a time, the rows
-    counted after each round (the workers report no progress of their own)."""
-    if pool is None:
-        from .pool_runner import pool
+def _on_pool(jobs: list[tuple[InputPart, str]], schema: Schema, chunk_rows: int, workers: int) -> list[int]:
+    """The partitions encoded on a pool of ``workers`` processes, ``workers`` at a time, the
+    rows counted after each round (the workers report no progress of their own)."""
+    from .pool_runner import pool
+
     rows: list[int] = []
     with pool(workers) as runner:
-        per = max(1, int(getattr(runner, "workers", workers)))
-        for start in range(0, len(jobs), per):
-            done = runner.map(_encode_pooled, jobs[start : start + per], schema, chunk_rows)
+        for start in range(0, len(jobs), workers):
+            done = runner.map(encode_part, jobs[start : start + workers], schema, chunk_rows)
             rows += done
             progress.advance("encode", sum(done), "rows")
     return rows
