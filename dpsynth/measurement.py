@@ -39,6 +39,7 @@ __all__ = [
     "DP_ADD_REMOVE",
     "MEASUREMENT_FILE",
     "MEASUREMENT_META",
+    "measured_attrs",
     "Measurement",
     "NoisyCount",
     "NoisyMarginal",
@@ -396,6 +397,13 @@ class Measurement:
             tables=tables,
             meta=meta["meta"],
         )
+
+
+def measured_attrs(folder: str | Path) -> list[tuple[str, ...]]:
+    """The column names of every marginal a saved measurement holds, in its order, read from its
+    metadata alone (no count, no table): what a scan of the synthetic rows needs to know."""
+    meta = json.loads((Path(folder) / MEASUREMENT_META).read_text())
+    return [tuple(entry["attrs"]) for entry in meta["measured"]]
 
 
 def _read_counts(path: Path, entries: list[Mapping[str, Any]]) -> list[np.ndarray]:

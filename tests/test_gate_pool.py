@@ -166,6 +166,40 @@ def test_the_scan_on_a_process_pool_is_the_one_pass_and_an_unordered_merge_is_no
         _assert_same(_merge(scans[:6] + scans[7:]), want)
 
 
+def test_the_driver_s_scan_reads_the_measurement_s_metadata_alone(released, monkeypatch):
+    """scan_synthetic (the driver's side of a pooled or Dask validate) takes which marginals to
+    count from measurement.json, not the whole measurement: loading sds's counts and reported
+    tuples there too put 500 MB more in the driver at 10M while the gate's worker held them."""
+    plan, measurement, folder = released
+    full = measured_subsets(plan.schema, Measurement.load(measurement))
+    pairs = stages.synthetic_pairs(folder)
+    want = scan_table(file_chunks(*pairs[0], plan.schema), plan.schema, full)
+
+    def refused(*a, **k):
+        raise AssertionError("the whole measurement was loaded")
+
+    monkeypatch.setattr(Measurement, "load", refused)
+    from dpsynth.measurement import measured_attrs
+
+    assert measured_subsets(plan.schema, measured_attrs(measurement)) == full
+    _assert_same(gate_stage.scan_synthetic(plan.schema, folder, measurement, 97), want)
+
+
+def test_the_release_pool_closes_after_its_last_use_unless_another_release_shares_it(monkeypatch):
+    monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
+    assert not cluster.close_local_pool()  # outside a release: nothing shared to close
+    with cluster.release_cluster(None):
+        assert not cluster.close_local_pool()  # not started
+        with cluster.local_pool(2) as runner:
+            assert runner.map(abs, [-3]) == [3]
+        with cluster.release_cluster(None):  # a second release of this process shares it
+            assert not cluster.close_local_pool() and cluster.open_pools() == 1
+        assert cluster.close_local_pool() and cluster.open_pools() == 0
+        with cluster.local_pool(2) as runner:  # a later stage starts another
+            assert runner.map(abs, [-4]) == [4] and cluster.open_pools() == 1
+    assert cluster.open_pools() == 0
+
+
 def _merge(scans: list[Scan]) -> Scan:
     out = scans[0]
     for s in scans[1:]:
@@ -216,17 +250,22 @@ def _private_gate_files(tmp_path, name="r") -> dict[str, bytes]:
 def test_a_release_validated_on_the_pool_writes_the_serial_gate_files(tmp_path, demo_paths, seed_file, monkeypatch):
     monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)  # 13 blocks: a "large" table (8 or more)
     seen = _spy_scan_runner(monkeypatch)
+    closed = []
+    real_close = gate_stage.close_local_pool
+    monkeypatch.setattr(gate_stage, "close_local_pool", lambda: closed.append(real_close()) or closed[-1])
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
     serial = pipeline.run_release(_config(tmp_path / "a", demo_paths, seed_file))
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
     pooled = pipeline.run_release(_config(tmp_path / "b", demo_paths, seed_file))
     assert seen == ["NoneType", "PoolRunner"]
+    assert cluster.open_pools() == 0
     assert _private_gate_files(tmp_path / "a") == _private_gate_files(tmp_path / "b")
     assert (serial / "validation.json").read_bytes() == (pooled / "validation.json").read_bytes()
     assert (serial / "report.html").read_bytes() == (pooled / "report.html").read_bytes()
     a, b = (json.loads((f / "manifest.json").read_text()) for f in (serial, pooled))
     assert a["validation"]["success"] and a.pop("timings").keys() == b.pop("timings").keys()
     assert a == b  # every file's hash, the validation summary: all but the stages' seconds
+    assert closed == [False, True]  # the pooled release's pool closed after its scan, before publish
 
 
 def _broken_part(part, schema, keys):

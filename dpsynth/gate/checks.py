@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -272,11 +272,13 @@ def _marginal_checks(
     return out
 
 
-def measured_subsets(schema: Schema, measurement: Measurement) -> list[tuple[int, ...]]:
-    """Sorted column-index subsets of every 1-way marginal and every measured marginal:
+def measured_subsets(schema: Schema, measurement: Measurement | Sequence[tuple[str, ...]]) -> list[tuple[int, ...]]:
+    """Sorted column-index subsets of every 1-way marginal and every measured marginal (of a
+    measurement, or the column names of its marginals: :func:`dpsynth.measurement.measured_attrs`):
     the counts the gate and the report read from the synthetic codes."""
     names = set(schema.names)
-    keys = [tuple(sorted(schema.index(a) for a in key)) for key in measurement.marginals
+    attrs = measurement.marginals if isinstance(measurement, Measurement) else measurement
+    keys = [tuple(sorted(schema.index(a) for a in key)) for key in attrs
             if all(isinstance(a, str) and a in names for a in key)]
     return list(dict.fromkeys([(j,) for j in range(len(schema.columns))] + keys))
 

@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..measurement import Measurement
+from ..measurement import Measurement, measured_attrs
 from ..rows.rowsource import DEFAULT_CHUNK_ROWS, Runner
 from ..schema import Schema
-from .cluster import row_runner, scan_runner
+from .cluster import close_local_pool, row_runner, scan_runner
 from .config import BudgetSpent, ReleasePlan, ValidationFailed
 
 __all__ = ["COUNTS_FILE", "gate_files", "gate_scan", "scan_synthetic", "start_gate_warm_up", "synthetic_counts",
@@ -55,11 +55,14 @@ def synthetic_rows(synthetic_dir: Path) -> int:
 def scan_synthetic(schema: Schema, synthetic_dir: Path, measurement_dir: Path, chunk_rows: int,
                    runner: Runner | None = None) -> Any:
     """One pass over the synthetic folder's table, partition by partition on ``runner``
-    (default: this process): what the gate needs (:class:`dpsynth.gate.scan.Scan`)."""
-    return _scan(schema, synthetic_dir, Measurement.load(measurement_dir), chunk_rows, runner)
+    (default: this process): what the gate needs (:class:`dpsynth.gate.scan.Scan`). Reads the
+    measurement's metadata alone (which marginals to count), not its counts and tables: the
+    gate's worker loads those (sds's 1,350 marginals and reported tuples: 500 MB at 10M)."""
+    return _scan(schema, synthetic_dir, measured_attrs(measurement_dir), chunk_rows, runner)
 
 
-def _scan(schema: Schema, synthetic_dir: Path, m: Measurement, chunk_rows: int, runner: Runner | None) -> Any:
+def _scan(schema: Schema, synthetic_dir: Path, m: Measurement | Sequence[tuple[str, ...]], chunk_rows: int,
+          runner: Runner | None) -> Any:
     from ..gate.checks import measured_subsets
     from ..gate.scan import scan_files
 
@@ -141,6 +144,7 @@ def validate_stage(plan: ReleasePlan, synthetic_dir: Path, measurement_dir: Path
             if runner is not None:  # partitions for every worker (never larger than chunk_rows)
                 part_rows = min(c.chunk_rows, -(-rows // int(runner.workers)))
                 found = scan_synthetic(plan.schema, synthetic_dir, measurement_dir, part_rows, runner)
+        close_local_pool()  # the release's last use of its pool: publish need not carry its workers
         if runner is not None:
             summary, counts = gate_worker.call(_gate_scan_counted, found, measurement_dir, *args)
         else:
