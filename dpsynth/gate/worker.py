@@ -284,6 +284,12 @@ def _serve() -> None:
     _serve_on(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 
 
+def _give_back() -> None:
+    from ..rows.memory import give_back_memory
+
+    give_back_memory()
+
+
 def _serve_on(recv_fd: int, send_fd: int, parent: int) -> None:
     """The worker's main loop: warm up, then answer calls until the pipe closes."""
     import gc
@@ -320,3 +326,7 @@ def _serve_on(recv_fd: int, send_fd: int, parent: int) -> None:
         except Exception:  # noqa: BLE001 - a result or an exception that does not pickle
             what = reply[1] if reply[0] == "error" else f"{type(reply[1]).__name__} result"
             send.send(("error", RuntimeError(f"the gate worker could not send back: {what}")))
+        # What the call held (a scan's counts, a loaded measurement) is garbage now: its pages
+        # go back to the system instead of staying in the worker's peak through publish.
+        function = args = kwargs = reply = None
+        _give_back()

@@ -33,6 +33,7 @@ from ..precheck import check_disk
 from ..schema import Schema
 from ..privacy.schema_source import data_derived_detail, schema_privacy, schema_source
 from ..privacy.workspace_key import opaque_key
+from ..rows.memory import give_back_memory  # noqa: F401 (the stages call it by this module's name)
 from .cluster import POOL_MIN_BLOCKS, row_runner, synthesis_runner, warm_pool  # noqa: F401 (re-exported)
 from .config import PartlySpent, ReleaseError, ReleasePlan
 from .gate_stage import gate_files, gate_scan, scan_synthetic, start_gate_warm_up, synthetic_pairs, validate_stage  # noqa: F401 (re-exported)
@@ -57,27 +58,6 @@ __all__ = [
 ]
 
 COMPLETE = "COMPLETE"
-
-
-def give_back_memory() -> None:
-    """Hands memory this process freed back to the system: Arrow's pool's unused pages
-    (mimalloc keeps them; a loaded 10M sds measurement left 200 MB there) and glibc's free
-    heap (``malloc_trim``). What a later stage then allocates is counted from what is live,
-    not from what an earlier stage left behind. Frees nothing live; never changes a byte."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        import pyarrow as pa
-
-        pa.default_memory_pool().release_unused()
-    except (ImportError, AttributeError):  # an Arrow without the call: its pool keeps its pages
-        pass
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim this way
-        pass
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
