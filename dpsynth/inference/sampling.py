@@ -14,7 +14,7 @@ A seeded draw's records are pinned by ``tests/test_sampler_pinned.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -118,6 +118,8 @@ def _sampling_steps(model: GraphicalModel) -> list[_SampleStep]:
     cached = model.__dict__.get("_sampling_steps")
     if cached is not None:
         return cached
+    from .model import signed_code_dtype  # model.py imports this module
+
     tree, dom = model.tree, model.domain
     steps = []
     for i in tree.order:
@@ -133,7 +135,7 @@ def _sampling_steps(model: GraphicalModel) -> list[_SampleStep]:
         rsum = cond.sum(axis=1, keepdims=True)
         uniform = np.full_like(cond, 1.0 / cond.shape[1])
         cond = np.where(rsum > 0, cond / np.where(rsum > 0, rsum, 1.0), uniform)
-        width = _smallest_signed(dom.shape(new))
+        width = signed_code_dtype(dom.shape(new))
         cell_codes = np.unravel_index(np.arange(cond.shape[1]), dom.shape(new))
         codes = tuple(np.tile(v.astype(width), cond.shape[0]) for v in cell_codes)
         cells = cond.shape[0]
@@ -155,9 +157,3 @@ def _cell_keys(out: np.ndarray, st: _SampleStep, rows: int) -> np.ndarray:
         np.multiply(key, size, out=key, casting="unsafe")  # codes and cells are >= 0: no wrap
         np.add(key, out[c], out=key, casting="unsafe")
     return key
-
-
-def _smallest_signed(sizes: Sequence[int]) -> np.dtype:
-    """The smallest signed integer dtype holding codes ``0 .. size-1`` of every size."""
-    top = max(sizes, default=1)
-    return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if top - 1 <= np.iinfo(t).max)

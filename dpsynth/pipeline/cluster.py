@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack, contextmanager
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 from ..rows.rowsource import Runner, SerialRunner
 
@@ -131,14 +131,26 @@ def row_runner(dask_address: str | None) -> Iterator[Runner]:
     if not dask_address:
         yield SerialRunner()
         return
-    with _LOCK:
-        shared = _SHARED.get(dask_address)
-    if shared is not None:
-        yield shared.get(dask_address)
-        return
-    from ..rows.dask_runner import connect
 
-    with connect(dask_address) as runner:
+    def own():
+        from ..rows.dask_runner import connect
+
+        return connect(dask_address)
+
+    with _shared_or_own(dask_address, dask_address, own) as runner:
+        yield runner
+
+
+@contextmanager
+def _shared_or_own(key: str, arg, own: Callable[[], ContextManager[Runner]]) -> Iterator[Runner]:
+    """The release's shared runner of ``key`` (``get(arg)``: started on first use) inside
+    :func:`release_cluster`; else ``own()``, closed on exit."""
+    with _LOCK:
+        shared = _SHARED.get(key)
+    if shared is not None:
+        yield shared.get(arg)
+        return
+    with own() as runner:
         yield runner
 
 
@@ -221,12 +233,7 @@ def local_pool(workers: int) -> Iterator[Runner]:
     """A pool of ``workers`` processes of this machine: inside :func:`release_cluster`
     without an address, the release's one pool (started now if no stage started it yet,
     closed when the release ends); else a pool of its own, shut down on exit."""
-    with _LOCK:
-        shared = _SHARED.get(_LOCAL)
-    if shared is not None:
-        yield shared.get(workers)
-        return
     from ..rows.pool_runner import pool
 
-    with pool(workers) as runner:
+    with _shared_or_own(_LOCAL, workers, lambda: pool(workers)) as runner:
         yield runner
