@@ -277,7 +277,7 @@ def measured_subsets(schema: Schema, measurement: Measurement | Sequence[tuple[s
     measurement, or the column names of its marginals: :func:`dpsynth.measurement.measured_attrs`):
     the counts the gate and the report read from the synthetic codes."""
     names = set(schema.names)
-    attrs = measurement.marginals if isinstance(measurement, Measurement) else measurement
+    attrs = getattr(measurement, "marginals", measurement)  # a measurement, or its marginals' names
     keys = [tuple(sorted(schema.index(a) for a in key)) for key in attrs
             if all(isinstance(a, str) and a in names for a in key)]
     return list(dict.fromkeys([(j,) for j in range(len(schema.columns))] + keys))
