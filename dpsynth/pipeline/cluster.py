@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack, contextmanager
-from typing import Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from ..rows.rowsource import Runner, SerialRunner
 
@@ -27,22 +27,37 @@ __all__ = ["POOL_MIN_BLOCKS", "close_local_pool", "local_pool", "open_clusters",
            "scan_runner", "synthesis_runner", "warm_pool"]
 
 
-class _Shared:
-    """One Dask address's runner, started on first use, for the releases that share it."""
+def _connect(address: str) -> ContextManager[Runner]:
+    """A Dask runner of its own on ``address`` (closed on exit)."""
+    from ..rows.dask_runner import connect
 
-    def __init__(self) -> None:
+    return connect(address)
+
+
+def _open_pool(workers: int) -> ContextManager[Runner]:
+    """A pool of ``workers`` processes of this machine of its own (shut down on exit)."""
+    from ..rows.pool_runner import pool
+
+    return pool(workers)
+
+
+class _Shared:
+    """One runner (a Dask address's, or this machine's pool), opened by ``opener`` on first
+    use, for the releases that share it."""
+
+    def __init__(self, opener: Callable[[Any], ContextManager[Runner]]) -> None:
+        self.opener = opener
         self.refs = 0
         self.lock = threading.Lock()
         self.stack: ExitStack | None = None
         self.runner: Runner | None = None
 
-    def get(self, address: str) -> Runner:
+    def get(self, arg: Any) -> Runner:
+        """The runner, opened now with ``arg`` (the address, or the workers) if it is not yet."""
         with self.lock:
             if self.runner is None:
-                from ..rows.dask_runner import connect
-
                 stack = ExitStack()
-                self.runner = stack.enter_context(connect(address))
+                self.runner = stack.enter_context(self.opener(arg))
                 self.stack = stack
             return self.runner
 
@@ -61,20 +76,6 @@ def open_clusters() -> int:
     """How many shared Dask runners are started now (for tests and diagnostics)."""
     with _LOCK:
         return sum(1 for k, s in _SHARED.items() if k != _LOCAL and s.runner is not None)
-
-
-class _SharedPool(_Shared):
-    """This machine's process pool, started on first use, for the releases that share it."""
-
-    def get(self, workers: int) -> Runner:  # type: ignore[override]
-        with self.lock:
-            if self.runner is None:
-                from ..rows.pool_runner import pool
-
-                stack = ExitStack()
-                self.runner = stack.enter_context(pool(workers))
-                self.stack = stack
-            return self.runner
 
 
 #: The key of the local pool among the shared runners (a Dask address is never empty).
@@ -109,7 +110,7 @@ def release_cluster(dask_address: str | None) -> Iterator[None]:
     Without an address the same holds for :func:`local_pool`'s pool of this machine."""
     key = dask_address or _LOCAL
     with _LOCK:
-        shared = _SHARED.setdefault(key, _SharedPool() if key == _LOCAL else _Shared())
+        shared = _SHARED.setdefault(key, _Shared(_open_pool if key == _LOCAL else _connect))
         shared.refs += 1
     try:
         yield
@@ -131,26 +132,20 @@ def row_runner(dask_address: str | None) -> Iterator[Runner]:
     if not dask_address:
         yield SerialRunner()
         return
-
-    def own():
-        from ..rows.dask_runner import connect
-
-        return connect(dask_address)
-
-    with _shared_or_own(dask_address, dask_address, own) as runner:
+    with _shared_or_own(dask_address, dask_address, _connect) as runner:
         yield runner
 
 
 @contextmanager
-def _shared_or_own(key: str, arg, own: Callable[[], ContextManager[Runner]]) -> Iterator[Runner]:
-    """The release's shared runner of ``key`` (``get(arg)``: started on first use) inside
-    :func:`release_cluster`; else ``own()``, closed on exit."""
+def _shared_or_own(key: str, arg: Any, opener: Callable[[Any], ContextManager[Runner]]) -> Iterator[Runner]:
+    """The release's shared runner of ``key`` (opened with ``arg`` on first use) inside
+    :func:`release_cluster`; else ``opener(arg)``, closed on exit."""
     with _LOCK:
         shared = _SHARED.get(key)
     if shared is not None:
         yield shared.get(arg)
         return
-    with own() as runner:
+    with opener(arg) as runner:
         yield runner
 
 
@@ -166,7 +161,6 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
     blocks, a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``); else ``None``
     (this process). A whole table (:class:`~dpsynth.pipeline.synthetic.TableSampler`) is
     always written here. The bytes are the same in every case."""
-    from ..rows.pool_runner import default_workers
     from .synthetic import BLOCK_ROWS, TableSampler
 
     if (isinstance(sampler, TableSampler) or getattr(sampler, "sequential", False)  # read in order, here
@@ -175,11 +169,20 @@ def synthesis_runner(dask_address: str | None, sampler) -> Iterator[Runner | Non
     elif dask_address:
         with row_runner(dask_address) as runner:
             yield runner
-    elif int(sampler.rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+    elif (workers := _pool_workers(int(sampler.rows))) > 1:
         with local_pool(workers) as runner:
             yield runner
     else:
         yield None
+
+
+def _pool_workers(rows: int) -> int:
+    """The processes a local table of ``rows`` rows is drawn and scanned on: this machine's
+    cores (``$DPSYNTH_SYNTH_WORKERS``) from :data:`POOL_MIN_BLOCKS` blocks, else 1 (no pool)."""
+    from ..rows.pool_runner import default_workers
+    from .synthetic import BLOCK_ROWS
+
+    return default_workers() if rows >= POOL_MIN_BLOCKS * BLOCK_ROWS else 1
 
 
 def _warm() -> None:
@@ -196,14 +199,9 @@ def warm_pool(dask_address: str | None, rows: int | None) -> bool:
     gate's scan: 1-2 s of CPU each) while this process fits the model alone; the tasks
     are not waited for. True when it started them. Nothing else changes: the pool is the
     one :func:`local_pool` hands out later."""
-    from ..rows.pool_runner import default_workers
-    from .synthetic import BLOCK_ROWS
-
     with _LOCK:
         shared = _SHARED.get(_LOCAL)
-    if dask_address or shared is None or rows is None or int(rows) < POOL_MIN_BLOCKS * BLOCK_ROWS:
-        return False
-    if (workers := default_workers()) <= 1:
+    if dask_address or shared is None or rows is None or (workers := _pool_workers(int(rows))) <= 1:
         return False
     runner = shared.get(workers)
     for _ in range(workers):
@@ -218,10 +216,7 @@ def scan_runner(rows: int) -> Iterator[Runner | None]:
     a pool of this machine's cores (``$DPSYNTH_SYNTH_WORKERS``; the release's, when
     synthesize started it); else ``None`` (the gate's worker reads the files itself). The
     scan, and so every byte the gate writes, is the same in every case."""
-    from ..rows.pool_runner import default_workers
-    from .synthetic import BLOCK_ROWS
-
-    if int(rows) >= POOL_MIN_BLOCKS * BLOCK_ROWS and (workers := default_workers()) > 1:
+    if (workers := _pool_workers(int(rows))) > 1:
         with local_pool(workers) as runner:
             yield runner
     else:
@@ -233,7 +228,5 @@ def local_pool(workers: int) -> Iterator[Runner]:
     """A pool of ``workers`` processes of this machine: inside :func:`release_cluster`
     without an address, the release's one pool (started now if no stage started it yet,
     closed when the release ends); else a pool of its own, shut down on exit."""
-    from ..rows.pool_runner import pool
-
-    with _shared_or_own(_LOCAL, workers, lambda: pool(workers)) as runner:
+    with _shared_or_own(_LOCAL, workers, _open_pool) as runner:
         yield runner
