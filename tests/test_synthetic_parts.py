@@ -13,7 +13,7 @@ import pytest
 
 from dpsynth import pipeline
 from dpsynth.measurement import Measurement
-from dpsynth.pipeline import parts, stages, synthetic
+from dpsynth.pipeline import cluster, parts, synthetic
 from dpsynth.pipeline.synthetic import part_ranges, write_synthetic
 from dpsynth.rows.pool_runner import default_workers, pool
 from dpsynth.rows.rowsource import SerialRunner
@@ -180,7 +180,7 @@ def _release(tmp_path, demo_paths, seed_file, name):
 def test_a_release_on_the_pool_publishes_the_serial_bytes_and_a_failing_part_publishes_nothing(
         tmp_path, demo_paths, seed_file, monkeypatch):
     monkeypatch.setattr(synthetic, "BLOCK_ROWS", 100)
-    monkeypatch.setattr(stages, "POOL_MIN_BLOCKS", 2)
+    monkeypatch.setattr(cluster, "POOL_MIN_BLOCKS", 2)  # the pool rule reads it there, not stages' re-export
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "1")
     serial = pipeline.run_release(_release(tmp_path / "a", demo_paths, seed_file, "r"))
     monkeypatch.setenv("DPSYNTH_SYNTH_WORKERS", "2")
